@@ -1,0 +1,377 @@
+//! The thin wit-bindgen edge: converts between the WIT types and [`crate::model`], and holds the
+//! single policy instance of a component. No decisions are made here.
+//!
+//! Other components built on this crate (tests/policies) implement [`PolicyLogic`] for their own
+//! type and call [`export_policy_logic!`](crate::export_policy_logic).
+
+use std::cell::RefCell;
+
+use crate::model;
+
+/// Bindings for `wit/policy.wit`, shared with wrapper components.
+#[allow(clippy::all, missing_docs)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../wit",
+        world: "policy-component",
+        pub_export_macro: true,
+        export_macro_name: "export_policy",
+        default_bindings_module: "tether_policy::component::bindings",
+    });
+}
+
+use bindings::tether::policy::log as wit_log;
+use bindings::tether::policy::types as wit;
+
+/// What a component's policy must do; the default [`crate::Policy`] implements it.
+pub trait PolicyLogic {
+    fn info() -> model::PolicyInfo
+    where
+        Self: Sized;
+    fn create(settings_json: &str) -> Result<Self, String>
+    where
+        Self: Sized;
+    fn restore(snapshot: &[u8]) -> Result<Self, String>
+    where
+        Self: Sized;
+    fn set_settings(&mut self, settings_json: &str) -> Result<(), String>;
+    fn handle(&mut self, event: model::Event) -> Vec<model::Action>;
+    fn admit(&mut self, request: model::CallRequest) -> model::Admission;
+    fn status(&self) -> Vec<model::ServerStatus>;
+    fn snapshot(&self) -> Vec<u8>;
+    fn take_logs(&mut self) -> Vec<(model::LogLevel, String)>;
+}
+
+impl PolicyLogic for crate::Policy {
+    fn info() -> model::PolicyInfo {
+        crate::Policy::info()
+    }
+    fn create(settings_json: &str) -> Result<Self, String> {
+        crate::Policy::new(settings_json)
+    }
+    fn restore(snapshot: &[u8]) -> Result<Self, String> {
+        crate::Policy::restore(snapshot)
+    }
+    fn set_settings(&mut self, settings_json: &str) -> Result<(), String> {
+        crate::Policy::set_settings(self, settings_json)
+    }
+    fn handle(&mut self, event: model::Event) -> Vec<model::Action> {
+        crate::Policy::handle(self, event)
+    }
+    fn admit(&mut self, request: model::CallRequest) -> model::Admission {
+        crate::Policy::admit(self, request)
+    }
+    fn status(&self) -> Vec<model::ServerStatus> {
+        crate::Policy::status(self)
+    }
+    fn snapshot(&self) -> Vec<u8> {
+        crate::Policy::snapshot(self)
+    }
+    fn take_logs(&mut self) -> Vec<(model::LogLevel, String)> {
+        crate::Policy::take_logs(self)
+    }
+}
+
+thread_local! {
+    // A component instance is single-threaded; this is its one policy.
+    static INSTANCE: RefCell<Option<Box<dyn PolicyLogic>>> = const { RefCell::new(None) };
+}
+
+const NOT_INITIALIZED: &str = "policy not initialized: the host must call init first";
+
+fn with_instance<R>(default: R, f: impl FnOnce(&mut dyn PolicyLogic) -> R) -> R {
+    let result = INSTANCE.with(|slot| {
+        let mut slot = slot.borrow_mut();
+        match slot.as_deref_mut() {
+            Some(policy) => {
+                let result = f(policy);
+                flush_logs(policy);
+                Some(result)
+            }
+            None => None,
+        }
+    });
+    result.unwrap_or_else(|| {
+        wit_log::log(wit_log::Level::Error, NOT_INITIALIZED);
+        default
+    })
+}
+
+fn flush_logs(policy: &mut dyn PolicyLogic) {
+    for (level, message) in policy.take_logs() {
+        let level = match level {
+            model::LogLevel::Trace => wit_log::Level::Trace,
+            model::LogLevel::Debug => wit_log::Level::Debug,
+            model::LogLevel::Info => wit_log::Level::Info,
+            model::LogLevel::Warn => wit_log::Level::Warn,
+            model::LogLevel::Error => wit_log::Level::Error,
+        };
+        wit_log::log(level, &message);
+    }
+}
+
+fn install(policy: Box<dyn PolicyLogic>) {
+    INSTANCE.with(|slot| *slot.borrow_mut() = Some(policy));
+}
+
+// The functions below are the bodies of the exported WIT functions, generic over the logic.
+
+pub fn guest_info<P: PolicyLogic>() -> wit::PolicyInfo {
+    let info = P::info();
+    wit::PolicyInfo {
+        name: info.name,
+        version: info.version,
+    }
+}
+
+pub fn guest_init<P: PolicyLogic + 'static>(settings: String) -> Result<(), String> {
+    install(Box::new(P::create(&settings)?));
+    Ok(())
+}
+
+pub fn guest_restore<P: PolicyLogic + 'static>(snapshot: Vec<u8>) -> Result<(), String> {
+    install(Box::new(P::restore(&snapshot)?));
+    Ok(())
+}
+
+pub fn guest_set_settings(settings: String) -> Result<(), String> {
+    with_instance(Err(NOT_INITIALIZED.to_string()), |p| {
+        p.set_settings(&settings)
+    })
+}
+
+pub fn guest_handle(event: wit::Event) -> Vec<wit::Action> {
+    let event = event_from_wit(event);
+    with_instance(Vec::new(), |p| {
+        p.handle(event).into_iter().map(action_to_wit).collect()
+    })
+}
+
+pub fn guest_admit(request: wit::CallRequest) -> wit::Admission {
+    let request = model::CallRequest {
+        now: request.now,
+        call_id: request.call_id,
+        server: request.server,
+        tool: request.tool,
+    };
+    with_instance(wit::Admission::Reject(NOT_INITIALIZED.to_string()), |p| {
+        admission_to_wit(p.admit(request))
+    })
+}
+
+pub fn guest_status() -> Vec<wit::ServerStatus> {
+    with_instance(Vec::new(), |p| {
+        p.status().into_iter().map(status_to_wit).collect()
+    })
+}
+
+pub fn guest_snapshot() -> Vec<u8> {
+    with_instance(Vec::new(), |p| p.snapshot())
+}
+
+/// Exports `$logic` (a [`PolicyLogic`]) as the component's `tether:policy/policy` implementation.
+#[macro_export]
+macro_rules! export_policy_logic {
+    ($logic:ty) => {
+        struct TetherPolicyExport;
+
+        impl $crate::component::bindings::exports::tether::policy::policy::Guest for TetherPolicyExport {
+            fn info() -> $crate::component::bindings::tether::policy::types::PolicyInfo {
+                $crate::component::guest_info::<$logic>()
+            }
+            fn init(settings: String) -> Result<(), String> {
+                $crate::component::guest_init::<$logic>(settings)
+            }
+            fn set_settings(settings: String) -> Result<(), String> {
+                $crate::component::guest_set_settings(settings)
+            }
+            fn handle(
+                event: $crate::component::bindings::tether::policy::types::Event,
+            ) -> Vec<$crate::component::bindings::tether::policy::types::Action> {
+                $crate::component::guest_handle(event)
+            }
+            fn admit(
+                request: $crate::component::bindings::tether::policy::types::CallRequest,
+            ) -> $crate::component::bindings::tether::policy::types::Admission {
+                $crate::component::guest_admit(request)
+            }
+            fn status() -> Vec<$crate::component::bindings::tether::policy::types::ServerStatus> {
+                $crate::component::guest_status()
+            }
+            fn snapshot() -> Vec<u8> {
+                $crate::component::guest_snapshot()
+            }
+            fn restore(snapshot: Vec<u8>) -> Result<(), String> {
+                $crate::component::guest_restore::<$logic>(snapshot)
+            }
+        }
+
+        $crate::component::bindings::export_policy!(
+            TetherPolicyExport with_types_in $crate::component::bindings
+        );
+    };
+}
+
+fn fault_from_wit(fault: wit::Fault) -> model::Fault {
+    match fault {
+        wit::Fault::SpawnFailed(why) => model::Fault::SpawnFailed(why),
+        wit::Fault::HandshakeFailed(why) => model::Fault::HandshakeFailed(why),
+        wit::Fault::HandshakeTimedOut => model::Fault::HandshakeTimedOut,
+        wit::Fault::AuthRequired(code) => model::Fault::AuthRequired(code),
+        wit::Fault::NotMcpEndpoint(what) => model::Fault::NotMcpEndpoint(what),
+        wit::Fault::ProcessExited(code) => model::Fault::ProcessExited(code),
+        wit::Fault::TransportClosed(why) => model::Fault::TransportClosed(why),
+        wit::Fault::SessionExpired => model::Fault::SessionExpired,
+        wit::Fault::KeepaliveFailed(why) => model::Fault::KeepaliveFailed(why),
+    }
+}
+
+fn server_fault_from_wit(f: wit::ServerFault) -> model::ServerFault {
+    model::ServerFault {
+        server: f.server,
+        fault: fault_from_wit(f.fault),
+    }
+}
+
+fn tools_from_wit(tools: Vec<wit::Tool>) -> Vec<model::Tool> {
+    tools
+        .into_iter()
+        .map(|t| model::Tool {
+            name: t.name,
+            description: t.description,
+            input_schema: t.input_schema,
+            read_only: t.read_only,
+        })
+        .collect()
+}
+
+pub fn event_from_wit(event: wit::Event) -> model::Event {
+    use wit::EventKind as W;
+    let kind = match event.kind {
+        W::ServerConfigured(c) => model::EventKind::ServerConfigured(model::ServerConfig {
+            name: c.name,
+            transport: match c.transport {
+                wit::TransportKind::Stdio => model::TransportKind::Stdio,
+                wit::TransportKind::StreamableHttp => model::TransportKind::StreamableHttp,
+                wit::TransportKind::Sse => model::TransportKind::Sse,
+            },
+            include: c.include,
+            exclude: c.exclude,
+            settings: c.settings,
+        }),
+        W::ServerRemoved(name) => model::EventKind::ServerRemoved(name),
+        W::Connected(s) => model::EventKind::Connected(model::SessionInfo {
+            server: s.server,
+            server_info: s.server_info,
+            tools: tools_from_wit(s.tools),
+        }),
+        W::ConnectFailed(f) => model::EventKind::ConnectFailed(server_fault_from_wit(f)),
+        W::Disconnected(f) => model::EventKind::Disconnected(server_fault_from_wit(f)),
+        W::ToolsChanged(t) => model::EventKind::ToolsChanged(model::ServerTools {
+            server: t.server,
+            tools: tools_from_wit(t.tools),
+        }),
+        W::KeepaliveOk(server) => model::EventKind::KeepaliveOk(server),
+        W::KeepaliveFailed(f) => model::EventKind::KeepaliveFailed(server_fault_from_wit(f)),
+        W::CallFinished(r) => model::EventKind::CallFinished(model::CallReport {
+            server: r.server,
+            call_id: r.call_id,
+            outcome: match r.outcome {
+                wit::CallOutcome::Ok => model::CallOutcome::Ok,
+                wit::CallOutcome::ToolError(text) => model::CallOutcome::ToolError(text),
+                wit::CallOutcome::TransportError(f) => {
+                    model::CallOutcome::TransportError(fault_from_wit(f))
+                }
+                wit::CallOutcome::Timeout => model::CallOutcome::Timeout,
+            },
+            duration_ms: r.duration_ms,
+        }),
+        W::Timer(t) => model::EventKind::Timer(model::TimerFired {
+            server: t.server,
+            token: t.token,
+        }),
+        W::ReconnectRequested(r) => model::EventKind::ReconnectRequested(model::ReconnectRequest {
+            server: r.server,
+            source: match r.source {
+                wit::ReconnectSource::Operator => model::ReconnectSource::Operator,
+                wit::ReconnectSource::Agent => model::ReconnectSource::Agent,
+                wit::ReconnectSource::Probe => model::ReconnectSource::Probe,
+            },
+        }),
+        W::Shutdown => model::EventKind::Shutdown,
+    };
+    model::Event {
+        now: event.now,
+        kind,
+    }
+}
+
+fn state_to_wit(state: model::ServerState) -> wit::ServerState {
+    match state {
+        model::ServerState::Connecting => wit::ServerState::Connecting,
+        model::ServerState::Connected => wit::ServerState::Connected,
+        model::ServerState::Healthy => wit::ServerState::Healthy,
+        model::ServerState::BackingOff => wit::ServerState::BackingOff,
+        model::ServerState::Parked => wit::ServerState::Parked,
+        model::ServerState::Stopped => wit::ServerState::Stopped,
+    }
+}
+
+pub fn action_to_wit(action: model::Action) -> wit::Action {
+    match action {
+        model::Action::Connect(server) => wit::Action::Connect(server),
+        model::Action::Disconnect(server) => wit::Action::Disconnect(server),
+        model::Action::WakeAt(w) => wit::Action::WakeAt(wit::Wake {
+            server: w.server,
+            at: w.at,
+            token: w.token,
+        }),
+        model::Action::PublishTools(p) => wit::Action::PublishTools(wit::Publication {
+            server: p.server,
+            tools: p
+                .tools
+                .into_iter()
+                .map(|t| wit::PublishedTool {
+                    advertised: t.advertised,
+                    original: t.original,
+                    description: t.description,
+                    input_schema: t.input_schema,
+                    read_only: t.read_only,
+                })
+                .collect(),
+        }),
+        model::Action::WithdrawTools(server) => wit::Action::WithdrawTools(server),
+        model::Action::StateChanged(c) => wit::Action::StateChanged(wit::StateChange {
+            server: c.server,
+            state: state_to_wit(c.state),
+            detail: c.detail,
+        }),
+    }
+}
+
+pub fn admission_to_wit(admission: model::Admission) -> wit::Admission {
+    match admission {
+        model::Admission::Allow => wit::Admission::Allow,
+        model::Admission::Probe => wit::Admission::Probe,
+        model::Admission::Reject(message) => wit::Admission::Reject(message),
+        model::Admission::Reconnect(message) => wit::Admission::Reconnect(message),
+    }
+}
+
+pub fn status_to_wit(s: model::ServerStatus) -> wit::ServerStatus {
+    wit::ServerStatus {
+        server: s.server,
+        state: state_to_wit(s.state),
+        breaker: match s.breaker {
+            model::BreakerState::Closed => wit::BreakerState::Closed,
+            model::BreakerState::Open => wit::BreakerState::Open,
+            model::BreakerState::HalfOpen => wit::BreakerState::HalfOpen,
+        },
+        failures: s.failures,
+        breaker_failures: s.breaker_failures,
+        tool_errors: s.tool_errors,
+        last_fault: s.last_fault,
+        since: s.since,
+        published_tools: s.published_tools,
+    }
+}

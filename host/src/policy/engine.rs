@@ -1,0 +1,305 @@
+//! Compiling and vetting policy components: one wasmtime `Engine` and `Linker` per host, a cache
+//! of precompiled artifacts keyed by the engine's compatibility hash, and the contract version
+//! check that refuses incompatible components with a clear reason.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::types::ComponentItem;
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine};
+
+use super::bindings::{CONTRACT_PACKAGE, CONTRACT_VERSION, PolicyComponent, PolicyComponentPre};
+use super::instance::StoreState;
+use super::{PolicyError, PolicyFault};
+
+/// The default policy, built from `guest/` for wasm32-wasip2 by `host/build.rs`.
+pub static EMBEDDED_DEFAULT_POLICY: &[u8] = include_bytes!(env!("TETHER_DEFAULT_POLICY_WASM"));
+
+/// Where a policy component comes from.
+#[derive(Debug, Clone)]
+pub enum PolicySource {
+    /// The default policy compiled into this binary.
+    Embedded,
+    /// A component file.
+    File(PathBuf),
+    /// Component bytes received from somewhere (e.g. the admin API), with a name for messages.
+    Bytes { label: String, bytes: Vec<u8> },
+}
+
+impl PolicySource {
+    pub fn label(&self) -> String {
+        match self {
+            PolicySource::Embedded => "embedded default policy".to_string(),
+            PolicySource::File(path) => path.display().to_string(),
+            PolicySource::Bytes { label, .. } => label.clone(),
+        }
+    }
+}
+
+/// Shared compilation machinery.
+pub struct PolicyEngine {
+    engine: Engine,
+    linker: Linker<StoreState>,
+    cache_dir: Option<PathBuf>,
+    /// Components compiled by this engine, by digest: reloading one (swap back, fallback to the
+    /// default) costs nothing.
+    compiled: Mutex<HashMap<String, Component>>,
+}
+
+impl std::fmt::Debug for PolicyEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyEngine")
+            .field("cache_dir", &self.cache_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PolicyEngine {
+    /// `cache_dir`: where precompiled artifacts are kept (`None` disables the cache).
+    pub fn new(cache_dir: Option<PathBuf>) -> Result<Arc<Self>, PolicyError> {
+        let mut config = Config::new();
+        config.consume_fuel(true);
+        config.wasm_component_model(true);
+        let engine = Engine::new(&config).map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
+        PolicyComponent::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
+            .map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
+        Ok(Arc::new(Self {
+            engine,
+            linker,
+            cache_dir,
+            compiled: Mutex::default(),
+        }))
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Compiles (or loads from the cache) and vets a policy component.
+    pub fn load(self: &Arc<Self>, source: &PolicySource) -> Result<Arc<LoadedPolicy>, PolicyError> {
+        let label = source.label();
+        let bytes: std::borrow::Cow<'_, [u8]> = match source {
+            PolicySource::Embedded => EMBEDDED_DEFAULT_POLICY.into(),
+            PolicySource::File(path) => std::fs::read(path)
+                .map_err(|e| PolicyError::Read {
+                    policy: label.clone(),
+                    reason: e.to_string(),
+                })?
+                .into(),
+            PolicySource::Bytes { bytes, .. } => bytes.as_slice().into(),
+        };
+        let digest = hex::encode(Sha256::digest(&bytes));
+        let component = self.compile(&label, &bytes, &digest)?;
+        let version = contract_version(&self.engine, &component, &label)?;
+        let instance_pre =
+            self.linker
+                .instantiate_pre(&component)
+                .map_err(|e| PolicyError::NotAPolicy {
+                    policy: label.clone(),
+                    reason: format!("it needs something this host does not provide: {e:#}"),
+                })?;
+        let pre = PolicyComponentPre::new(instance_pre).map_err(|e| PolicyError::NotAPolicy {
+            policy: label.clone(),
+            reason: format!("{e:#}"),
+        })?;
+        Ok(Arc::new(LoadedPolicy {
+            engine: self.clone(),
+            pre,
+            label,
+            digest,
+            version,
+        }))
+    }
+
+    fn compile(&self, label: &str, bytes: &[u8], digest: &str) -> Result<Component, PolicyError> {
+        let mut compiled = self.compiled.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(component) = compiled.get(digest) {
+            return Ok(component.clone());
+        }
+        let component = self.compile_or_load_artifact(label, bytes, digest)?;
+        compiled.insert(digest.to_string(), component.clone());
+        Ok(component)
+    }
+
+    fn compile_or_load_artifact(
+        &self,
+        label: &str,
+        bytes: &[u8],
+        digest: &str,
+    ) -> Result<Component, PolicyError> {
+        let invalid = |e: wasmtime::Error| PolicyError::Invalid {
+            policy: label.to_string(),
+            reason: format!("{e:#}"),
+        };
+        let Some(path) = self.artifact_path(digest) else {
+            return Component::new(&self.engine, bytes).map_err(invalid);
+        };
+        // Read into memory rather than mapping the file: a file changed under a live mapping
+        // would crash the host.
+        if let Ok(artifact) = std::fs::read(&path) {
+            // SAFETY: the artifact was written by `Component::serialize` of this same engine
+            // configuration (the compatibility hash is part of the path) into our own cache dir;
+            // wasmtime checks its header and compatibility before use.
+            match unsafe { Component::deserialize(&self.engine, &artifact) } {
+                Ok(component) => return Ok(component),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), "ignoring unusable cached policy artifact: {e:#}")
+                }
+            }
+        }
+        let component = Component::new(&self.engine, bytes).map_err(invalid)?;
+        if let Err(e) = store_artifact(&path, &component) {
+            tracing::warn!(path = %path.display(), "could not cache compiled policy: {e:#}");
+        }
+        Ok(component)
+    }
+
+    fn artifact_path(&self, digest: &str) -> Option<PathBuf> {
+        let dir = self.cache_dir.as_ref()?;
+        let mut hasher = std::hash::DefaultHasher::new();
+        self.engine
+            .precompile_compatibility_hash()
+            .hash(&mut hasher);
+        Some(
+            dir.join(format!("{:016x}", hasher.finish()))
+                .join(format!("{digest}.cwasm")),
+        )
+    }
+}
+
+fn store_artifact(path: &Path, component: &Component) -> anyhow::Result<()> {
+    let dir = path.parent().expect("artifact paths have a parent");
+    std::fs::create_dir_all(dir)?;
+    let bytes = component.serialize()?;
+    // Write then rename, so a concurrent reader never sees half a file.
+    let tmp = dir.join(format!(".{}.tmp", std::process::id()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// Finds the `tether:policy/policy@X` export and checks X against the host's contract version.
+fn contract_version(
+    engine: &Engine,
+    component: &Component,
+    label: &str,
+) -> Result<semver::Version, PolicyError> {
+    let prefix = format!("{CONTRACT_PACKAGE}/policy@");
+    let ty = component.component_type();
+    let mut exports = Vec::new();
+    for (name, item) in ty.exports(engine) {
+        if let (Some(version), ComponentItem::ComponentInstance(_)) =
+            (name.strip_prefix(&prefix), item.ty)
+        {
+            let found = semver::Version::parse(version).map_err(|e| PolicyError::NotAPolicy {
+                policy: label.to_string(),
+                reason: format!("bad contract version {version:?}: {e}"),
+            })?;
+            let host = semver::Version::parse(CONTRACT_VERSION).expect("valid contract version");
+            if !compatible(&host, &found) {
+                return Err(PolicyError::Incompatible {
+                    policy: label.to_string(),
+                    found: found.to_string(),
+                });
+            }
+            return Ok(found);
+        }
+        exports.push(name.to_string());
+    }
+    Err(PolicyError::NotAPolicy {
+        policy: label.to_string(),
+        reason: format!(
+            "it does not export {CONTRACT_PACKAGE}/policy (it exports: {})",
+            if exports.is_empty() {
+                "nothing".to_string()
+            } else {
+                exports.join(", ")
+            }
+        ),
+    })
+}
+
+/// Semver compatibility as the component model applies it: same major (same minor for 0.x),
+/// and not older than the host.
+fn compatible(host: &semver::Version, found: &semver::Version) -> bool {
+    let same_line = if host.major == 0 {
+        found.major == 0 && found.minor == host.minor
+    } else {
+        found.major == host.major
+    };
+    same_line && found >= host
+}
+
+/// A compiled, vetted policy component, ready to instantiate.
+pub struct LoadedPolicy {
+    engine: Arc<PolicyEngine>,
+    pre: PolicyComponentPre<StoreState>,
+    label: String,
+    digest: String,
+    version: semver::Version,
+}
+
+impl LoadedPolicy {
+    pub fn engine(&self) -> &Engine {
+        &self.engine.engine
+    }
+
+    pub(crate) fn pre(&self) -> &PolicyComponentPre<StoreState> {
+        &self.pre
+    }
+
+    /// Where it came from, for messages.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// SHA-256 of the component bytes.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// The contract version the component was built against.
+    pub fn contract_version(&self) -> &semver::Version {
+        &self.version
+    }
+
+    pub(crate) fn fault(&self, during: &'static str, fault: PolicyFault) -> PolicyError {
+        PolicyError::Fault {
+            policy: self.label.clone(),
+            during,
+            fault,
+        }
+    }
+
+    pub(crate) fn refused(&self, what: &'static str, reason: String) -> PolicyError {
+        PolicyError::Refused {
+            policy: self.label.clone(),
+            what,
+            reason,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newer_minor_of_the_same_line_is_compatible_older_and_other_lines_are_not() {
+        let v = |s| semver::Version::parse(s).unwrap();
+        assert!(compatible(&v("0.1.0"), &v("0.1.0")));
+        assert!(compatible(&v("0.1.0"), &v("0.1.7")));
+        assert!(!compatible(&v("0.1.0"), &v("0.2.0")));
+        assert!(!compatible(&v("0.1.0"), &v("1.0.0")));
+        assert!(!compatible(&v("0.1.3"), &v("0.1.2")));
+        assert!(compatible(&v("1.2.0"), &v("1.5.0")));
+        assert!(!compatible(&v("1.2.0"), &v("2.0.0")));
+    }
+}

@@ -1,0 +1,19 @@
+//! Builds the test policy components (tests/policies) for the integration tests.
+
+fn main() {
+    tether_wasm_build::rerun_if_changed(&["tests/policies", "guest", "wit", "Cargo.lock"]);
+    let packages = [
+        ("TETHER_TEST_POLICY_HOSTILE", "tether-policy-hostile"),
+        ("TETHER_TEST_POLICY_WRONG", "tether-policy-wrong"),
+        ("TETHER_TEST_POLICY_NEXT_MINOR", "tether-policy-next-minor"),
+        (
+            "TETHER_TEST_POLICY_INCOMPATIBLE",
+            "tether-policy-incompatible",
+        ),
+    ];
+    let names: Vec<&str> = packages.iter().map(|(_, package)| *package).collect();
+    let paths = tether_wasm_build::build_components(&names);
+    for ((var, _), path) in packages.iter().zip(paths) {
+        println!("cargo:rustc-env={var}={}", path.display());
+    }
+}

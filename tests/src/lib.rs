@@ -1,0 +1,70 @@
+//! Host-level integration tests for Tether live in `tests/tests/`; fixture servers and the CLI
+//! under test in `src/bin/`; misbehaving policy components in `policies/`.
+//!
+//! This library holds what the tests share.
+
+use std::path::PathBuf;
+
+use tether::policy::{
+    Action, EventKind, Fault, PolicySource, ServerConfig, ServerFault, SessionInfo, Tool,
+    TransportKind,
+};
+
+/// Test policy components, built for wasm32-wasip2 by this package's build script.
+pub mod components {
+    pub const HOSTILE: &str = env!("TETHER_TEST_POLICY_HOSTILE");
+    pub const WRONG: &str = env!("TETHER_TEST_POLICY_WRONG");
+    pub const NEXT_MINOR: &str = env!("TETHER_TEST_POLICY_NEXT_MINOR");
+    pub const INCOMPATIBLE: &str = env!("TETHER_TEST_POLICY_INCOMPATIBLE");
+}
+
+pub fn component(path: &str) -> PolicySource {
+    PolicySource::File(PathBuf::from(path))
+}
+
+pub fn tool(name: &str) -> Tool {
+    Tool {
+        name: name.into(),
+        description: None,
+        input_schema: r#"{"type":"object"}"#.into(),
+        read_only: false,
+    }
+}
+
+pub fn configured(server: &str) -> EventKind {
+    EventKind::ServerConfigured(ServerConfig {
+        name: server.into(),
+        transport: TransportKind::Stdio,
+        include: vec![],
+        exclude: vec![],
+        settings: String::new(),
+    })
+}
+
+pub fn connected(server: &str, tools: &[&str]) -> EventKind {
+    EventKind::Connected(SessionInfo {
+        server: server.into(),
+        server_info: "test".into(),
+        tools: tools.iter().map(|t| tool(t)).collect(),
+    })
+}
+
+pub fn disconnected(server: &str) -> EventKind {
+    EventKind::Disconnected(ServerFault {
+        server: server.into(),
+        fault: Fault::ProcessExited(Some(1)),
+    })
+}
+
+pub fn connect_failed(server: &str) -> EventKind {
+    EventKind::ConnectFailed(ServerFault {
+        server: server.into(),
+        fault: Fault::HandshakeTimedOut,
+    })
+}
+
+pub fn has_connect(actions: &[Action], server: &str) -> bool {
+    actions
+        .iter()
+        .any(|a| matches!(a, Action::Connect(s) if s == server))
+}

@@ -1,0 +1,79 @@
+//! `tether policy check` as a user runs it.
+
+use std::process::Command;
+
+use tether_tests::components;
+
+fn policy_check(args: &[&str]) -> (Option<i32>, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_tether-cli"))
+        .args(["policy", "check"])
+        .args(args)
+        .output()
+        .expect("tether runs");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_default_policy_passes_every_scenario() {
+    let (code, stdout, stderr) = policy_check(&[]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("ok    exactly-one-half-open-probe"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("FAIL"), "{stdout}");
+}
+
+#[test]
+fn a_wrong_policy_fails_naming_the_scenario_and_what_differed() {
+    let (code, stdout, stderr) = policy_check(&[components::WRONG]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("FAIL  handshake-alone-does-not-reset-the-budget"))
+        .unwrap_or_else(|| panic!("no failure line for the scenario:\n{stdout}"));
+    assert!(line.contains("respawn storm"), "{line}");
+    assert!(stdout.contains(" failed"), "{stdout}");
+}
+
+#[test]
+fn an_incompatible_or_broken_component_is_refused_before_any_scenario() {
+    let (code, stdout, stderr) = policy_check(&[components::INCOMPATIBLE]);
+    assert_eq!(code, Some(2), "{stdout}\n{stderr}");
+    assert!(stderr.contains("tether:policy@0.2.0"), "{stderr}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.wasm");
+    std::fs::write(&junk, b"\0asm junk").unwrap();
+    let (code, _, stderr) = policy_check(&[junk.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("junk.wasm") && stderr.contains("not a valid wasm component"),
+        "{stderr}"
+    );
+
+    let (code, _, stderr) = policy_check(&["/nonexistent/policy.wasm"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot read policy /nonexistent/policy.wasm"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn results_are_available_as_json_for_scripts() {
+    let (code, stdout, _) = policy_check(&["--json"]);
+    assert_eq!(code, Some(0));
+    let results: serde_json::Value = serde_json::from_str(&stdout).expect("json");
+    let results = results.as_array().expect("a list");
+    assert!(results.iter().all(|r| r["failure"].is_null()), "{stdout}");
+    assert!(
+        results
+            .iter()
+            .any(|r| r["name"] == "state-survives-snapshot-and-restore")
+    );
+}

@@ -1,0 +1,455 @@
+//! The policy runtime with real components: the default policy end to end, hostile components
+//! contained, swaps that keep state, version checks and the artifact cache.
+
+use std::sync::{Arc, OnceLock};
+
+use tether::policy::{
+    Action, Admission, BreakerState, CallOutcome, CallReport, CallRequest, Event, EventKind, Fault,
+    PolicyEngine, PolicyError, PolicyFault, PolicyNotice, PolicyRuntime, PolicySource,
+    RuntimeOptions, ServerState, conformance,
+};
+use tether_tests::{
+    component, components, configured, connect_failed, connected, disconnected, has_connect,
+};
+
+/// One engine for the whole test binary: each component is compiled once.
+fn engine() -> Arc<PolicyEngine> {
+    static ENGINE: OnceLock<Arc<PolicyEngine>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| PolicyEngine::new(None).expect("engine"))
+        .clone()
+}
+
+fn start(
+    source: PolicySource,
+    settings: &str,
+    checkpoint_every: usize,
+    fallback: bool,
+) -> PolicyRuntime {
+    PolicyRuntime::start(RuntimeOptions {
+        engine: Some(engine()),
+        source,
+        settings: settings.into(),
+        checkpoint_every,
+        fallback_to_default: fallback,
+        ..RuntimeOptions::default()
+    })
+    .expect("runtime starts")
+}
+
+fn hostile(misdeed: &str, checkpoint_every: usize, fallback: bool) -> PolicyRuntime {
+    start(
+        component(components::HOSTILE),
+        &format!(r#"{{"hostile":{{{misdeed}}}}}"#),
+        checkpoint_every,
+        fallback,
+    )
+}
+
+fn event(rt: &PolicyRuntime, now: u64, kind: EventKind) -> Result<Vec<Action>, PolicyError> {
+    rt.handle(Event { now, kind }).wait()
+}
+
+fn admit(rt: &PolicyRuntime, now: u64, call_id: u64, server: &str) -> Admission {
+    rt.admit(CallRequest {
+        now,
+        call_id,
+        server: server.into(),
+        tool: "work".into(),
+    })
+    .wait()
+    .expect("admission")
+}
+
+fn transport_failure(rt: &PolicyRuntime, now: u64, call_id: u64, server: &str) {
+    assert_eq!(admit(rt, now, call_id, server), Admission::Allow);
+    event(
+        rt,
+        now,
+        EventKind::CallFinished(CallReport {
+            server: server.into(),
+            call_id,
+            outcome: CallOutcome::TransportError(Fault::TransportClosed("broken pipe".into())),
+            duration_ms: 1,
+        }),
+    )
+    .expect("call report");
+}
+
+/// Brings `server` to a proven session and opens its breaker with three transport failures.
+fn open_breaker(rt: &PolicyRuntime, server: &str) {
+    event(rt, 10, configured(server)).unwrap();
+    event(rt, 20, connected(server, &["work"])).unwrap();
+    event(rt, 30, EventKind::KeepaliveOk(server.into())).unwrap();
+    for call in 1..=3 {
+        transport_failure(rt, 40 + call, call, server);
+    }
+    let status = server_status(rt, server);
+    assert_eq!(status.breaker, BreakerState::Open, "{status:?}");
+}
+
+fn server_status(rt: &PolicyRuntime, server: &str) -> tether::policy::ServerStatus {
+    rt.status()
+        .wait()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.server == server)
+        .expect("server listed")
+}
+
+fn notices(rx: &mut tokio::sync::broadcast::Receiver<PolicyNotice>) -> Vec<PolicyNotice> {
+    std::iter::from_fn(|| rx.try_recv().ok()).collect()
+}
+
+#[test]
+fn default_policy_passes_the_conformance_suite() {
+    let results = conformance::run(&engine(), &PolicySource::Embedded, "{}");
+    let failures: Vec<_> = results.iter().filter(|r| r.failure.is_some()).collect();
+    assert!(failures.is_empty(), "{failures:#?}");
+    assert!(results.len() >= 18);
+}
+
+#[test]
+fn wrong_policy_fails_the_conformance_suite_naming_the_scenario() {
+    let results = conformance::run(&engine(), &component(components::WRONG), "{}");
+    let failed: Vec<_> = results
+        .iter()
+        .filter(|r| r.failure.is_some())
+        .map(|r| r.name)
+        .collect();
+    assert!(
+        failed.contains(&"handshake-alone-does-not-reset-the-budget"),
+        "{results:#?}"
+    );
+    let why = results
+        .iter()
+        .find(|r| r.name == "handshake-alone-does-not-reset-the-budget")
+        .and_then(|r| r.failure.clone())
+        .unwrap();
+    assert!(why.contains("respawn storm"), "{why}");
+}
+
+#[test]
+fn endless_loop_is_stopped_and_a_fresh_instance_takes_over() {
+    let rt = hostile(r#""loop_on_event":3"#, 1, true);
+    let mut rx = rt.notices();
+    assert!(has_connect(&event(&rt, 1, configured("a")).unwrap(), "a"));
+    event(&rt, 2, configured("b")).unwrap();
+    // Third event loops forever inside the guest: fuel stops it, the answer still comes.
+    let actions = event(&rt, 3, configured("c")).expect("contained");
+    assert!(has_connect(&actions, "c"), "{actions:?}");
+    let seen = notices(&mut rx);
+    assert!(
+        seen.iter()
+            .any(|n| matches!(n, PolicyNotice::Fault { policy, error }
+            if policy.contains("tether_policy_hostile") && error.contains("ran out of fuel"))),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|n| matches!(n, PolicyNotice::Recovered { .. })),
+        "{seen:?}"
+    );
+    assert!(
+        !seen
+            .iter()
+            .any(|n| matches!(n, PolicyNotice::FellBack { .. })),
+        "{seen:?}"
+    );
+    // The same component keeps deciding, with all three servers known.
+    assert!(rt.running().label.contains("tether_policy_hostile"));
+    assert_eq!(rt.status().wait().unwrap().len(), 3);
+}
+
+#[test]
+fn memory_blow_up_is_capped_and_contained() {
+    let rt = hostile(r#""grow_on_event":2"#, 1, true);
+    let mut rx = rt.notices();
+    event(&rt, 1, configured("a")).unwrap();
+    let actions = event(&rt, 2, configured("b")).expect("contained");
+    assert!(has_connect(&actions, "b"));
+    let seen = notices(&mut rx);
+    assert!(
+        seen.iter().any(
+            |n| matches!(n, PolicyNotice::Fault { error, .. } if error.contains("memory limit"))
+        ),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn panic_on_the_nth_event_is_contained() {
+    let rt = hostile(r#""panic_on_event":2"#, 1, true);
+    let mut rx = rt.notices();
+    event(&rt, 1, configured("a")).unwrap();
+    let actions = event(&rt, 2, connected("a", &["echo"])).expect("contained");
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::PublishTools(p) if p.server == "a")),
+        "{actions:?}"
+    );
+    let seen = notices(&mut rx);
+    assert!(
+        seen.iter().any(|n| matches!(n, PolicyNotice::Fault { .. })),
+        "{seen:?}"
+    );
+    assert_eq!(
+        rt.stats().faults.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    assert_eq!(
+        rt.stats()
+            .recoveries
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
+
+#[test]
+fn a_flood_of_actions_is_refused_as_invalid_output() {
+    let rt = hostile(r#""flood_on_event":2"#, 1, true);
+    let mut rx = rt.notices();
+    event(&rt, 1, configured("a")).unwrap();
+    let actions = event(&rt, 2, configured("b")).expect("contained");
+    assert!(
+        actions.len() < 10,
+        "the flood must not reach the host: {}",
+        actions.len()
+    );
+    let seen = notices(&mut rx);
+    assert!(
+        seen.iter().any(
+            |n| matches!(n, PolicyNotice::Fault { error, .. } if error.contains("50000 actions"))
+        ),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn nonsensical_actions_are_refused_as_invalid_output() {
+    let rt = hostile(r#""nonsense_on_event":2"#, 1, true);
+    let mut rx = rt.notices();
+    event(&rt, 1, configured("a")).unwrap();
+    let actions = event(&rt, 2, configured("b")).expect("contained");
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::Connect(s) if s.contains("nobody"))),
+        "{actions:?}"
+    );
+    let seen = notices(&mut rx);
+    assert!(
+        seen.iter().any(
+            |n| matches!(n, PolicyNotice::Fault { error, .. } if error.contains("never configured"))
+        ),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn a_policy_that_keeps_failing_is_replaced_by_the_default_keeping_its_state() {
+    // With a long journal the retry replays into the same fault, so recovery cannot help.
+    let rt = hostile(r#""loop_on_event":8"#, 64, true);
+    let mut rx = rt.notices();
+    open_breaker(&rt, "a"); // events 1..=6
+    event(&rt, 50, connect_failed("zzz")).unwrap(); // 7: unknown server, ignored
+    let actions = event(&rt, 60, configured("b")).expect("the default answers"); // 8: loops
+    assert!(has_connect(&actions, "b"), "{actions:?}");
+    let seen = notices(&mut rx);
+    assert!(
+        seen.iter()
+            .any(|n| matches!(n, PolicyNotice::FellBack { from, .. } if from.contains("hostile"))),
+        "{seen:?}"
+    );
+    assert_eq!(rt.running().label, PolicySource::Embedded.label());
+    // The breaker the hostile policy opened is still open under the default.
+    let status = server_status(&rt, "a");
+    assert_eq!(status.breaker, BreakerState::Open, "{status:?}");
+    assert!(
+        matches!(admit(&rt, 61, 99, "a"), Admission::Reject(m) if m.contains("\"a\"") || m.contains("a"))
+    );
+}
+
+#[test]
+fn a_policy_that_traps_in_restore_is_replaced_by_the_default() {
+    // The panic forces a recovery; recovery needs restore, which traps too.
+    let rt = hostile(r#""panic_on_event":7,"trap_in_restore":true"#, 1, true);
+    let mut rx = rt.notices();
+    open_breaker(&rt, "a"); // events 1..=6
+    let actions = event(&rt, 60, configured("b")).expect("the default answers"); // 7: panics
+    assert!(has_connect(&actions, "b"), "{actions:?}");
+    let seen = notices(&mut rx);
+    assert!(
+        seen.iter()
+            .any(|n| matches!(n, PolicyNotice::Fault { error, .. } if error.contains("restore"))),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|n| matches!(n, PolicyNotice::FellBack { .. })),
+        "{seen:?}"
+    );
+    assert_eq!(rt.running().label, PolicySource::Embedded.label());
+    assert_eq!(server_status(&rt, "a").breaker, BreakerState::Open);
+}
+
+#[test]
+fn a_swap_into_a_component_whose_restore_traps_is_refused() {
+    let rt = hostile(r#""trap_in_restore":true"#, 64, true);
+    open_breaker(&rt, "a");
+    let error = rt
+        .swap_blocking(&component(components::HOSTILE))
+        .expect_err("restore traps, so the swap must be refused")
+        .to_string();
+    assert!(
+        error.contains("tether_policy_hostile") && error.contains("restore"),
+        "{error}"
+    );
+    // The old instance keeps deciding with its state.
+    assert_eq!(server_status(&rt, "a").breaker, BreakerState::Open);
+    assert!(has_connect(&event(&rt, 99, configured("b")).unwrap(), "b"));
+}
+
+#[test]
+fn without_fallback_a_persistent_fault_is_reported_naming_the_culprit() {
+    let rt = hostile(r#""loop_on_event":2"#, 64, false);
+    event(&rt, 1, configured("a")).unwrap();
+    let error = event(&rt, 2, configured("b")).unwrap_err();
+    match &error {
+        PolicyError::Fault { policy, fault, .. } => {
+            assert!(policy.contains("tether_policy_hostile"), "{policy}");
+            assert!(matches!(fault, PolicyFault::OutOfFuel(_)), "{fault:?}");
+        }
+        other => panic!("expected a fault, got {other:?}"),
+    }
+    // The runtime is still alive and answers.
+    assert_eq!(rt.status().wait().unwrap().len(), 1);
+}
+
+#[test]
+fn swap_between_different_components_keeps_breaker_and_budget_state() {
+    let rt = start(PolicySource::Embedded, "{}", 64, true);
+    open_breaker(&rt, "a");
+    event(&rt, 100, configured("b")).unwrap();
+    event(&rt, 110, connect_failed("b")).unwrap();
+    let before = rt.status().wait().unwrap();
+    let info = rt
+        .swap_blocking(&component(components::WRONG))
+        .expect("swap");
+    assert_eq!(info.name, "wrong-test-policy");
+    let after = rt.status().wait().unwrap();
+    assert_eq!(before, after, "state must survive the swap");
+    assert_eq!(server_status(&rt, "a").breaker, BreakerState::Open);
+    assert_eq!(server_status(&rt, "b").failures, 1);
+    // And it really is a different policy now: it trusts handshakes, so a flapping server never
+    // parks (the bug the conformance suite catches).
+    let mut now = 200;
+    for _ in 0..30 {
+        now += 100_000;
+        event(&rt, now, connected("b", &["x"])).unwrap();
+        event(&rt, now + 1, disconnected("b")).unwrap();
+    }
+    assert_ne!(server_status(&rt, "b").state, ServerState::Parked);
+}
+
+#[test]
+fn a_refused_swap_leaves_the_old_policy_running() {
+    let rt = start(PolicySource::Embedded, "{}", 64, true);
+    open_breaker(&rt, "a");
+    let running = rt.running();
+    let incompatible = rt
+        .swap_blocking(&component(components::INCOMPATIBLE))
+        .unwrap_err();
+    assert!(
+        matches!(incompatible, PolicyError::Incompatible { .. }),
+        "{incompatible:?}"
+    );
+    let garbage = rt
+        .swap_blocking(&PolicySource::Bytes {
+            label: "upload.wasm".into(),
+            bytes: b"definitely not wasm".to_vec(),
+        })
+        .unwrap_err();
+    assert!(garbage.to_string().contains("upload.wasm"), "{garbage}");
+    assert_eq!(rt.running(), running);
+    assert_eq!(server_status(&rt, "a").breaker, BreakerState::Open);
+    assert!(has_connect(&event(&rt, 500, configured("c")).unwrap(), "c"));
+}
+
+#[test]
+fn a_newer_compatible_minor_version_loads_and_an_incompatible_one_is_refused() {
+    let rt = start(component(components::NEXT_MINOR), "{}", 64, false);
+    assert_eq!(rt.running().contract, "0.1.1");
+    assert!(has_connect(&event(&rt, 1, configured("a")).unwrap(), "a"));
+    assert_eq!(admit(&rt, 2, 1, "a"), Admission::Allow);
+
+    let error = PolicyRuntime::start(RuntimeOptions {
+        engine: Some(engine()),
+        source: component(components::INCOMPATIBLE),
+        ..RuntimeOptions::default()
+    })
+    .err()
+    .expect("refused");
+    let message = error.to_string();
+    assert!(
+        message.contains("tether:policy@0.2.0") && message.contains("0.1"),
+        "{message}"
+    );
+    assert!(message.contains("tether_policy_incompatible"), "{message}");
+}
+
+#[test]
+fn settings_are_validated_and_changed_without_losing_state() {
+    let rt = start(PolicySource::Embedded, "{}", 64, true);
+    open_breaker(&rt, "a");
+    let refused = rt
+        .set_settings(r#"{"no_such_setting":1}"#.into())
+        .wait()
+        .unwrap_err();
+    assert!(
+        matches!(refused, PolicyError::Refused { .. }),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("no_such_setting"), "{refused}");
+    rt.set_settings(r#"{"reconnect_budget":9}"#.into())
+        .wait()
+        .expect("accepted");
+    assert_eq!(rt.running().settings, r#"{"reconnect_budget":9}"#);
+    assert_eq!(server_status(&rt, "a").breaker, BreakerState::Open);
+}
+
+#[test]
+fn compiled_policies_are_cached_by_engine_compatibility() {
+    let cache = tempfile::tempdir().unwrap();
+    let options = RuntimeOptions {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..RuntimeOptions::default()
+    };
+    PolicyRuntime::start(options.clone()).expect("first start compiles");
+    let artifacts: Vec<_> = walk(cache.path())
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .collect();
+    assert_eq!(artifacts.len(), 1, "{artifacts:?}");
+    let rt = PolicyRuntime::start(options.clone()).expect("second start loads the artifact");
+    assert!(has_connect(&event(&rt, 1, configured("a")).unwrap(), "a"));
+    // A damaged artifact is ignored and replaced, never trusted.
+    std::fs::write(&artifacts[0], b"garbage").unwrap();
+    let rt = PolicyRuntime::start(options).expect("recompiles");
+    assert!(has_connect(&event(&rt, 1, configured("a")).unwrap(), "a"));
+    assert_ne!(std::fs::read(&artifacts[0]).unwrap(), b"garbage");
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(walk(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
+}
