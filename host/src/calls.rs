@@ -1,0 +1,267 @@
+//! The call path: advertised name → route → admission → exactly one call on a live session →
+//! report to the policy. Refusals and failures come back as tool errors whose text is meant for
+//! the model: it names the server, says whether the call reached it, and what to do.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
+use tokio::sync::watch;
+
+use crate::policy::{
+    Admission, CallOutcome, CallReport, CallRequest, EventKind, Fault, ReconnectRequest,
+    ReconnectSource,
+};
+use crate::supervisor::{SessionLookup, Supervisor};
+use crate::upstream::{CallFailure, Session};
+
+/// A call that could not even be routed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    #[error("unknown tool {0:?}")]
+    UnknownTool(String),
+}
+
+impl Supervisor {
+    /// Calls the tool agents know as `advertised`. Tool errors from the server pass through
+    /// unchanged; refusals and transport failures become tool errors with words for the model.
+    pub async fn call_tool(
+        &self,
+        advertised: &str,
+        arguments: Option<JsonObject>,
+    ) -> Result<CallToolResult, CallError> {
+        self.call_tool_with_hook(advertised, arguments, async {})
+            .await
+    }
+
+    /// [`Supervisor::call_tool`] with `before_dispatch` awaited between admission and dispatch,
+    /// so tests can make the world change exactly there (e.g. kill the server).
+    #[doc(hidden)]
+    pub async fn call_tool_with_hook(
+        &self,
+        advertised: &str,
+        arguments: Option<JsonObject>,
+        before_dispatch: impl std::future::Future<Output = ()>,
+    ) -> Result<CallToolResult, CallError> {
+        let shared = &self.shared;
+        let route = shared
+            .registry
+            .route_for_call(advertised)
+            .ok_or_else(|| CallError::UnknownTool(advertised.to_string()))?;
+        let server = route.server.clone();
+        let call_id = shared.next_call_id();
+        let request = CallRequest {
+            now: shared.clock.now_ms(),
+            call_id,
+            server: server.clone(),
+            tool: route.tool.original.clone(),
+        };
+        let admission = match shared.policy.admit(request).await {
+            Ok(admission) => admission,
+            Err(error) => {
+                tracing::error!(server = %server, "admission failed, refusing the call: {error}");
+                return Ok(refusal(format!(
+                    "Tether could not decide whether to call server \"{server}\"; the call was not sent. Wait a few seconds and retry."
+                )));
+            }
+        };
+        match admission {
+            Admission::Reject(message) => return Ok(refusal(message)),
+            Admission::Reconnect(message) => {
+                self.reconnect_for_call(&server);
+                return Ok(refusal(message));
+            }
+            Admission::Allow | Admission::Probe => {}
+        }
+        let Some(SessionLookup {
+            current,
+            updates: sessions,
+            spec,
+        }) = shared.session(&server)
+        else {
+            return Ok(refusal(format!(
+                "Server \"{server}\" was removed; the call was not sent. Do not retry it."
+            )));
+        };
+        before_dispatch.await;
+        let started = Instant::now();
+        let mut session = current.clone().filter(|s| s.is_alive());
+        if session.is_none() {
+            // Found dead before dispatch: nothing was sent, so one call on a fresh session is safe.
+            self.reconnect_if_current(&server, current.as_ref(), &sessions);
+            session = wait_for_live(sessions.clone(), spec.timeouts.reconnect_wait).await;
+        }
+        let Some(first) = session else {
+            self.report(
+                &server,
+                call_id,
+                CallOutcome::TransportError(Fault::TransportClosed("no live session".into())),
+                started,
+            )
+            .await;
+            return Ok(refusal(format!(
+                "Server \"{server}\" is reconnecting; the call was not sent. Wait about {} s and retry.",
+                spec.timeouts.reconnect_wait.as_secs().max(1)
+            )));
+        };
+        let arguments_copy = arguments.clone();
+        let mut result = first
+            .call(&route.tool.original, arguments, &spec.timeouts)
+            .await;
+        if let Err(CallFailure::NotSent(_)) = &result {
+            // The session died between the check and the send: the call certainly did not run.
+            self.reconnect_if_current(&server, Some(&first), &sessions);
+            if let Some(fresh) = wait_for_live(sessions.clone(), spec.timeouts.reconnect_wait).await
+            {
+                result = fresh
+                    .call(&route.tool.original, arguments_copy.clone(), &spec.timeouts)
+                    .await;
+            }
+        } else if let Err(CallFailure::Lost(fault)) = &result
+            && route.tool.read_only
+        {
+            // Read-only tools are safe to repeat; report the loss, then retry once on a new session.
+            let lost = fault.clone();
+            self.report(&server, call_id, CallOutcome::TransportError(lost), started)
+                .await;
+            self.reconnect_if_current(&server, Some(&first), &sessions);
+            if let Some(fresh) = wait_for_live(sessions, spec.timeouts.reconnect_wait).await {
+                let retry_id = shared.next_call_id();
+                let retried = fresh
+                    .call(&route.tool.original, arguments_copy, &spec.timeouts)
+                    .await;
+                self.report(&server, retry_id, outcome(&retried), started)
+                    .await;
+                return Ok(match retried {
+                    Err(CallFailure::Lost(fault)) => refusal(format!(
+                        "The connection to server \"{server}\" was lost during the call, and again during one retry on a fresh session ({}). The tool is read-only, so retrying is safe: wait a few seconds and retry.",
+                        fault_words(&fault)
+                    )),
+                    other => answer(&server, other, true),
+                });
+            }
+            return Ok(answer(&server, result, true));
+        }
+        self.report(&server, call_id, outcome(&result), started)
+            .await;
+        Ok(answer(&server, result, route.tool.read_only))
+    }
+
+    /// Asks for a reconnect because a call found `server`'s session dead, unless a newer
+    /// session has already replaced it (a stale request would tear down a healthy session).
+    fn reconnect_if_current(
+        &self,
+        server: &str,
+        dead: Option<&Arc<Session>>,
+        sessions: &watch::Receiver<Option<Arc<Session>>>,
+    ) {
+        let replaced = match (&*sessions.borrow(), dead) {
+            (Some(current), Some(dead)) => !Arc::ptr_eq(current, dead),
+            (Some(current), None) => current.is_alive(),
+            (None, _) => false,
+        };
+        if !replaced {
+            self.reconnect_for_call(server);
+        }
+    }
+
+    fn reconnect_for_call(&self, server: &str) {
+        self.shared
+            .feed(EventKind::ReconnectRequested(ReconnectRequest {
+                server: server.to_string(),
+                source: ReconnectSource::Probe,
+            }));
+    }
+
+    /// Tells the policy how a call ended, before the caller gets its answer: the next
+    /// admission must already count it.
+    async fn report(&self, server: &str, call_id: u64, outcome: CallOutcome, started: Instant) {
+        self.shared
+            .feed_and_wait(EventKind::CallFinished(CallReport {
+                server: server.to_string(),
+                call_id,
+                outcome,
+                duration_ms: started.elapsed().as_millis() as u64,
+            }))
+            .await;
+    }
+}
+
+/// Waits up to `within` for a live session.
+async fn wait_for_live(
+    mut sessions: watch::Receiver<Option<Arc<Session>>>,
+    within: Duration,
+) -> Option<Arc<Session>> {
+    let wait = sessions.wait_for(|s| s.as_ref().is_some_and(|s| s.is_alive()));
+    match tokio::time::timeout(within, wait).await {
+        Ok(Ok(session)) => session.clone(),
+        _ => None,
+    }
+}
+
+fn outcome(result: &Result<CallToolResult, CallFailure>) -> CallOutcome {
+    match result {
+        Ok(result) if result.is_error == Some(true) => CallOutcome::ToolError(text_of(result)),
+        Ok(_) => CallOutcome::Ok,
+        Err(CallFailure::TimedOut(_)) => CallOutcome::Timeout,
+        Err(CallFailure::Lost(fault) | CallFailure::NotSent(fault)) => {
+            CallOutcome::TransportError(fault.clone())
+        }
+        // The server answered: it works; the request was wrong.
+        Err(CallFailure::Protocol(message)) => CallOutcome::ToolError(message.clone()),
+    }
+}
+
+fn text_of(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn refusal(message: String) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message)])
+}
+
+/// The agent's answer for a call that went out (or tried to).
+fn answer(
+    server: &str,
+    result: Result<CallToolResult, CallFailure>,
+    read_only: bool,
+) -> CallToolResult {
+    match result {
+        Ok(result) => result,
+        Err(CallFailure::TimedOut(after)) => refusal(format!(
+            "Server \"{server}\" did not answer within {} s. The call reached the server and may still be running: the outcome is uncertain. Do not retry it blindly; check its effect first.",
+            after.as_secs().max(1)
+        )),
+        Err(CallFailure::Lost(fault)) if read_only => refusal(format!(
+            "The connection to server \"{server}\" was lost during the call ({}), and no fresh session came up in time. The tool is read-only: wait a few seconds and retry.",
+            fault_words(&fault)
+        )),
+        Err(CallFailure::Lost(fault)) => refusal(format!(
+            "The connection to server \"{server}\" was lost while the call was in flight ({}). The call may or may not have run: the outcome is uncertain. Do not retry it blindly; check its effect first.",
+            fault_words(&fault)
+        )),
+        Err(CallFailure::NotSent(fault)) => refusal(format!(
+            "Server \"{server}\" is reconnecting ({}); the call was not sent. Wait a few seconds and retry.",
+            fault_words(&fault)
+        )),
+        Err(CallFailure::Protocol(message)) => refusal(format!(
+            "Server \"{server}\" rejected the call: {message}. Fix the arguments before retrying."
+        )),
+    }
+}
+
+/// A short, credential-free account of a fault.
+fn fault_words(fault: &Fault) -> String {
+    match fault {
+        Fault::ProcessExited(Some(code)) => format!("its process exited with code {code}"),
+        Fault::ProcessExited(None) => "its process was killed".to_string(),
+        Fault::SessionExpired => "the server restarted and forgot the session".to_string(),
+        Fault::AuthRequired(code) => format!("it requires authorization, HTTP {code}"),
+        _ => "the connection closed".to_string(),
+    }
+}

@@ -1,0 +1,146 @@
+//! What the host knows about each upstream server: how to reach it and its limits. (Reading
+//! the operator's config files into these types is `config::file`'s job.)
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::policy::{ServerConfig, TransportKind};
+
+/// One upstream server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerSpec {
+    /// Unique name; the prefix of its advertised tool names.
+    pub name: String,
+    pub transport: TransportSpec,
+    /// Glob patterns over tool names: when non-empty only matching tools are shown.
+    pub include: Vec<String>,
+    /// Glob patterns over tool names: matching tools are never shown.
+    pub exclude: Vec<String>,
+    /// Per-server policy settings overrides (a JSON object), if any.
+    pub policy_settings: Option<serde_json::Value>,
+    pub timeouts: Timeouts,
+}
+
+/// How to reach a server.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TransportSpec {
+    /// A child process speaking MCP on stdin/stdout.
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        /// Added to the allowlisted part of the host environment.
+        env: BTreeMap<String, String>,
+        cwd: Option<PathBuf>,
+    },
+    /// Streamable HTTP; with `sse_fallback`, a first connect falls back to legacy SSE when the
+    /// server refuses Streamable HTTP (400/405/406).
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+        sse_fallback: bool,
+    },
+    /// Legacy HTTP+SSE.
+    Sse {
+        url: String,
+        headers: BTreeMap<String, String>,
+    },
+}
+
+impl TransportSpec {
+    pub fn kind(&self) -> TransportKind {
+        match self {
+            TransportSpec::Stdio { .. } => TransportKind::Stdio,
+            TransportSpec::Http { .. } => TransportKind::StreamableHttp,
+            TransportSpec::Sse { .. } => TransportKind::Sse,
+        }
+    }
+}
+
+/// Deadlines for one server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timeouts {
+    /// Spawn/connect plus the MCP initialize handshake.
+    pub connect: Duration,
+    /// A tool call without progress notifications.
+    pub call: Duration,
+    /// A tool call in total, however much progress it reports.
+    pub call_max: Duration,
+    /// Time between keepalives on an idle session (at least [`Timeouts::KEEPALIVE_FLOOR`]).
+    pub keepalive_interval: Duration,
+    /// How long a keepalive may take.
+    pub keepalive_deadline: Duration,
+    /// How long a call waits for a fresh session when it finds the old one dead.
+    pub reconnect_wait: Duration,
+    /// Grace between closing stdin, SIGTERM and SIGKILL when stopping a child.
+    pub stop_grace: Duration,
+    /// Most `tools/list` pages read from one server.
+    pub max_tool_pages: usize,
+}
+
+impl Timeouts {
+    pub const KEEPALIVE_FLOOR: Duration = Duration::from_secs(5);
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(30),
+            call: Duration::from_secs(300),
+            call_max: Duration::from_secs(3600),
+            keepalive_interval: Duration::from_secs(180),
+            keepalive_deadline: Duration::from_secs(30),
+            reconnect_wait: Duration::from_secs(15),
+            stop_grace: Duration::from_secs(2),
+            max_tool_pages: 100,
+        }
+    }
+}
+
+impl ServerSpec {
+    /// A stdio server with default settings.
+    pub fn stdio(name: &str, command: impl Into<String>, args: &[&str]) -> Self {
+        Self::new(
+            name,
+            TransportSpec::Stdio {
+                command: command.into(),
+                args: args.iter().map(|a| a.to_string()).collect(),
+                env: BTreeMap::new(),
+                cwd: None,
+            },
+        )
+    }
+
+    pub fn new(name: &str, transport: TransportSpec) -> Self {
+        Self {
+            name: name.to_string(),
+            transport,
+            include: Vec::new(),
+            exclude: Vec::new(),
+            policy_settings: None,
+            timeouts: Timeouts::default(),
+        }
+    }
+
+    /// What the policy is told about this server.
+    pub fn policy_config(&self) -> ServerConfig {
+        ServerConfig {
+            name: self.name.clone(),
+            transport: self.transport.kind(),
+            include: self.include.clone(),
+            exclude: self.exclude.clone(),
+            settings: self
+                .policy_settings
+                .as_ref()
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The keepalive interval with its floor applied.
+    pub fn keepalive_interval(&self) -> Duration {
+        self.timeouts
+            .keepalive_interval
+            .max(Timeouts::KEEPALIVE_FLOOR)
+    }
+}

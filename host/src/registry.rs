@@ -1,0 +1,244 @@
+//! The host's routing table: exactly what the policy published, nothing more. Agents see these
+//! tools; calls are routed by advertised name to (server, original tool name). Every change bumps
+//! a generation and is broadcast, which feeds `notifications/tools/list_changed` downstream.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::RwLock;
+
+use tokio::sync::broadcast;
+
+use crate::policy::{Publication, PublishedTool};
+
+/// Where an advertised tool goes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    pub server: String,
+    pub tool: PublishedTool,
+}
+
+/// One change of the visible tool set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryChange {
+    pub generation: u64,
+    pub server: String,
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+}
+
+#[derive(Default)]
+struct Tables {
+    generation: u64,
+    by_server: BTreeMap<String, Vec<PublishedTool>>,
+    routes: BTreeMap<String, Route>,
+    /// Tools withdrawn while their server is still configured: agents holding an old list may
+    /// still call them, and deserve the policy's words ("reconnecting, retry in N s") rather
+    /// than "unknown tool". Never listed.
+    withdrawn: BTreeMap<String, Route>,
+}
+
+pub struct Registry {
+    tables: RwLock<Tables>,
+    changes: broadcast::Sender<RegistryChange>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self {
+            tables: RwLock::default(),
+            changes: broadcast::channel(1024).0,
+        }
+    }
+}
+
+impl Registry {
+    /// Replaces a server's visible tools with the policy's publication.
+    pub fn publish(&self, publication: Publication) {
+        let server = publication.server.clone();
+        self.replace(&server, publication.tools);
+    }
+
+    /// Hides all of a server's tools. Idempotent: withdrawing nothing changes nothing.
+    pub fn withdraw(&self, server: &str) {
+        self.replace(server, Vec::new());
+    }
+
+    fn replace(&self, server: &str, tools: Vec<PublishedTool>) {
+        let change = {
+            let mut tables = self.tables.write().unwrap_or_else(|e| e.into_inner());
+            let old: BTreeSet<String> = tables
+                .by_server
+                .get(server)
+                .map(|tools| tools.iter().map(|t| t.advertised.clone()).collect())
+                .unwrap_or_default();
+            let new: BTreeSet<String> = tools.iter().map(|t| t.advertised.clone()).collect();
+            let unchanged = tables
+                .by_server
+                .get(server)
+                .map_or(tools.is_empty(), |current| *current == tools);
+            if unchanged {
+                return;
+            }
+            for name in &old {
+                if let Some(route) = tables.routes.remove(name) {
+                    tables.withdrawn.insert(name.clone(), route);
+                }
+            }
+            for tool in &tools {
+                tables.withdrawn.remove(&tool.advertised);
+                tables.routes.insert(
+                    tool.advertised.clone(),
+                    Route {
+                        server: server.to_string(),
+                        tool: tool.clone(),
+                    },
+                );
+            }
+            if tools.is_empty() {
+                tables.by_server.remove(server);
+            } else {
+                tables.by_server.insert(server.to_string(), tools);
+            }
+            tables.generation += 1;
+            RegistryChange {
+                generation: tables.generation,
+                server: server.to_string(),
+                added: new.difference(&old).cloned().collect(),
+                removed: old.difference(&new).cloned().collect(),
+            }
+        };
+        tracing::info!(
+            server = %change.server,
+            generation = change.generation,
+            added = ?change.added,
+            removed = ?change.removed,
+            "visible tools changed"
+        );
+        let _ = self.changes.send(change);
+    }
+
+    /// The route of a visible tool.
+    pub fn route(&self, advertised: &str) -> Option<Route> {
+        self.tables
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .routes
+            .get(advertised)
+            .cloned()
+    }
+
+    /// The route of a visible tool, or of one withdrawn from a server still configured.
+    pub fn route_for_call(&self, advertised: &str) -> Option<Route> {
+        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        tables
+            .routes
+            .get(advertised)
+            .or_else(|| tables.withdrawn.get(advertised))
+            .cloned()
+    }
+
+    /// Forgets a removed server entirely (its tools must already be withdrawn).
+    pub fn forget(&self, server: &str) {
+        self.withdraw(server);
+        self.tables
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .withdrawn
+            .retain(|_, route| route.server != server);
+    }
+
+    /// Every visible tool, sorted by advertised name, with the generation it belongs to.
+    pub fn snapshot(&self) -> (u64, Vec<Route>) {
+        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        (tables.generation, tables.routes.values().cloned().collect())
+    }
+
+    /// Advertised names of one server's visible tools.
+    pub fn server_tools(&self, server: &str) -> Vec<String> {
+        self.tables
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_server
+            .get(server)
+            .map(|tools| tools.iter().map(|t| t.advertised.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.tables
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .generation
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<RegistryChange> {
+        self.changes.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(name: &str) -> PublishedTool {
+        PublishedTool {
+            advertised: format!("s__{name}"),
+            original: name.into(),
+            description: None,
+            input_schema: "{}".into(),
+            read_only: false,
+        }
+    }
+
+    fn publish(registry: &Registry, tools: &[&str]) {
+        registry.publish(Publication {
+            server: "s".into(),
+            tools: tools.iter().map(|t| tool(t)).collect(),
+        });
+    }
+
+    #[test]
+    fn publishing_routes_tools_and_reports_the_diff() {
+        let registry = Registry::default();
+        let mut changes = registry.subscribe();
+        publish(&registry, &["a", "b"]);
+        publish(&registry, &["b", "c"]);
+        assert_eq!(registry.route("s__c").unwrap().tool.original, "c");
+        assert!(registry.route("s__a").is_none());
+        let first = changes.try_recv().unwrap();
+        assert_eq!(first.added, ["s__a", "s__b"]);
+        let second = changes.try_recv().unwrap();
+        assert_eq!(
+            (second.added.clone(), second.removed.clone()),
+            (vec!["s__c".to_string()], vec!["s__a".to_string()])
+        );
+        assert_eq!(second.generation, 2);
+    }
+
+    #[test]
+    fn unchanged_publications_and_repeated_withdrawals_change_nothing() {
+        let registry = Registry::default();
+        let mut changes = registry.subscribe();
+        publish(&registry, &["a"]);
+        publish(&registry, &["a"]);
+        registry.withdraw("s");
+        registry.withdraw("s");
+        assert_eq!(registry.generation(), 2);
+        assert!(changes.try_recv().is_ok());
+        assert_eq!(changes.try_recv().unwrap().removed, ["s__a"]);
+        assert!(changes.try_recv().is_err());
+        assert!(registry.snapshot().1.is_empty());
+    }
+
+    #[test]
+    fn withdrawn_tools_stay_routable_for_calls_until_the_server_is_forgotten() {
+        let registry = Registry::default();
+        publish(&registry, &["a"]);
+        registry.withdraw("s");
+        assert!(registry.route("s__a").is_none());
+        assert_eq!(registry.route_for_call("s__a").unwrap().server, "s");
+        publish(&registry, &["a"]);
+        assert!(registry.route("s__a").is_some());
+        registry.forget("s");
+        assert!(registry.route_for_call("s__a").is_none());
+    }
+}

@@ -1,0 +1,611 @@
+//! Supervision. One task per configured server turns what it observes (a session opened or
+//! failed, ended, answered a keepalive, changed its tools; a timer fired) into policy events.
+//! One driver task feeds every event to the policy in order and executes the actions it returns:
+//! connect/disconnect/wake-at go back to the server's task, publish/withdraw go to the registry.
+//!
+//! Follow one failure: the child dies → its task sees the session end (`ServerTask::run`) →
+//! `Disconnected(process exited)` → the driver asks the policy → `WithdrawTools` (the registry
+//! drops the routes and broadcasts the change) and `WakeAt` (the task's backoff timer) →
+//! `Timer` → `Connect` → a new session → `Connected` → `PublishTools`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use futures::future::{BoxFuture, FutureExt};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::config::ServerSpec;
+use crate::policy::{
+    Action, Event, EventKind, Fault, PolicyRuntime, ServerFault, ServerState, ServerStatus,
+    ServerTools, SessionInfo, StateChange, TimerFired, Tool, TransportKind,
+};
+use crate::registry::Registry;
+use crate::transport::http::HttpFlavor;
+use crate::upstream::{Session, UpstreamNotice};
+
+/// Host time for the policy: milliseconds since the supervisor started.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    start: Instant,
+}
+
+impl Clock {
+    pub fn new() -> Self {
+        Self {
+            start: Instant::now(),
+        }
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    pub fn instant_at(&self, ms: u64) -> Instant {
+        self.start + Duration::from_millis(ms)
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What operators see of one server, kept by the host (the policy's view is in `status`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ServerView {
+    pub name: String,
+    pub state: ServerState,
+    pub detail: String,
+    /// Wall-clock time the state was entered.
+    pub since: SystemTime,
+    pub transport: TransportKind,
+    pub pid: Option<u32>,
+    pub last_fault: Option<String>,
+    pub reconnects: u64,
+    pub parks: u64,
+}
+
+/// A lifecycle event for operators (admin event stream, logs).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LifecycleEvent {
+    pub server: String,
+    pub state: ServerState,
+    pub detail: String,
+}
+
+enum Command {
+    Connect,
+    Disconnect,
+    WakeAt {
+        at_ms: u64,
+        token: u64,
+    },
+    /// Close the session and end the task (removal, shutdown).
+    Stop(oneshot::Sender<()>),
+}
+
+struct ServerHandle {
+    spec: ServerSpec,
+    commands: mpsc::UnboundedSender<Command>,
+    session: watch::Receiver<Option<Arc<Session>>>,
+    view: Arc<Mutex<ServerView>>,
+    task: JoinHandle<()>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) policy: PolicyRuntime,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) clock: Clock,
+    events: mpsc::UnboundedSender<Fed>,
+    servers: Mutex<BTreeMap<String, ServerHandle>>,
+    log_dir: PathBuf,
+    lifecycle: broadcast::Sender<LifecycleEvent>,
+    next_call_id: AtomicU64,
+}
+
+/// A server's current session (possibly dead), a receiver for its replacements, and its spec.
+pub(crate) struct SessionLookup {
+    pub(crate) current: Option<Arc<Session>>,
+    pub(crate) updates: watch::Receiver<Option<Arc<Session>>>,
+    pub(crate) spec: ServerSpec,
+}
+
+/// Handle to the supervisor; cheap to clone.
+#[derive(Clone)]
+pub struct Supervisor {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Supervisor {
+    /// Starts supervising nothing yet; add servers with [`Supervisor::add_server`].
+    /// `log_dir` receives each stdio server's stderr as `<name>.log`.
+    pub fn start(policy: PolicyRuntime, log_dir: PathBuf) -> Self {
+        let (events, events_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            policy,
+            registry: Arc::new(Registry::default()),
+            clock: Clock::new(),
+            events,
+            servers: Mutex::default(),
+            log_dir,
+            lifecycle: broadcast::channel(1024).0,
+            next_call_id: AtomicU64::new(1),
+        });
+        tokio::spawn(drive(Arc::downgrade(&shared), events_rx));
+        Self { shared }
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.shared.registry
+    }
+
+    pub fn policy(&self) -> &PolicyRuntime {
+        &self.shared.policy
+    }
+
+    pub fn clock(&self) -> Clock {
+        self.shared.clock
+    }
+
+    /// Lifecycle events as they happen.
+    pub fn lifecycle(&self) -> broadcast::Receiver<LifecycleEvent> {
+        self.shared.lifecycle.subscribe()
+    }
+
+    /// Starts supervising `spec` (replacing nothing: the name must be new).
+    pub fn add_server(&self, spec: ServerSpec) -> Result<(), String> {
+        let mut servers = self
+            .shared
+            .servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if servers.contains_key(&spec.name) {
+            return Err(format!(
+                "a server named {:?} is already supervised",
+                spec.name
+            ));
+        }
+        let (commands, commands_rx) = mpsc::unbounded_channel();
+        let (session_tx, session) = watch::channel(None);
+        let view = Arc::new(Mutex::new(ServerView {
+            name: spec.name.clone(),
+            state: ServerState::Connecting,
+            detail: "configured".into(),
+            since: SystemTime::now(),
+            transport: spec.transport.kind(),
+            pid: None,
+            last_fault: None,
+            reconnects: 0,
+            parks: 0,
+        }));
+        let task = ServerTask {
+            spec: spec.clone(),
+            events: self.shared.events.clone(),
+            clock: self.shared.clock,
+            log_dir: self.shared.log_dir.clone(),
+            session_tx,
+            view: view.clone(),
+            flavor: None,
+        };
+        let config = spec.policy_config();
+        let handle = ServerHandle {
+            spec,
+            commands,
+            session,
+            view,
+            task: tokio::spawn(task.run(commands_rx)),
+        };
+        servers.insert(config.name.clone(), handle);
+        self.shared.feed(EventKind::ServerConfigured(config));
+        Ok(())
+    }
+
+    /// Stops supervising a server: the policy withdraws its tools, its session and process end.
+    pub async fn remove_server(&self, name: &str) -> bool {
+        let handle = self
+            .shared
+            .servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+        let Some(handle) = handle else { return false };
+        self.shared.feed(EventKind::ServerRemoved(name.to_string()));
+        stop(handle).await;
+        self.shared.registry.forget(name);
+        true
+    }
+
+    /// The specs of every supervised server.
+    pub fn specs(&self) -> Vec<ServerSpec> {
+        self.shared
+            .servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|h| h.spec.clone())
+            .collect()
+    }
+
+    /// The host's view of every server, sorted by name.
+    pub fn views(&self) -> Vec<ServerView> {
+        self.shared
+            .servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|h| h.view.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .collect()
+    }
+
+    /// The policy's view of every server.
+    pub async fn policy_status(&self) -> Vec<ServerStatus> {
+        self.shared.policy.status().await.unwrap_or_default()
+    }
+
+    /// Asks the policy to reconnect a server now (operator or agent).
+    pub fn request_reconnect(&self, name: &str, source: crate::policy::ReconnectSource) -> bool {
+        if !self
+            .shared
+            .servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(name)
+        {
+            return false;
+        }
+        self.shared.feed(EventKind::ReconnectRequested(
+            crate::policy::ReconnectRequest {
+                server: name.to_string(),
+                source,
+            },
+        ));
+        true
+    }
+
+    /// Withdraws every tool, closes every session and reaps every child. Supervision ends.
+    pub async fn shutdown(&self) {
+        self.shared.feed(EventKind::Shutdown);
+        let handles: Vec<ServerHandle> = std::mem::take(
+            &mut *self
+                .shared
+                .servers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        )
+        .into_values()
+        .collect();
+        futures::future::join_all(handles.into_iter().map(stop)).await;
+    }
+}
+
+async fn stop(handle: ServerHandle) {
+    let (done_tx, done) = oneshot::channel();
+    if handle.commands.send(Command::Stop(done_tx)).is_ok() {
+        let _ = done.await;
+    }
+    let _ = handle.task.await;
+}
+
+impl Shared {
+    /// Queues an event for the policy; the driver handles events strictly in order.
+    pub(crate) fn feed(&self, kind: EventKind) {
+        let _ = self.events.send((kind, None));
+    }
+
+    /// Like [`Shared::feed`], returning once the policy has handled the event and its actions
+    /// ran (e.g. a call's report must count before the next admission).
+    pub(crate) async fn feed_and_wait(&self, kind: EventKind) {
+        let (done_tx, done) = oneshot::channel();
+        if self.events.send((kind, Some(done_tx))).is_ok() {
+            let _ = done.await;
+        }
+    }
+
+    pub(crate) fn next_call_id(&self) -> u64 {
+        self.next_call_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The session of `server` as a call needs it.
+    pub(crate) fn session(&self, server: &str) -> Option<SessionLookup> {
+        let servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
+        let handle = servers.get(server)?;
+        Some(SessionLookup {
+            current: handle.session.borrow().clone(),
+            updates: handle.session.clone(),
+            spec: handle.spec.clone(),
+        })
+    }
+
+    fn execute(&self, actions: Vec<Action>) {
+        for action in actions {
+            match action {
+                Action::Connect(server) => self.command(&server, Command::Connect),
+                Action::Disconnect(server) => self.command(&server, Command::Disconnect),
+                Action::WakeAt(wake) => self.command(
+                    &wake.server,
+                    Command::WakeAt {
+                        at_ms: wake.at,
+                        token: wake.token,
+                    },
+                ),
+                Action::PublishTools(publication) => self.registry.publish(publication),
+                Action::WithdrawTools(server) => self.registry.withdraw(&server),
+                Action::StateChanged(change) => self.state_changed(change),
+            }
+        }
+    }
+
+    fn command(&self, server: &str, command: Command) {
+        let servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(handle) = servers.get(server) {
+            let _ = handle.commands.send(command);
+        }
+    }
+
+    fn state_changed(&self, change: StateChange) {
+        let servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(handle) = servers.get(&change.server) {
+            let mut view = handle.view.lock().unwrap_or_else(|e| e.into_inner());
+            if view.state != change.state {
+                view.since = SystemTime::now();
+                if change.state == ServerState::Parked {
+                    view.parks += 1;
+                }
+            }
+            view.state = change.state;
+            view.detail = change.detail.clone();
+        }
+        drop(servers);
+        match change.state {
+            ServerState::Parked => {
+                tracing::warn!(server = %change.server, "parked: {}", change.detail)
+            }
+            _ => {
+                tracing::info!(server = %change.server, state = ?change.state, "{}", change.detail)
+            }
+        }
+        let _ = self.lifecycle.send(LifecycleEvent {
+            server: change.server,
+            state: change.state,
+            detail: change.detail,
+        });
+    }
+}
+
+/// Feeds events to the policy one at a time and executes its actions.
+async fn drive(shared: std::sync::Weak<Shared>, mut events: mpsc::UnboundedReceiver<Fed>) {
+    while let Some((kind, done)) = events.recv().await {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let event = Event {
+            now: shared.clock.now_ms(),
+            kind,
+        };
+        match shared.policy.handle(event).await {
+            Ok(actions) => shared.execute(actions),
+            // The runtime already contained and reported the fault; nothing to execute.
+            Err(error) => tracing::error!("the policy could not handle an event: {error}"),
+        }
+        if let Some(done) = done {
+            let _ = done.send(());
+        }
+    }
+}
+
+/// One server's task: owns its session and timer, runs its connection attempts and keepalives.
+struct ServerTask {
+    spec: ServerSpec,
+    events: mpsc::UnboundedSender<Fed>,
+    clock: Clock,
+    log_dir: PathBuf,
+    session_tx: watch::Sender<Option<Arc<Session>>>,
+    view: Arc<Mutex<ServerView>>,
+    /// Which HTTP flavor the server speaks, once known.
+    flavor: Option<HttpFlavor>,
+}
+
+/// An event on its way to the policy, with an optional acknowledgement once its actions ran.
+type Fed = (EventKind, Option<oneshot::Sender<()>>);
+
+type Attempt = BoxFuture<'static, (Result<(Session, Vec<Tool>), Fault>, Option<HttpFlavor>)>;
+
+impl ServerTask {
+    fn feed(&self, kind: EventKind) {
+        let _ = self.events.send((kind, None));
+    }
+
+    fn fault(&self, fault: Fault) -> ServerFault {
+        self.view
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last_fault = Some(fault.to_string());
+        ServerFault {
+            server: self.spec.name.clone(),
+            fault,
+        }
+    }
+
+    fn attempt(&self, notices: mpsc::UnboundedSender<UpstreamNotice>) -> Attempt {
+        let spec = self.spec.clone();
+        let mut flavor = self.flavor;
+        let log_dir = self.log_dir.clone();
+        async move {
+            let result = async {
+                let session = Session::open(&spec, &mut flavor, notices, &log_dir).await?;
+                match session.list_tools(&spec.timeouts).await {
+                    Ok(tools) => Ok((session, tools)),
+                    Err(fault) => {
+                        session.close(spec.timeouts.stop_grace).await;
+                        Err(fault)
+                    }
+                }
+            }
+            .await;
+            (result, flavor)
+        }
+        .boxed()
+    }
+
+    async fn close_session(&self, session: &mut Option<Arc<Session>>) {
+        if let Some(old) = session.take() {
+            let _ = self.session_tx.send(None);
+            self.view.lock().unwrap_or_else(|e| e.into_inner()).pid = None;
+            old.close(self.spec.timeouts.stop_grace).await;
+        }
+    }
+
+    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
+        let name = self.spec.name.clone();
+        let mut session: Option<Arc<Session>> = None;
+        let mut attempt: Option<Attempt> = None;
+        let mut wake: Option<(Instant, u64)> = None;
+        let mut keepalive: Option<BoxFuture<'static, Result<(), Fault>>> = None;
+        let mut refresh: Option<BoxFuture<'static, Result<Vec<Tool>, Fault>>> = None;
+        let mut next_keepalive = Instant::now();
+        let mut notices = mpsc::unbounded_channel().1;
+        loop {
+            let live = session.clone();
+            tokio::select! {
+                command = commands.recv() => match command {
+                    Some(Command::Connect) => {
+                        self.close_session(&mut session).await;
+                        keepalive = None;
+                        refresh = None;
+                        // A fresh channel: notices from the old session are moot.
+                        let (notices_tx, fresh) = mpsc::unbounded_channel();
+                        notices = fresh;
+                        attempt = Some(self.attempt(notices_tx));
+                        let mut view = self.view.lock().unwrap_or_else(|e| e.into_inner());
+                        view.reconnects += 1;
+                    }
+                    Some(Command::Disconnect) => {
+                        attempt = None;
+                        keepalive = None;
+                        refresh = None;
+                        self.close_session(&mut session).await;
+                    }
+                    Some(Command::WakeAt { at_ms, token }) => {
+                        wake = Some((self.clock.instant_at(at_ms), token));
+                    }
+                    Some(Command::Stop(done)) => {
+                        self.close_session(&mut session).await;
+                        let _ = done.send(());
+                        return;
+                    }
+                    None => {
+                        self.close_session(&mut session).await;
+                        return;
+                    }
+                },
+                (result, flavor) = poll_option(&mut attempt) => {
+                    attempt = None;
+                    self.flavor = flavor;
+                    match result {
+                        Ok((opened, tools)) => {
+                            let opened = Arc::new(opened);
+                            {
+                                let mut view = self.view.lock().unwrap_or_else(|e| e.into_inner());
+                                view.pid = opened.pid();
+                                view.transport = opened.transport();
+                            }
+                            let info = SessionInfo {
+                                server: name.clone(),
+                                server_info: opened.server_info().to_string(),
+                                tools,
+                            };
+                            session = Some(opened.clone());
+                            let _ = self.session_tx.send(Some(opened));
+                            next_keepalive = Instant::now() + self.spec.keepalive_interval();
+                            self.feed(EventKind::Connected(info));
+                        }
+                        Err(fault) => {
+                            tracing::debug!(server = %name, "connection attempt failed: {fault}");
+                            let fault = self.fault(fault);
+                            self.feed(EventKind::ConnectFailed(fault));
+                        }
+                    }
+                }
+                _ = sleep_until_option(wake.map(|(at, _)| at)) => {
+                    if let Some((_, token)) = wake.take() {
+                        self.feed(EventKind::Timer(TimerFired { server: name.clone(), token }));
+                    }
+                }
+                _ = ended(live.as_deref()) => {
+                    let fault = match &session {
+                        Some(s) => s.end_fault().await,
+                        None => continue,
+                    };
+                    keepalive = None;
+                    refresh = None;
+                    self.close_session(&mut session).await;
+                    tracing::info!(server = %name, "session ended: {fault}");
+                    let fault = self.fault(fault);
+                    self.feed(EventKind::Disconnected(fault));
+                }
+                _ = tokio::time::sleep_until(next_keepalive), if live.is_some() && keepalive.is_none() => {
+                    let probe = live.clone().expect("guarded by live.is_some()");
+                    let timeouts = self.spec.timeouts.clone();
+                    keepalive = Some(async move { probe.keepalive(&timeouts).await }.boxed());
+                }
+                result = poll_option(&mut keepalive) => {
+                    keepalive = None;
+                    next_keepalive = Instant::now() + self.spec.keepalive_interval();
+                    match result {
+                        Ok(()) => self.feed(EventKind::KeepaliveOk(name.clone())),
+                        Err(fault) => {
+                            tracing::warn!(server = %name, "{fault}; closing the session");
+                            let fault = self.fault(fault);
+                            self.feed(EventKind::KeepaliveFailed(fault.clone()));
+                            refresh = None;
+                            self.close_session(&mut session).await;
+                            self.feed(EventKind::Disconnected(fault));
+                        }
+                    }
+                }
+                Some(UpstreamNotice::ToolsChanged) = notices.recv(), if live.is_some() && refresh.is_none() => {
+                    let lister = live.clone().expect("guarded by live.is_some()");
+                    let timeouts = self.spec.timeouts.clone();
+                    refresh = Some(async move { lister.list_tools(&timeouts).await }.boxed());
+                }
+                result = poll_option(&mut refresh) => {
+                    refresh = None;
+                    match result {
+                        Ok(tools) => self.feed(EventKind::ToolsChanged(ServerTools { server: name.clone(), tools })),
+                        // A failed refresh keeps the last list; the session's end, if it ended, comes separately.
+                        Err(fault) => tracing::warn!(server = %name, "refreshing tools failed: {fault}"),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Polls an optional future; pending forever when there is none.
+async fn poll_option<T>(future: &mut Option<BoxFuture<'static, T>>) -> T {
+    match future {
+        Some(future) => Pin::new(future).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until_option(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn ended(session: Option<&Session>) {
+    match session {
+        Some(session) => session.ended().await,
+        None => std::future::pending().await,
+    }
+}

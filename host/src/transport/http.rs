@@ -1,0 +1,1016 @@
+//! HTTP upstreams: Streamable HTTP through rmcp's client transport (over a guarded reqwest
+//! client), legacy HTTP+SSE through [`super::sse`], and the mapping of their failures to
+//! [`Fault`]s.
+//!
+//! Sessions never re-initialize by themselves: when the server forgets a session (HTTP 404),
+//! rejects it without naming a request, or its event stream cannot be reopened, the session
+//! *ends* (the [`RunningService`] stops, pending requests fail) and [`SessionEnd::fault`] says
+//! why; a request that failed says why through [`classify_service_error`]. Whether and when
+//! to reconnect is the policy's decision.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use futures::stream::BoxStream;
+use http::{HeaderName, HeaderValue};
+use rmcp::{
+    ClientHandler, RoleClient, ServiceError, ServiceExt,
+    model::{ClientJsonRpcMessage, ClientRequest, RequestId, ServerJsonRpcMessage},
+    service::{ClientInitializeError, RunningService, RxJsonRpcMessage, TxJsonRpcMessage},
+    transport::{
+        StreamableHttpClientTransport, Transport,
+        common::client_side_sse::SseRetryPolicy,
+        streamable_http_client::{
+            SseError, StreamableHttpClient, StreamableHttpClientTransportConfig,
+            StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
+        },
+    },
+};
+use sse_stream::Sse;
+use tokio::sync::watch;
+use url::Url;
+
+use super::{Fault, sse::SseTransport};
+
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// Sent with every request (e.g. `Authorization`).
+    pub headers: BTreeMap<String, String>,
+    /// Deadline for the whole handshake (initialize + initialized), and for each TCP connect.
+    pub connect_timeout: Duration,
+    /// Deadline for each HTTP exchange the transport starts by itself: notifications,
+    /// replies, cancellations, the initialize POST, opening an event stream (GET), DELETE, and
+    /// every legacy-SSE POST. Not for the POST of a request such as `tools/call`: a server
+    /// answering with JSON holds it open for the whole call, so its deadline is the caller's
+    /// (`PeerRequestOptions::timeout`, or dropping the call; either cancels the POST).
+    pub request_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpFlavor {
+    Streamable,
+    Sse,
+}
+
+/// A connected session with what its supervisor needs besides the service.
+pub struct HttpSession<H: ClientHandler> {
+    pub service: RunningService<RoleClient, H>,
+    pub flavor: HttpFlavor,
+    /// Why the transport ended the session, once it has.
+    pub end: SessionEnd,
+}
+
+/// Why the transport ended a session: set once, by the first fault that ends it.
+///
+/// When [`RunningService::waiting`] resolves, [`SessionEnd::fault`] tells a server that forgot
+/// the session (`Some(Fault::SessionExpired)`, an HTTP 404 on a session request) from a lost
+/// connection or stream (`Some(Fault::TransportClosed(_))`) and revoked credentials
+/// (`Some(Fault::AuthRequired(_))`). `None` means the transport recorded no fault: the service
+/// was closed locally, or its worker stopped without a classified cause.
+#[derive(Debug, Clone)]
+pub struct SessionEnd(Arc<watch::Sender<Option<Fault>>>);
+
+impl SessionEnd {
+    pub(crate) fn new() -> Self {
+        Self(Arc::new(watch::channel(None).0))
+    }
+
+    /// Records `fault` unless an earlier one already ended the session.
+    pub(crate) fn set(&self, fault: Fault) {
+        self.0.send_if_modified(|current| {
+            if current.is_some() {
+                return false;
+            }
+            tracing::debug!(?fault, "http session ends");
+            *current = Some(fault);
+            true
+        });
+    }
+
+    pub fn fault(&self) -> Option<Fault> {
+        self.0.borrow().clone()
+    }
+
+    /// Resolves once a fault has ended the session.
+    pub async fn ended(&self) {
+        let mut changes = self.0.subscribe();
+        // The sender lives in `self`, so this only returns once a fault is set.
+        let _ = changes.wait_for(Option::is_some).await;
+    }
+}
+
+/// Failures of the HTTP transports, described without bodies, URLs or header values.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// Refused, reset, DNS, TLS, or the connection broke mid-answer.
+    #[error("{0}")]
+    Unreachable(String),
+    #[error("HTTP {0}")]
+    Status(u16),
+    /// Legacy SSE: the message endpoint answered 404 (Streamable HTTP uses rmcp's own variant).
+    #[error("the server no longer knows the session (HTTP 404)")]
+    SessionExpired,
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The answer was not MCP (wrong content type, HTML, non-JSON-RPC body, ...).
+    #[error("{0}")]
+    NotMcp(String),
+    /// A JSON answer that completes no request of ours (an id-less error, another id, a
+    /// message that is no response): rmcp would pass it on and leave the request pending
+    /// forever, so it fails the request instead.
+    #[error("the server answered with a JSON-RPC {} that names no pending request", describe_code(*.0))]
+    Uncorrelated(Option<i32>),
+    #[error("{0}")]
+    Other(String),
+}
+
+fn describe_code(code: Option<i32>) -> String {
+    match code {
+        Some(code) => format!("error (code {code})"),
+        None => "message".into(),
+    }
+}
+
+impl HttpError {
+    /// Classifies a reqwest failure by kind; the text is the root cause, which (unlike the
+    /// outer error) does not repeat the URL.
+    pub(crate) fn from_reqwest(error: &reqwest::Error) -> Self {
+        if let Some(status) = error.status() {
+            return Self::Status(status.as_u16());
+        }
+        let cause = root_cause(error);
+        if error.is_timeout() {
+            Self::Unreachable(format!("timed out: {cause}"))
+        } else if error.is_connect() {
+            Self::Unreachable(format!("cannot connect: {cause}"))
+        } else if error.is_body() || error.is_decode() {
+            Self::Unreachable(format!("the connection broke during the answer: {cause}"))
+        } else {
+            Self::Unreachable(format!("the request failed: {cause}"))
+        }
+    }
+
+    fn runtime_fault(&self) -> Fault {
+        match self {
+            Self::Status(code @ (401 | 403)) => Fault::AuthRequired(*code),
+            Self::SessionExpired => Fault::SessionExpired,
+            other => Fault::TransportClosed(other.to_string()),
+        }
+    }
+
+    /// The fault of a connect attempt that failed with `self`, and whether the server's answer
+    /// suggests a legacy SSE server at the same URL.
+    fn handshake_failure(&self, url: &Endpoint) -> Failure {
+        let fault = match self {
+            Self::Unreachable(cause) => Fault::TransportClosed(format!("{url}: {cause}")),
+            Self::Status(code @ (401 | 403)) => Fault::AuthRequired(*code),
+            Self::Status(code @ (408 | 425 | 429)) | Self::Status(code @ 500..) => {
+                Fault::HandshakeFailed(format!("{url} answered the handshake with HTTP {code}"))
+            }
+            Self::Status(code) => {
+                let fault =
+                    Fault::NotMcpEndpoint(format!("{url} answered the handshake with HTTP {code}"));
+                return Failure {
+                    fault,
+                    legacy_hint: matches!(code, 400 | 404 | 405 | 406),
+                };
+            }
+            Self::Timeout(_) => Fault::HandshakeTimedOut,
+            Self::NotMcp(what) => Fault::NotMcpEndpoint(format!("{url}: {what}")),
+            Self::Uncorrelated(_) => {
+                return Failure {
+                    fault: Fault::HandshakeFailed(format!("{url}: {self} during the handshake")),
+                    legacy_hint: true,
+                };
+            }
+            Self::SessionExpired | Self::Other(_) => {
+                Fault::HandshakeFailed(format!("{url}: {self} during the handshake"))
+            }
+        };
+        Failure::new(fault)
+    }
+}
+
+fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = error;
+    while let Some(source) = cause.source() {
+        cause = source;
+    }
+    cause.to_string()
+}
+
+/// The failures a request on an HTTP session can end with, as the policy sees them.
+///
+/// `Some` for transport failures (the request may or may not have reached the server);
+/// `None` for outcomes that are not the transport's: JSON-RPC errors from the server, local
+/// timeouts and cancellations.
+pub fn classify_service_error(error: &ServiceError) -> Option<Fault> {
+    match error {
+        ServiceError::TransportSend(error) => {
+            let fault = match find_http_error(error.error.as_ref()) {
+                Some(Found::Streamable(error)) => streamable_runtime_fault(error),
+                Some(Found::Plain(error)) => error.runtime_fault(),
+                None => Fault::TransportClosed("the request could not be sent".into()),
+            };
+            Some(fault)
+        }
+        ServiceError::TransportClosed => Some(Fault::TransportClosed(
+            "the session closed before the answer arrived".into(),
+        )),
+        _ => None,
+    }
+}
+
+enum Found<'a> {
+    Streamable(&'a StreamableHttpError<HttpError>),
+    Plain(&'a HttpError),
+}
+
+fn find_http_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<Found<'a>> {
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if let Some(found) = error.downcast_ref::<StreamableHttpError<HttpError>>() {
+            return Some(Found::Streamable(found));
+        }
+        if let Some(found) = error.downcast_ref::<HttpError>() {
+            return Some(Found::Plain(found));
+        }
+        current = error.source();
+    }
+    None
+}
+
+fn streamable_runtime_fault(error: &StreamableHttpError<HttpError>) -> Fault {
+    match error {
+        StreamableHttpError::Client(error) => error.runtime_fault(),
+        StreamableHttpError::SessionExpired => Fault::SessionExpired,
+        StreamableHttpError::AuthRequired(_) => Fault::AuthRequired(401),
+        StreamableHttpError::InsufficientScope(_) => Fault::AuthRequired(403),
+        other => Fault::TransportClosed(category(other)),
+    }
+}
+
+fn streamable_handshake_failure(error: &StreamableHttpError<HttpError>, url: &Endpoint) -> Failure {
+    match error {
+        StreamableHttpError::Client(error) => error.handshake_failure(url),
+        StreamableHttpError::AuthRequired(_) => Failure::new(Fault::AuthRequired(401)),
+        StreamableHttpError::InsufficientScope(_) => Failure::new(Fault::AuthRequired(403)),
+        other => Failure::new(Fault::HandshakeFailed(format!(
+            "{url}: {} during the handshake",
+            category(other)
+        ))),
+    }
+}
+
+/// Names an rmcp error without its payload (bodies may echo anything).
+fn category<E: std::error::Error + Send + Sync + 'static>(
+    error: &StreamableHttpError<E>,
+) -> String {
+    match error {
+        StreamableHttpError::Sse(_) | StreamableHttpError::Io(_) => "the event stream broke",
+        StreamableHttpError::UnexpectedEndOfStream => "the event stream ended early",
+        StreamableHttpError::ResponseBodyTooLarge { .. } => "the answer was too large",
+        StreamableHttpError::Deserialize(_) => "the answer was not JSON-RPC",
+        StreamableHttpError::SessionExpired => "the server no longer knows the session",
+        StreamableHttpError::ControlRequestTimeout => "a control message got no answer in time",
+        StreamableHttpError::ReservedHeaderConflict(_) => "a configured header is reserved",
+        _ => "the transport closed",
+    }
+    .into()
+}
+
+/// What a connect attempt failed with, and whether to try legacy SSE at the same URL.
+struct Failure {
+    fault: Fault,
+    legacy_hint: bool,
+}
+
+impl Failure {
+    fn new(fault: Fault) -> Self {
+        Self {
+            fault,
+            legacy_hint: false,
+        }
+    }
+}
+
+fn init_failure(error: &ClientInitializeError, url: &Endpoint) -> Failure {
+    let fault = match error {
+        ClientInitializeError::TransportError { error, .. } => {
+            return match find_http_error(error.error.as_ref()) {
+                Some(Found::Streamable(error)) => streamable_handshake_failure(error, url),
+                Some(Found::Plain(error)) => error.handshake_failure(url),
+                None => Failure::new(Fault::HandshakeFailed(format!(
+                    "{url}: the transport failed during the handshake"
+                ))),
+            };
+        }
+        ClientInitializeError::JsonRpcError(error) => Fault::HandshakeFailed(format!(
+            "{url} rejected initialize: JSON-RPC error {}: {}",
+            error.code.0,
+            truncate(&error.message, 200)
+        )),
+        ClientInitializeError::ConnectionClosed(_) => {
+            Fault::TransportClosed(format!("{url} closed the connection during the handshake"))
+        }
+        _ => Fault::HandshakeFailed(format!("{url} answered initialize unexpectedly")),
+    };
+    Failure::new(fault)
+}
+
+fn truncate(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => &text[..end],
+        None => text,
+    }
+}
+
+/// A server URL, parsed once, with the form that may appear in messages.
+struct Endpoint {
+    url: Url,
+    /// Without userinfo, query or fragment: those may carry credentials.
+    shown: String,
+}
+
+impl Endpoint {
+    fn parse(url: &str) -> Result<Self, Fault> {
+        let url = Url::parse(url)
+            .map_err(|error| Fault::NotMcpEndpoint(format!("invalid URL: {error}")))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(Fault::NotMcpEndpoint(format!(
+                "unsupported URL scheme {:?}: only http and https",
+                url.scheme()
+            )));
+        }
+        let shown = redact(&url);
+        Ok(Self { url, shown })
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+/// `url` without userinfo, query and fragment.
+pub(crate) fn redact(url: &Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.set_query(None);
+    shown.set_fragment(None);
+    shown.to_string()
+}
+
+pub async fn connect_streamable<H: ClientHandler>(
+    url: &str,
+    opts: &HttpOptions,
+    handler: H,
+) -> Result<RunningService<RoleClient, H>, Fault> {
+    let url = Endpoint::parse(url)?;
+    streamable(&url, opts, handler)
+        .await
+        .map(|session| session.service)
+        .map_err(|failure| failure.fault)
+}
+
+pub async fn connect_sse<H: ClientHandler>(
+    url: &str,
+    opts: &HttpOptions,
+    handler: H,
+) -> Result<RunningService<RoleClient, H>, Fault> {
+    let url = Endpoint::parse(url)?;
+    legacy(&url, opts, handler)
+        .await
+        .map(|session| session.service)
+        .map_err(|failure| failure.fault)
+}
+
+/// First connect of a server configured as plain "http": try Streamable HTTP; when the
+/// initialize POST (before any session exists) is answered with HTTP 400/404/405/406 or an
+/// id-less JSON-RPC error, try legacy SSE at the same URL (with its own `connect_timeout`).
+/// Returns which flavor worked so the caller remembers it for later reconnects.
+pub async fn connect_auto<H: ClientHandler>(
+    url: &str,
+    opts: &HttpOptions,
+    make_handler: impl Fn() -> H,
+) -> Result<(RunningService<RoleClient, H>, HttpFlavor), Fault> {
+    connect_session(url, None, opts, make_handler)
+        .await
+        .map(|session| (session.service, session.flavor))
+}
+
+/// Like [`connect_streamable`], [`connect_sse`] and (with `flavor: None`) [`connect_auto`],
+/// but also returns the [`SessionEnd`] that says why the session ended.
+pub async fn connect_session<H: ClientHandler>(
+    url: &str,
+    flavor: Option<HttpFlavor>,
+    opts: &HttpOptions,
+    make_handler: impl Fn() -> H,
+) -> Result<HttpSession<H>, Fault> {
+    let url = Endpoint::parse(url)?;
+    let streamable_failure = match flavor {
+        Some(HttpFlavor::Sse) => {
+            return legacy(&url, opts, make_handler())
+                .await
+                .map_err(|f| f.fault);
+        }
+        Some(HttpFlavor::Streamable) => {
+            return streamable(&url, opts, make_handler())
+                .await
+                .map_err(|f| f.fault);
+        }
+        None => match streamable(&url, opts, make_handler()).await {
+            Ok(session) => return Ok(session),
+            Err(failure) if failure.legacy_hint => failure,
+            Err(failure) => return Err(failure.fault),
+        },
+    };
+    tracing::debug!(%url, fault = ?streamable_failure.fault, "not Streamable HTTP; trying legacy SSE");
+    match legacy(&url, opts, make_handler()).await {
+        Ok(session) => Ok(session),
+        // Neither flavor: the Streamable answer describes the endpoint best.
+        Err(Failure {
+            fault: Fault::NotMcpEndpoint(_),
+            ..
+        }) => Err(streamable_failure.fault),
+        Err(failure) => Err(failure.fault),
+    }
+}
+
+async fn streamable<H: ClientHandler>(
+    url: &Endpoint,
+    opts: &HttpOptions,
+    handler: H,
+) -> Result<HttpSession<H>, Failure> {
+    let end = SessionEnd::new();
+    let client = GuardedClient {
+        inner: http_client(opts)?,
+        request_timeout: opts.request_timeout,
+        end: end.clone(),
+        stream_opened: Arc::default(),
+    };
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.url.as_str())
+        .custom_headers(header_map(&opts.headers)?)
+        .reinit_on_expired_session(false)
+        .control_request_timeout(opts.request_timeout);
+    config.retry_config = Arc::new(StreamRetry { end: end.clone() });
+    let transport = EndOnFault {
+        inner: StreamableHttpClientTransport::with_client(client, config),
+        end: end.clone(),
+    };
+    let service = match tokio::time::timeout(opts.connect_timeout, handler.serve(transport)).await {
+        Err(_) => return Err(Failure::new(Fault::HandshakeTimedOut)),
+        Ok(Err(error)) => return Err(init_failure(&error, url)),
+        Ok(Ok(service)) => service,
+    };
+    Ok(HttpSession {
+        service,
+        flavor: HttpFlavor::Streamable,
+        end,
+    })
+}
+
+async fn legacy<H: ClientHandler>(
+    url: &Endpoint,
+    opts: &HttpOptions,
+    handler: H,
+) -> Result<HttpSession<H>, Failure> {
+    let end = SessionEnd::new();
+    let client = http_client(opts)?;
+    let headers = header_map(&opts.headers)?.into_iter().collect();
+    let handshake = async {
+        let transport = SseTransport::connect(
+            client,
+            url.url.clone(),
+            headers,
+            opts.request_timeout,
+            end.clone(),
+        )
+        .await
+        .map_err(|error| error.handshake_failure(url))?;
+        handler
+            .serve(transport)
+            .await
+            .map_err(|error| init_failure(&error, url))
+    };
+    let service = match tokio::time::timeout(opts.connect_timeout, handshake).await {
+        Err(_) => return Err(Failure::new(Fault::HandshakeTimedOut)),
+        Ok(result) => result?,
+    };
+    Ok(HttpSession {
+        service,
+        flavor: HttpFlavor::Sse,
+        end,
+    })
+}
+
+fn http_client(opts: &HttpOptions) -> Result<reqwest::Client, Failure> {
+    reqwest::Client::builder()
+        .connect_timeout(opts.connect_timeout)
+        // As rmcp's default client: reusing a connection whose last answer was not fully read
+        // stalls ~40 ms on delayed ACKs.
+        .pool_max_idle_per_host(0)
+        .redirect(same_origin_redirects())
+        .build()
+        .map_err(|error| {
+            Failure::new(Fault::HandshakeFailed(format!(
+                "cannot set up the HTTP client: {}",
+                root_cause(&error)
+            )))
+        })
+}
+
+/// Follows only same-origin 307/308: others would drop the POST body or hand the session id
+/// and configured headers to another host.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    const MAX_REDIRECTS: usize = 10;
+    reqwest::redirect::Policy::custom(|attempt| {
+        let keeps_body = matches!(attempt.status().as_u16(), 307 | 308);
+        let same_origin = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| first.origin() == attempt.url().origin());
+        if !keeps_body || !same_origin {
+            attempt.stop()
+        } else if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+        } else {
+            attempt.follow()
+        }
+    })
+}
+
+/// Headers the transports set themselves; configuring them would break the protocol.
+const RESERVED_HEADERS: &[&str] = &["accept", "content-type", "mcp-session-id", "last-event-id"];
+
+fn header_map(
+    headers: &BTreeMap<String, String>,
+) -> Result<HashMap<HeaderName, HeaderValue>, Failure> {
+    let invalid = |what: String| Failure::new(Fault::HandshakeFailed(what));
+    headers
+        .iter()
+        .map(|(name, value)| {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| invalid(format!("invalid header name {name:?}")))?;
+            if RESERVED_HEADERS.contains(&name.as_str()) {
+                return Err(invalid(format!(
+                    "header {name} is set by the transport and cannot be configured"
+                )));
+            }
+            // The value is a secret as far as we know: never echo it.
+            let mut value = HeaderValue::from_str(value).map_err(|_| {
+                invalid(format!("header {name} has a value that is not valid HTTP"))
+            })?;
+            value.set_sensitive(true);
+            Ok((name, value))
+        })
+        .collect()
+}
+
+/// Bounded reconnects of rmcp's event streams (the session's GET stream and resumed POST
+/// answers): a few quick attempts, then the session ends and the policy takes over.
+#[derive(Debug)]
+struct StreamRetry {
+    end: SessionEnd,
+}
+
+impl StreamRetry {
+    const ATTEMPTS: usize = 4;
+    const FIRST_DELAY: Duration = Duration::from_millis(250);
+    const MAX_DELAY: Duration = Duration::from_secs(2);
+}
+
+impl SseRetryPolicy for StreamRetry {
+    fn retry(&self, failures: usize) -> Option<Duration> {
+        if failures >= Self::ATTEMPTS {
+            self.end.set(Fault::TransportClosed(format!(
+                "the session's event stream broke and {} attempts to reopen it failed",
+                Self::ATTEMPTS
+            )));
+            return None;
+        }
+        let factor = 1u32 << failures.min(8);
+        Some(
+            Self::FIRST_DELAY
+                .saturating_mul(factor)
+                .min(Self::MAX_DELAY),
+        )
+    }
+}
+
+/// rmcp's reqwest client with per-request deadlines, and with every answer that would leave
+/// a request pending forever turned into an error. Failures that mean the session is gone
+/// end it through [`SessionEnd`].
+#[derive(Clone)]
+struct GuardedClient {
+    inner: reqwest::Client,
+    request_timeout: Duration,
+    end: SessionEnd,
+    /// Whether the session's GET stream ever opened: only then does a 404 to it mean the
+    /// server forgot the session (servers without a GET stream often answer 404, not 405).
+    stream_opened: Arc<AtomicBool>,
+}
+
+type Rejected = StreamableHttpError<HttpError>;
+
+impl GuardedClient {
+    /// Ends the session for failures of a session request that the session cannot survive.
+    fn on_session_failure(&self, error: Rejected) -> Rejected {
+        let fault = match &error {
+            StreamableHttpError::SessionExpired => Some(Fault::SessionExpired),
+            StreamableHttpError::AuthRequired(_) => Some(Fault::AuthRequired(401)),
+            StreamableHttpError::InsufficientScope(_) => Some(Fault::AuthRequired(403)),
+            StreamableHttpError::Client(HttpError::Status(code @ (401 | 403))) => {
+                Some(Fault::AuthRequired(*code))
+            }
+            StreamableHttpError::Client(error @ HttpError::Uncorrelated(_)) => {
+                Some(Fault::TransportClosed(error.to_string()))
+            }
+            _ => None,
+        };
+        if let Some(fault) = fault {
+            self.end.set(fault);
+        }
+        error
+    }
+}
+
+impl StreamableHttpClient for GuardedClient {
+    type Error = HttpError;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<StreamableHttpPostResponse, Rejected> {
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            StreamableHttpResponseLimits::default(),
+        )
+        .await
+    }
+
+    async fn post_message_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<StreamableHttpPostResponse, Rejected> {
+        let mut limits = StreamableHttpResponseLimits::default();
+        limits.max_sse_event_size = max_sse_event_size;
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            limits,
+        )
+        .await
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> Result<StreamableHttpPostResponse, Rejected> {
+        let on_session = session_id.is_some();
+        let request_id = match &message {
+            ClientJsonRpcMessage::Request(request) => Some(request.id.clone()),
+            _ => None,
+        };
+        // A request's POST lasts as long as the call when the server answers with JSON, so
+        // its deadline is the caller's (rmcp cancels the POST when the request times out or
+        // is dropped). Everything else the transport sends gets `request_timeout`.
+        let deadline = match &message {
+            ClientJsonRpcMessage::Request(request)
+                if !matches!(request.request, ClientRequest::InitializeRequest(_)) =>
+            {
+                None
+            }
+            _ => Some(self.request_timeout),
+        };
+        let post = self.inner.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            limits,
+        );
+        let answer = match deadline {
+            Some(deadline) => match tokio::time::timeout(deadline, post).await {
+                Ok(answer) => answer,
+                Err(_) => return Err(StreamableHttpError::Client(HttpError::Timeout(deadline))),
+            },
+            None => post.await,
+        };
+        let result = match answer {
+            Err(error) => Err(convert(error)),
+            Ok(answer) => match uncorrelated(&answer, request_id.as_ref()) {
+                Some(error) => Err(StreamableHttpError::Client(error)),
+                None => Ok(answer),
+            },
+        };
+        match result {
+            Err(error) if on_session => Err(self.on_session_failure(error)),
+            result => result,
+        }
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<(), Rejected> {
+        let delete = self
+            .inner
+            .delete_session(uri, session_id, auth_header, custom_headers);
+        match tokio::time::timeout(self.request_timeout, delete).await {
+            Err(_) => Err(StreamableHttpError::Client(HttpError::Timeout(
+                self.request_timeout,
+            ))),
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => match convert(error) {
+                // Already gone: nothing to clean up.
+                StreamableHttpError::Client(HttpError::Status(404)) => Ok(()),
+                error => Err(error),
+            },
+        }
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, Rejected> {
+        self.get_stream_with_max_sse_event_size(
+            uri,
+            session_id,
+            last_event_id,
+            auth_header,
+            custom_headers,
+            StreamableHttpResponseLimits::default().max_sse_event_size,
+        )
+        .await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, Rejected> {
+        let on_session = session_id.is_some();
+        let get = self.inner.get_stream_with_max_sse_event_size(
+            uri,
+            session_id,
+            last_event_id,
+            auth_header,
+            custom_headers,
+            max_sse_event_size,
+        );
+        let result = match tokio::time::timeout(self.request_timeout, get).await {
+            Err(_) => Err(StreamableHttpError::Client(HttpError::Timeout(
+                self.request_timeout,
+            ))),
+            Ok(result) => result.map_err(convert),
+        };
+        if !on_session {
+            return result;
+        }
+        match result {
+            Ok(stream) => {
+                self.stream_opened.store(true, Ordering::Relaxed);
+                Ok(stream)
+            }
+            Err(StreamableHttpError::Client(HttpError::Status(404)))
+                if self.stream_opened.load(Ordering::Relaxed) =>
+            {
+                Err(self.on_session_failure(StreamableHttpError::SessionExpired))
+            }
+            Err(error) => Err(self.on_session_failure(error)),
+        }
+    }
+}
+
+/// The failure to report when the JSON `answer` to a POST carrying `request` (if it carried
+/// one) cannot complete it.
+fn uncorrelated(
+    answer: &StreamableHttpPostResponse,
+    request: Option<&RequestId>,
+) -> Option<HttpError> {
+    let StreamableHttpPostResponse::Json(message, _) = answer else {
+        return None;
+    };
+    match (message, request) {
+        (ServerJsonRpcMessage::Response(response), Some(id)) if same_id(id, &response.id) => None,
+        (ServerJsonRpcMessage::Error(error), Some(id))
+            if error
+                .id
+                .as_ref()
+                .is_some_and(|answered| same_id(id, answered)) =>
+        {
+            None
+        }
+        // A JSON-RPC error that answers nothing of ours is a rejection.
+        (ServerJsonRpcMessage::Error(error), _) => {
+            Some(HttpError::Uncorrelated(Some(error.error.code.0)))
+        }
+        // Nothing else comes on this POST, so a request's JSON answer must be its response.
+        (_, Some(_)) => Some(HttpError::Uncorrelated(None)),
+        // Other JSON to a notification or reply: rmcp forwards it.
+        (_, None) => None,
+    }
+}
+
+/// Whether an answer's id names the request; some servers echo numeric ids as strings.
+fn same_id(request: &RequestId, answer: &RequestId) -> bool {
+    request == answer
+        || matches!((request, answer), (RequestId::Number(n), RequestId::String(s)) if s.parse::<i64>().ok() == Some(*n))
+}
+
+/// rmcp's reqwest errors in our vocabulary. Variants rmcp's worker acts on by type (session
+/// expiry, auth challenges, no SSE support) are kept.
+fn convert(error: StreamableHttpError<reqwest::Error>) -> Rejected {
+    use StreamableHttpError as E;
+    let ours = match error {
+        E::SessionExpired => return E::SessionExpired,
+        E::AuthRequired(error) => return E::AuthRequired(error),
+        E::InsufficientScope(error) => return E::InsufficientScope(error),
+        E::ServerDoesNotSupportSse => return E::ServerDoesNotSupportSse,
+        E::ServerDoesNotSupportDeleteSession => return E::ServerDoesNotSupportDeleteSession,
+        E::Client(error) => HttpError::from_reqwest(&error),
+        E::HttpStatus(error) => HttpError::Status(error.status),
+        // rmcp words non-2xx answers as "HTTP <status>: <body>"; the status is all we keep.
+        E::UnexpectedServerResponse(text) => match text
+            .strip_prefix("HTTP ")
+            .and_then(|rest| rest.get(..3))
+            .and_then(|code| code.parse().ok())
+        {
+            Some(status) => HttpError::Status(status),
+            None => HttpError::NotMcp("the answer was not MCP".into()),
+        },
+        E::UnexpectedContentType(content_type) => HttpError::NotMcp(match content_type {
+            Some(content_type) => format!(
+                "answered with content type {:?}, not JSON or an event stream",
+                truncate(&content_type, 100)
+            ),
+            None => "answered without a content type".into(),
+        }),
+        E::Deserialize(_) => HttpError::NotMcp("the answer was not JSON-RPC".into()),
+        E::Sse(_) | E::Io(_) => HttpError::Unreachable("the event stream broke".into()),
+        E::ControlRequestTimeout => {
+            HttpError::Other("a control message got no answer in time".into())
+        }
+        other => HttpError::Other(category(&other)),
+    };
+    E::Client(ours)
+}
+
+/// Ends `receive()` (and so the rmcp service, failing its pending requests) as soon as the
+/// session has ended, even while rmcp's worker would keep waiting.
+struct EndOnFault<T> {
+    inner: T,
+    end: SessionEnd,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for EndOnFault<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        tokio::select! {
+            biased;
+            message = self.inner.receive() => message,
+            () = self.end.ended() => None,
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.inner.close().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_drops_credentials() {
+        let url = Url::parse("https://user:secret@example.com:8443/mcp?token=abc#frag").unwrap();
+        assert_eq!(redact(&url), "https://example.com:8443/mcp");
+    }
+
+    #[test]
+    fn invalid_urls_are_not_mcp_endpoints() {
+        assert!(matches!(
+            Endpoint::parse("not a url"),
+            Err(Fault::NotMcpEndpoint(_))
+        ));
+        assert!(matches!(
+            Endpoint::parse("ftp://example.com/"),
+            Err(Fault::NotMcpEndpoint(_))
+        ));
+    }
+
+    #[test]
+    fn status_text_of_rmcp_is_parsed() {
+        let error = convert(StreamableHttpError::UnexpectedServerResponse(
+            "HTTP 405 Method Not Allowed: <html>secret</html>".into(),
+        ));
+        assert!(matches!(
+            error,
+            StreamableHttpError::Client(HttpError::Status(405))
+        ));
+    }
+
+    fn json(answer: serde_json::Value) -> StreamableHttpPostResponse {
+        StreamableHttpPostResponse::Json(serde_json::from_value(answer).unwrap(), None)
+    }
+
+    #[test]
+    fn answers_that_complete_no_request_are_rejections() {
+        let id = RequestId::Number(7);
+        let idless = json(serde_json::json!(
+            {"jsonrpc": "2.0", "id": null, "error": {"code": -32000, "message": "Bad Request"}}
+        ));
+        assert!(matches!(
+            uncorrelated(&idless, Some(&id)),
+            Some(HttpError::Uncorrelated(Some(-32000)))
+        ));
+        // Also on a notification's POST: an error there is a rejection too.
+        assert!(uncorrelated(&idless, None).is_some());
+        let own_error = json(serde_json::json!(
+            {"jsonrpc": "2.0", "id": "7", "error": {"code": -32602, "message": "bad params"}}
+        ));
+        assert!(uncorrelated(&own_error, Some(&id)).is_none());
+        let own = json(serde_json::json!({"jsonrpc": "2.0", "id": 7, "result": {}}));
+        assert!(uncorrelated(&own, Some(&id)).is_none());
+        assert!(uncorrelated(&own, None).is_none());
+        let other = json(serde_json::json!({"jsonrpc": "2.0", "id": 8, "result": {}}));
+        assert!(matches!(
+            uncorrelated(&other, Some(&id)),
+            Some(HttpError::Uncorrelated(None))
+        ));
+        assert!(uncorrelated(&StreamableHttpPostResponse::Accepted, Some(&id)).is_none());
+    }
+
+    #[test]
+    fn ids_match_across_number_and_string() {
+        assert!(same_id(
+            &RequestId::Number(3),
+            &RequestId::String("3".into())
+        ));
+        assert!(!same_id(&RequestId::Number(3), &RequestId::Number(4)));
+    }
+
+    #[test]
+    fn stream_retries_are_bounded() {
+        let end = SessionEnd::new();
+        let retry = StreamRetry { end: end.clone() };
+        let total: Duration = (0..StreamRetry::ATTEMPTS)
+            .map(|n| retry.retry(n).unwrap())
+            .sum();
+        assert!(total <= Duration::from_secs(5), "{total:?}");
+        assert!(end.fault().is_none());
+        assert_eq!(retry.retry(StreamRetry::ATTEMPTS), None);
+        assert!(matches!(end.fault(), Some(Fault::TransportClosed(_))));
+    }
+}

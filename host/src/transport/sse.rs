@@ -1,0 +1,277 @@
+//! The legacy HTTP+SSE client transport (MCP 2024-11-05), which rmcp no longer ships.
+//!
+//! `GET url` opens an event stream whose first `endpoint` event names the URL to POST
+//! messages to; every `message` event is a JSON-RPC message from the server. The stream *is*
+//! the session: when it ends, [`SseTransport::receive`] returns `None`, rmcp fails the pending
+//! requests, and [`SessionEnd`] says why.
+
+use std::time::Duration;
+
+use futures::{StreamExt, stream::BoxStream};
+use http::{HeaderMap, header};
+use rmcp::{
+    RoleClient,
+    model::ServerJsonRpcMessage,
+    service::{RxJsonRpcMessage, TxJsonRpcMessage},
+    transport::Transport,
+};
+use sse_stream::{Sse, SseStream};
+use tokio::{sync::mpsc, task::JoinHandle};
+use url::Url;
+
+use super::{
+    Fault,
+    http::{HttpError, SessionEnd},
+};
+
+type Events = BoxStream<'static, Result<Sse, sse_stream::Error>>;
+
+/// Messages buffered between the stream reader and rmcp's service loop.
+const INBOX: usize = 64;
+
+pub struct SseTransport {
+    client: reqwest::Client,
+    endpoint: Url,
+    headers: HeaderMap,
+    request_timeout: Duration,
+    inbox: mpsc::Receiver<ServerJsonRpcMessage>,
+    reader: JoinHandle<()>,
+    end: SessionEnd,
+}
+
+impl SseTransport {
+    /// Opens the event stream and waits for its endpoint; the caller bounds the wait.
+    /// `headers` go with every request; the session's end cause is recorded in `end`.
+    pub async fn connect(
+        client: reqwest::Client,
+        url: Url,
+        headers: HeaderMap,
+        request_timeout: Duration,
+        end: SessionEnd,
+    ) -> Result<Self, HttpError> {
+        let response = client
+            .get(url.clone())
+            .headers(headers.clone())
+            .header(header::ACCEPT, "text/event-stream")
+            .send()
+            .await
+            .map_err(|error| HttpError::from_reqwest(&error))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(HttpError::Status(status.as_u16()));
+        }
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default();
+        if !is_event_stream(content_type) {
+            return Err(HttpError::NotMcp(format!(
+                "answered the SSE GET with content type {:?}, not an event stream",
+                content_type.chars().take(100).collect::<String>()
+            )));
+        }
+        let mut events: Events = SseStream::from_bytes_stream(response.bytes_stream()).boxed();
+        let endpoint = loop {
+            match events.next().await {
+                None => {
+                    return Err(HttpError::Unreachable(
+                        "the event stream ended before naming its endpoint".into(),
+                    ));
+                }
+                Some(Err(error)) => {
+                    if let sse_stream::Error::Body(_) = error {
+                        return Err(HttpError::Unreachable(
+                            "the event stream broke before naming its endpoint".into(),
+                        ));
+                    }
+                    tracing::debug!(%error, "skipping a malformed SSE line");
+                }
+                Some(Ok(event)) if event.event.as_deref() == Some("endpoint") => {
+                    let data = event.data.unwrap_or_default();
+                    break resolve_endpoint(&url, &data).map_err(HttpError::NotMcp)?;
+                }
+                Some(Ok(_)) => {}
+            }
+        };
+        let (sender, inbox) = mpsc::channel(INBOX);
+        let reader = tokio::spawn(read_messages(events, sender, end.clone()));
+        Ok(Self {
+            client,
+            endpoint,
+            headers,
+            request_timeout,
+            inbox,
+            reader,
+            end,
+        })
+    }
+}
+
+fn is_event_stream(content_type: &str) -> bool {
+    content_type
+        .split(';')
+        .next()
+        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("text/event-stream"))
+}
+
+/// The POST URL an `endpoint` event names: resolved against the GET URL, and refused unless
+/// it stays on the same origin (the configured headers may carry credentials).
+pub fn resolve_endpoint(base: &Url, data: &str) -> Result<Url, String> {
+    let endpoint = base
+        .join(data.trim())
+        .map_err(|error| format!("the SSE endpoint event is not a valid URL: {error}"))?;
+    if endpoint.origin() != base.origin() {
+        return Err("the SSE endpoint event names another origin; refusing to post there".into());
+    }
+    Ok(endpoint)
+}
+
+/// Forwards `message` events until the stream ends or the transport is dropped.
+async fn read_messages(
+    mut events: Events,
+    inbox: mpsc::Sender<ServerJsonRpcMessage>,
+    end: SessionEnd,
+) {
+    let cause = loop {
+        let event = match events.next().await {
+            None => break "the server closed the SSE stream",
+            Some(Err(sse_stream::Error::Body(_))) => break "the SSE stream broke",
+            Some(Err(error)) => {
+                tracing::debug!(%error, "skipping a malformed SSE line");
+                continue;
+            }
+            Some(Ok(event)) => event,
+        };
+        if !matches!(event.event.as_deref(), None | Some("") | Some("message")) {
+            // Later `endpoint` events and unknown ones: the session keeps its first endpoint.
+            continue;
+        }
+        let Some(data) = event.data else { continue };
+        match serde_json::from_str::<ServerJsonRpcMessage>(&data) {
+            Ok(message) => {
+                if inbox.send(message).await.is_err() {
+                    return;
+                }
+            }
+            Err(error) => tracing::warn!(%error, "ignoring an SSE message that is not JSON-RPC"),
+        }
+    };
+    end.set(Fault::TransportClosed(cause.into()));
+}
+
+impl Transport<RoleClient> for SseTransport {
+    type Error = HttpError;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), HttpError>> + Send + 'static {
+        let request = self
+            .client
+            .post(self.endpoint.clone())
+            .headers(self.headers.clone())
+            .json(&item);
+        let deadline = self.request_timeout;
+        let end = self.end.clone();
+        async move {
+            let exchange = async {
+                let response = request
+                    .send()
+                    .await
+                    .map_err(|error| HttpError::from_reqwest(&error))?;
+                let status = response.status();
+                // Read the (short) body so the exchange is complete before we report.
+                let _ = response.bytes().await;
+                Ok::<_, HttpError>(status)
+            };
+            let status = tokio::time::timeout(deadline, exchange)
+                .await
+                .map_err(|_| HttpError::Timeout(deadline))??;
+            if status.is_success() {
+                return Ok(());
+            }
+            Err(match status.as_u16() {
+                404 => {
+                    end.set(Fault::SessionExpired);
+                    HttpError::SessionExpired
+                }
+                code @ (401 | 403) => {
+                    end.set(Fault::AuthRequired(code));
+                    HttpError::Status(code)
+                }
+                code => HttpError::Status(code),
+            })
+        }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        tokio::select! {
+            biased;
+            message = self.inbox.recv() => message,
+            () = self.end.ended() => None,
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), HttpError> {
+        self.reader.abort();
+        Ok(())
+    }
+}
+
+impl Drop for SseTransport {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> Url {
+        Url::parse("http://127.0.0.1:8080/sse?token=t").unwrap()
+    }
+
+    #[test]
+    fn relative_endpoints_resolve_against_the_stream_url() {
+        let endpoint = resolve_endpoint(&base(), "/messages?sessionId=abc").unwrap();
+        assert_eq!(
+            endpoint.as_str(),
+            "http://127.0.0.1:8080/messages?sessionId=abc"
+        );
+        let endpoint = resolve_endpoint(&base(), " messages?sessionId=abc\n").unwrap();
+        assert_eq!(
+            endpoint.as_str(),
+            "http://127.0.0.1:8080/messages?sessionId=abc"
+        );
+    }
+
+    #[test]
+    fn absolute_endpoints_on_the_same_origin_are_accepted() {
+        let endpoint = resolve_endpoint(&base(), "http://127.0.0.1:8080/m?s=1").unwrap();
+        assert_eq!(endpoint.as_str(), "http://127.0.0.1:8080/m?s=1");
+        let default_port = Url::parse("https://example.com/sse").unwrap();
+        assert!(resolve_endpoint(&default_port, "https://example.com:443/m").is_ok());
+    }
+
+    #[test]
+    fn other_origins_are_refused() {
+        for data in [
+            "http://evil.example/messages",
+            "//evil.example/messages",
+            "http://127.0.0.1:8081/messages",
+            "https://127.0.0.1:8080/messages",
+        ] {
+            assert!(resolve_endpoint(&base(), data).is_err(), "{data}");
+        }
+    }
+
+    #[test]
+    fn content_types() {
+        assert!(is_event_stream("text/event-stream"));
+        assert!(is_event_stream("Text/Event-Stream; charset=utf-8"));
+        assert!(!is_event_stream("text/html"));
+        assert!(!is_event_stream(""));
+    }
+}

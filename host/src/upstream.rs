@@ -1,0 +1,406 @@
+//! A live MCP session with one upstream server, whatever its transport: opening it, reading its
+//! tools, keepalives, tool calls with deadlines, noticing its end and closing it.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ErrorCode,
+    Implementation, JsonObject, ListToolsRequest, PaginatedRequestParams, PingRequest,
+    ServerResult,
+};
+use rmcp::service::{PeerRequestOptions, RunningService, ServiceError};
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+use tokio::sync::{mpsc, watch};
+
+use crate::config::{ServerSpec, Timeouts, TransportSpec};
+use crate::policy::{Fault, Tool, TransportKind};
+use crate::transport::http::{self, HttpFlavor, HttpOptions};
+use crate::transport::stdio::{self, ChildProcess};
+
+/// Something an upstream server told us outside a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamNotice {
+    /// `notifications/tools/list_changed`.
+    ToolsChanged,
+}
+
+/// The client side of a session: forwards server notifications to the supervisor.
+#[derive(Clone)]
+pub struct UpstreamHandler {
+    notices: mpsc::UnboundedSender<UpstreamNotice>,
+}
+
+impl ClientHandler for UpstreamHandler {
+    async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
+        let _ = self.notices.send(UpstreamNotice::ToolsChanged);
+    }
+
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let mut info = rmcp::model::ClientConfig::default();
+        info.client_info = Implementation::new("tether", env!("CARGO_PKG_VERSION"));
+        info
+    }
+}
+
+/// How a call failed when it did not produce a result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallFailure {
+    /// No answer within the deadline; the server may still be working on it.
+    TimedOut(Duration),
+    /// The session ended while the call was in flight: it may or may not have run.
+    Lost(Fault),
+    /// The request never left (no live session): it certainly did not run.
+    NotSent(Fault),
+    /// The server answered with a JSON-RPC error (e.g. unknown tool, invalid params).
+    Protocol(String),
+}
+
+/// An initialized session.
+pub struct Session {
+    server: String,
+    peer: Peer<RoleClient>,
+    cancel: std::sync::Mutex<Option<rmcp::service::RunningServiceCancellationToken>>,
+    ended: watch::Receiver<bool>,
+    process: Option<ChildProcess>,
+    transport: TransportKind,
+    server_info: String,
+    ping_unsupported: AtomicBool,
+}
+
+impl Session {
+    /// Connects to `spec` and completes the MCP handshake within the connect timeout.
+    /// `flavor` remembers, across reconnects, which HTTP flavor the server speaks.
+    pub async fn open(
+        spec: &ServerSpec,
+        flavor: &mut Option<HttpFlavor>,
+        notices: mpsc::UnboundedSender<UpstreamNotice>,
+        log_dir: &Path,
+    ) -> Result<Session, Fault> {
+        let handler = UpstreamHandler { notices };
+        let deadline = spec.timeouts.connect;
+        let (service, process, transport) = match &spec.transport {
+            TransportSpec::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let (process, stdout, stdin) =
+                    stdio::spawn(&spec.name, command, args, env, cwd.as_deref(), log_dir)?;
+                match tokio::time::timeout(deadline, handler.serve((stdout, stdin))).await {
+                    Ok(Ok(service)) => (service, Some(process), TransportKind::Stdio),
+                    Ok(Err(error)) => {
+                        let fault = match process.wait_exit(Duration::from_millis(200)).await {
+                            Some(code) => Fault::ProcessExited(code),
+                            None => Fault::HandshakeFailed(error.to_string()),
+                        };
+                        process.terminate(spec.timeouts.stop_grace).await;
+                        return Err(fault);
+                    }
+                    Err(_) => {
+                        process.terminate(spec.timeouts.stop_grace).await;
+                        return Err(Fault::HandshakeTimedOut);
+                    }
+                }
+            }
+            TransportSpec::Http {
+                url,
+                headers,
+                sse_fallback,
+            } => {
+                let options = http_options(headers, &spec.timeouts);
+                let (service, used) = match (*flavor, sse_fallback) {
+                    (Some(HttpFlavor::Sse), _) => (
+                        http::connect_sse(url, &options, handler).await?,
+                        HttpFlavor::Sse,
+                    ),
+                    (_, false) | (Some(HttpFlavor::Streamable), true) => (
+                        http::connect_streamable(url, &options, handler).await?,
+                        HttpFlavor::Streamable,
+                    ),
+                    (None, true) => http::connect_auto(url, &options, || handler.clone()).await?,
+                };
+                *flavor = Some(used);
+                let kind = match used {
+                    HttpFlavor::Streamable => TransportKind::StreamableHttp,
+                    HttpFlavor::Sse => TransportKind::Sse,
+                };
+                (service, None, kind)
+            }
+            TransportSpec::Sse { url, headers } => {
+                let options = http_options(headers, &spec.timeouts);
+                (
+                    http::connect_sse(url, &options, handler).await?,
+                    None,
+                    TransportKind::Sse,
+                )
+            }
+        };
+        Ok(Self::from_service(&spec.name, service, process, transport))
+    }
+
+    fn from_service(
+        server: &str,
+        service: RunningService<RoleClient, UpstreamHandler>,
+        process: Option<ChildProcess>,
+        transport: TransportKind,
+    ) -> Session {
+        let peer = service.peer().clone();
+        let server_info = peer
+            .peer_info()
+            .and_then(|info| {
+                info.server_info
+                    .as_ref()
+                    .map(|i| format!("{} {}", i.name, i.version))
+            })
+            .unwrap_or_default();
+        let cancel = std::sync::Mutex::new(Some(service.cancellation_token()));
+        let (ended_tx, ended) = watch::channel(false);
+        tokio::spawn(async move {
+            let _ = service.waiting().await;
+            let _ = ended_tx.send(true);
+        });
+        Session {
+            server: server.to_string(),
+            peer,
+            cancel,
+            ended,
+            process,
+            transport,
+            server_info,
+            ping_unsupported: AtomicBool::new(false),
+        }
+    }
+
+    pub fn transport(&self) -> TransportKind {
+        self.transport
+    }
+
+    pub fn server_info(&self) -> &str {
+        &self.server_info
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(ChildProcess::pid)
+    }
+
+    /// Whether requests can still go out: the session has not ended and its process lives.
+    pub fn is_alive(&self) -> bool {
+        !*self.ended.borrow()
+            && !self.peer.is_transport_closed()
+            && self.process.as_ref().is_none_or(ChildProcess::is_alive)
+    }
+
+    /// Resolves when the session has ended (transport closed, process gone).
+    pub async fn ended(&self) {
+        let mut ended = self.ended.clone();
+        let _ = ended.wait_for(|ended| *ended).await;
+    }
+
+    /// Resolves when the child process exits (never for HTTP sessions).
+    pub async fn process_exited(&self) -> Option<i32> {
+        match &self.process {
+            Some(process) => loop {
+                if let Some(code) = process.wait_exit(Duration::from_secs(3600)).await {
+                    return code;
+                }
+            },
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Why the session ended, as a fault.
+    pub async fn end_fault(&self) -> Fault {
+        if let Some(process) = &self.process {
+            // The pipe usually closes a moment before the process is reaped.
+            if let Some(code) = process.wait_exit(Duration::from_millis(500)).await {
+                return Fault::ProcessExited(code);
+            }
+        }
+        Fault::TransportClosed(format!(
+            "the {} session ended",
+            transport_name(self.transport)
+        ))
+    }
+
+    /// The full tool list, following pagination up to `max_pages`.
+    pub async fn list_tools(&self, timeouts: &Timeouts) -> Result<Vec<Tool>, Fault> {
+        let mut tools = Vec::new();
+        let mut cursor = None;
+        for _ in 0..timeouts.max_tool_pages.max(1) {
+            let mut params = PaginatedRequestParams::default();
+            params.cursor = cursor;
+            let request = ClientRequest::ListToolsRequest(ListToolsRequest::with_param(params));
+            let page = match self.request(request, timeouts.keepalive_deadline).await {
+                Ok(ServerResult::ListToolsResult(page)) => page,
+                Ok(_) => {
+                    return Err(Fault::HandshakeFailed(
+                        "unexpected answer to tools/list".into(),
+                    ));
+                }
+                Err(error) => return Err(self.request_fault("tools/list", error).await),
+            };
+            tools.extend(page.tools.into_iter().map(tool_from_rmcp));
+            match page.next_cursor {
+                Some(next) if !next.is_empty() => cursor = Some(next),
+                _ => return Ok(tools),
+            }
+        }
+        tracing::warn!(server = %self.server, pages = timeouts.max_tool_pages, "tools/list has more pages than the cap; using the first ones");
+        Ok(tools)
+    }
+
+    /// Proves the session: `ping`, or `tools/list` for servers that do not implement ping.
+    pub async fn keepalive(&self, timeouts: &Timeouts) -> Result<(), Fault> {
+        if !self.ping_unsupported.load(Ordering::Relaxed) {
+            let ping = ClientRequest::PingRequest(PingRequest::default());
+            match self.request(ping, timeouts.keepalive_deadline).await {
+                Ok(_) => return Ok(()),
+                Err(ServiceError::McpError(error)) if error.code == ErrorCode::METHOD_NOT_FOUND => {
+                    self.ping_unsupported.store(true, Ordering::Relaxed);
+                }
+                Err(error) => {
+                    return Err(Fault::KeepaliveFailed(describe_service_error(&error)));
+                }
+            }
+        }
+        let mut single_page = timeouts.clone();
+        single_page.max_tool_pages = 1;
+        self.list_tools(&single_page)
+            .await
+            .map(drop)
+            .map_err(|fault| Fault::KeepaliveFailed(fault.to_string()))
+    }
+
+    /// Calls a tool once; never retried here.
+    pub async fn call(
+        &self,
+        tool: &str,
+        arguments: Option<JsonObject>,
+        timeouts: &Timeouts,
+    ) -> Result<CallToolResult, CallFailure> {
+        if !self.is_alive() {
+            return Err(CallFailure::NotSent(self.end_fault().await));
+        }
+        let mut params = CallToolRequestParams::new(tool.to_string());
+        if let Some(arguments) = arguments {
+            params = params.with_arguments(arguments);
+        }
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let mut options = PeerRequestOptions::with_timeout(timeouts.call);
+        options.reset_timeout_on_progress = true;
+        options.max_total_timeout = Some(timeouts.call_max);
+        let answer = match self.peer.send_request_with_option(request, options).await {
+            Ok(handle) => handle.await_response().await,
+            Err(error) => {
+                return Err(CallFailure::NotSent(
+                    self.request_fault("tools/call", error).await,
+                ));
+            }
+        };
+        match answer {
+            Ok(ServerResult::CallToolResult(result)) => Ok(result),
+            Ok(_) => Err(CallFailure::Protocol(
+                "unexpected answer to tools/call".into(),
+            )),
+            Err(ServiceError::McpError(error)) => {
+                Err(CallFailure::Protocol(error.message.to_string()))
+            }
+            Err(ServiceError::Timeout { timeout }) => {
+                // A process that died during the call did not time out: say what happened.
+                match &self.process {
+                    Some(process) if !process.is_alive() => {
+                        Err(CallFailure::Lost(self.end_fault().await))
+                    }
+                    _ => Err(CallFailure::TimedOut(timeout)),
+                }
+            }
+            Err(error) => Err(CallFailure::Lost(
+                self.request_fault("tools/call", error).await,
+            )),
+        }
+    }
+
+    async fn request(
+        &self,
+        request: ClientRequest,
+        deadline: Duration,
+    ) -> Result<ServerResult, ServiceError> {
+        self.peer
+            .send_request_with_option(request, PeerRequestOptions::with_timeout(deadline))
+            .await?
+            .await_response()
+            .await
+    }
+
+    async fn request_fault(&self, what: &str, error: ServiceError) -> Fault {
+        match error {
+            ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
+                self.end_fault().await
+            }
+            ServiceError::Timeout { timeout } => {
+                Fault::TransportClosed(format!("{what} got no answer within {timeout:?}"))
+            }
+            other => {
+                Fault::HandshakeFailed(format!("{what} failed: {}", describe_service_error(&other)))
+            }
+        }
+    }
+
+    /// Ends the session: closes the transport (stdin for a child), then stops the process.
+    pub async fn close(&self, grace: Duration) {
+        let token = self.cancel.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(token) = token {
+            token.cancel();
+        }
+        if let Some(process) = &self.process {
+            process.terminate(grace).await;
+        }
+    }
+}
+
+fn transport_name(kind: TransportKind) -> &'static str {
+    match kind {
+        TransportKind::Stdio => "stdio",
+        TransportKind::StreamableHttp => "Streamable HTTP",
+        TransportKind::Sse => "SSE",
+    }
+}
+
+fn describe_service_error(error: &ServiceError) -> String {
+    match error {
+        ServiceError::McpError(error) => format!("error {}: {}", error.code.0, error.message),
+        other => other.to_string(),
+    }
+}
+
+fn http_options(
+    headers: &std::collections::BTreeMap<String, String>,
+    timeouts: &Timeouts,
+) -> HttpOptions {
+    HttpOptions {
+        headers: headers.clone(),
+        connect_timeout: timeouts.connect,
+        request_timeout: timeouts.keepalive_deadline,
+    }
+}
+
+/// The policy's view of an rmcp tool.
+pub fn tool_from_rmcp(tool: rmcp::model::Tool) -> Tool {
+    Tool {
+        read_only: tool
+            .annotations
+            .as_ref()
+            .and_then(|a| a.read_only_hint)
+            .unwrap_or(false),
+        name: tool.name.into_owned(),
+        description: tool.description.map(|d| d.into_owned()),
+        input_schema: serde_json::Value::Object((*tool.input_schema).clone()).to_string(),
+    }
+}
+
+/// Shared so a call can keep using a session the supervisor has since replaced.
+pub type SharedSession = Arc<Session>;

@@ -1,0 +1,155 @@
+//! The rmcp `ServerHandler`: one per session, all sharing the process-wide [`Fixture`].
+
+use std::{borrow::Cow, sync::Arc, time::Duration};
+
+use rmcp::{
+    ErrorData as McpError, RoleServer, ServerHandler,
+    model::{
+        CallToolRequestParams, CallToolResponse, Implementation, InitializeRequestParams,
+        InitializeResult, ListToolsResult, PaginatedRequestParams, PingRequestMethod,
+        ProtocolVersion, ServerCapabilities, ServerConfig,
+    },
+    service::{NotificationContext, RequestContext},
+};
+use serde_json::Value;
+
+use crate::{
+    cli::{Transport, exit_code},
+    fixture::{self, Fixture},
+    tools,
+};
+
+/// With `flap`: delay between `notifications/initialized` and the exit, so the HTTP
+/// transports can still acknowledge that notification (202) before the process dies.
+const FLAP_AFTER_INITIALIZED: Duration = Duration::from_millis(20);
+/// With `flap`: exit anyway this long after answering initialize if `initialized` never comes.
+const FLAP_FALLBACK: Duration = Duration::from_millis(500);
+
+#[derive(Clone)]
+pub struct Handler {
+    fixture: Arc<Fixture>,
+}
+
+impl Handler {
+    pub fn new(fixture: Arc<Fixture>) -> Self {
+        Self { fixture }
+    }
+}
+
+impl ServerHandler for Handler {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new(
+            "mcp-fixture",
+            env!("CARGO_PKG_VERSION"),
+        ))
+    }
+
+    // Only the revisions with an `initialize` handshake: the fixture plays a classic
+    // session-based server (and keeps `ping`, which later revisions drop).
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(
+            &ProtocolVersion::LATEST_WITH_INITIALIZE,
+        ))
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        // The HTTP transports count (and fail) initializes before rmcp sees them, to answer 500.
+        if self.fixture.transport == Transport::Stdio && !self.fixture.record_initialize() {
+            fixture::exit(exit_code::FAIL_INITIALIZE, "fail initializes");
+        }
+        if self.fixture.settings().flap {
+            tokio::spawn(async {
+                tokio::time::sleep(FLAP_FALLBACK).await;
+                fixture::exit(exit_code::FLAP, "flap (no initialized notification)");
+            });
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if self.fixture.settings().flap {
+            tokio::spawn(async {
+                tokio::time::sleep(FLAP_AFTER_INITIALIZED).await;
+                fixture::exit(exit_code::FLAP, "flap");
+            });
+        }
+        self.fixture.register_peer(context.peer);
+    }
+
+    async fn ping(&self, _context: RequestContext<RoleServer>) -> Result<(), McpError> {
+        if self.fixture.settings().ping_unsupported {
+            Err(McpError::method_not_found::<PingRequestMethod>())
+        } else {
+            Ok(())
+        }
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let tools = tools::advertised(&self.fixture.settings())
+            .into_iter()
+            .map(tools::definition)
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let fixture = &self.fixture;
+        if fixture.exit_armed() {
+            // The process is about to exit: this call must not execute.
+            std::future::pending::<()>().await;
+        }
+        let settings = fixture.settings();
+        let name = request.name.as_ref();
+        if !tools::advertised(&settings).contains(&name) {
+            return Err(McpError::invalid_params(
+                format!("unknown tool: {name}"),
+                None,
+            ));
+        }
+        let arguments = request.arguments.unwrap_or_default();
+        let call = tools::parse(name, &arguments)
+            .map_err(|message| McpError::invalid_params(message, None))?;
+
+        // Recorded before anything can go wrong, so tests can prove "executed exactly once".
+        fixture
+            .state
+            .append_call(name, &Value::Object(arguments))
+            .map_err(|error| {
+                McpError::internal_error(format!("writing calls.log: {error}"), None)
+            })?;
+        let number = fixture.next_call_number();
+        if settings.crash_after_calls.is_some_and(|n| number >= n) {
+            fixture::exit(
+                exit_code::CRASH_AFTER_CALLS,
+                "crash after calls (during the call)",
+            );
+        }
+        if settings.slow_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(settings.slow_ms)).await;
+        }
+        let result = tools::run(call, &context).await;
+        if settings.crash_after_answers.is_some_and(|n| number >= n) {
+            fixture.exit_after_answer(exit_code::CRASH_AFTER_CALLS, "crash after answers");
+        }
+        Ok(result.into())
+    }
+}

@@ -1,0 +1,210 @@
+//! What the supervision tests share: a host on a fast policy, fixture servers, condition waits.
+#![allow(dead_code)] // Each test binary uses a different part of this.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tether::config::{ServerSpec, Timeouts, TransportSpec};
+use tether::policy::{PolicyEngine, PolicyRuntime, PolicySource, RuntimeOptions};
+use tether::supervisor::Supervisor;
+
+pub const FIXTURE: &str = env!("CARGO_BIN_EXE_mcp-fixture");
+
+/// Policy settings in milliseconds so lifecycles play out in a test's time.
+pub const FAST_POLICY: &str = r#"{
+    "backoff": {"base_ms": 20, "cap_ms": 100, "jitter": "none"},
+    "park": {"probe_initial_ms": 300, "probe_max_ms": 600},
+    "breaker": {"failure_threshold": 3, "open_ms": 300, "open_max_ms": 600}
+}"#;
+
+/// How long any condition may take on a loaded 2-core machine before a test fails.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+fn engine() -> Arc<PolicyEngine> {
+    static ENGINE: OnceLock<Arc<PolicyEngine>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| PolicyEngine::new(None).expect("engine"))
+        .clone()
+}
+
+/// A supervisor on the embedded policy with `settings`, logging into a temp dir.
+pub struct Host {
+    pub supervisor: Supervisor,
+    pub dir: tempfile::TempDir,
+}
+
+impl Host {
+    pub fn start(settings: &str) -> Host {
+        // RUST_LOG=tether=debug shows the host's log in a failing test's output.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let policy = PolicyRuntime::start(RuntimeOptions {
+            engine: Some(engine()),
+            source: PolicySource::Embedded,
+            settings: settings.to_string(),
+            ..RuntimeOptions::default()
+        })
+        .expect("policy starts");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let supervisor = Supervisor::start(policy, dir.path().join("logs"));
+        Host { supervisor, dir }
+    }
+
+    pub fn fast() -> Host {
+        Host::start(FAST_POLICY)
+    }
+
+    pub fn state_dir(&self, server: &str) -> StateDir {
+        let path = self.dir.path().join("state").join(server);
+        std::fs::create_dir_all(&path).unwrap();
+        StateDir(path)
+    }
+
+    /// Visible advertised tool names of `server`.
+    pub fn tools(&self, server: &str) -> Vec<String> {
+        self.supervisor.registry().server_tools(server)
+    }
+
+    pub fn view(&self, server: &str) -> tether::supervisor::ServerView {
+        self.supervisor
+            .views()
+            .into_iter()
+            .find(|v| v.name == server)
+            .expect("server supervised")
+    }
+}
+
+/// Fast timeouts for tests.
+pub fn test_timeouts() -> Timeouts {
+    Timeouts {
+        connect: Duration::from_secs(10),
+        call: Duration::from_secs(10),
+        call_max: Duration::from_secs(30),
+        keepalive_interval: Duration::from_secs(3600),
+        keepalive_deadline: Duration::from_secs(5),
+        reconnect_wait: Duration::from_secs(10),
+        stop_grace: Duration::from_millis(500),
+        max_tool_pages: 10,
+    }
+}
+
+/// A stdio fixture server named `name` with `flags`.
+pub fn stdio_fixture(name: &str, state: &StateDir, flags: &[&str]) -> ServerSpec {
+    let mut args = vec!["--transport", "stdio", "--state-dir", state.path_str()];
+    args.extend_from_slice(flags);
+    let mut spec = ServerSpec::stdio(name, FIXTURE, &args);
+    spec.timeouts = test_timeouts();
+    spec
+}
+
+pub fn with_env(mut spec: ServerSpec, key: &str, value: &str) -> ServerSpec {
+    if let TransportSpec::Stdio { env, .. } = &mut spec.transport {
+        env.insert(key.into(), value.into());
+    }
+    spec
+}
+
+/// The fixture's state directory (persists across respawns).
+pub struct StateDir(pub PathBuf);
+
+impl StateDir {
+    pub fn path_str(&self) -> &str {
+        self.0.to_str().expect("utf-8 temp path")
+    }
+
+    fn counter(&self, file: &str) -> u64 {
+        std::fs::read_to_string(self.0.join(file))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    pub fn starts(&self) -> u64 {
+        self.counter("starts")
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.0.join("pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// Executed calls, one line each: `<tool> <arguments-json>`.
+    pub fn calls(&self) -> Vec<String> {
+        std::fs::read_to_string(self.0.join("calls.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    pub fn calls_of(&self, tool: &str) -> usize {
+        self.calls()
+            .iter()
+            .filter(|l| l.split(' ').next() == Some(tool))
+            .count()
+    }
+
+    /// Replaces control.json atomically (the fixture polls it).
+    pub fn control(&self, json: serde_json::Value) {
+        let tmp = self.0.join("control.json.tmp");
+        std::fs::write(&tmp, json.to_string()).unwrap();
+        std::fs::rename(tmp, self.0.join("control.json")).unwrap();
+    }
+}
+
+/// Waits until `condition` holds, failing the test with `what` after [`PATIENCE`].
+pub async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !condition() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+pub fn process_alive(pid: u32) -> bool {
+    // A zombie still has a /proc entry; its state letter is Z.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+pub fn process_exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+pub fn kill(pid: u32, signal: i32) {
+    let _ = std::process::Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status();
+}
+
+pub fn args(json: serde_json::Value) -> Option<serde_json::Map<String, serde_json::Value>> {
+    json.as_object().cloned()
+}
+
+/// The text of a tool result.
+pub fn text(result: &rmcp::model::CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+pub fn is_error(result: &rmcp::model::CallToolResult) -> bool {
+    result.is_error == Some(true)
+}

@@ -1,0 +1,459 @@
+//! Supervision of real stdio child processes: DESIGN.md's invariants on the fault-injecting
+//! fixture, with millisecond policy settings and condition waits.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+use tether::policy::{ReconnectSource, ServerState};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transient_first_failure_is_retried_and_then_succeeds() {
+    let host = Host::fast();
+    let state = host.state_dir("flaky");
+    host.supervisor
+        .add_server(stdio_fixture("flaky", &state, &["--fail-initializes", "1"]))
+        .unwrap();
+    wait_until("the tools are visible", || {
+        host.tools("flaky").contains(&"flaky__echo".to_string())
+    })
+    .await;
+    assert_eq!(state.starts(), 2, "one failed start, one good one");
+    let result = host
+        .supervisor
+        .call_tool("flaky__echo", args(json!({"text": "hello"})))
+        .await
+        .unwrap();
+    assert_eq!(text(&result), "hello");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permanent_spawn_failure_parks_at_once_with_a_clear_reason() {
+    let host = Host::fast();
+    let mut spec = tether::config::ServerSpec::stdio("ghost", "/nonexistent/mcp-server", &[]);
+    spec.timeouts = test_timeouts();
+    host.supervisor.add_server(spec).unwrap();
+    wait_until("the server parks", || {
+        host.view("ghost").state == ServerState::Parked
+    })
+    .await;
+    let view = host.view("ghost");
+    let fault = view.last_fault.clone().unwrap_or_default();
+    assert!(
+        fault.contains("command not found: /nonexistent/mcp-server"),
+        "{view:?}"
+    );
+    assert_eq!(
+        view.reconnects, 1,
+        "a permanent fault is not retried: {view:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhausted_budget_parks_withdraws_once_and_keeps_probing() {
+    let host = Host::fast();
+    let state = host.state_dir("dying");
+    host.supervisor
+        .add_server(stdio_fixture("dying", &state, &[]))
+        .unwrap();
+    wait_until("tools visible", || !host.tools("dying").is_empty()).await;
+    let mut changes = host.supervisor.registry().subscribe();
+
+    // From now on every start crashes; kill the running one.
+    state.control(json!({"crash_at_startup": 3}));
+    kill(state.pid().unwrap(), 9);
+    wait_until("the server parks", || {
+        host.view("dying").state == ServerState::Parked
+    })
+    .await;
+    assert!(host.tools("dying").is_empty());
+    let starts_at_park = state.starts();
+    assert!(
+        starts_at_park <= 1 + 5,
+        "parked within the budget, started {starts_at_park} times"
+    );
+
+    // Supervision goes on: the parked server's self-probe keeps trying.
+    wait_until("a self-probe starts it again", || {
+        state.starts() > starts_at_park
+    })
+    .await;
+    wait_until("the failed probe parks it again", || {
+        host.view("dying").state == ServerState::Parked
+    })
+    .await;
+    let mut withdrawals = 0;
+    while let Ok(change) = changes.try_recv() {
+        if change.server == "dying" && !change.removed.is_empty() {
+            withdrawals += 1;
+        }
+    }
+    assert_eq!(withdrawals, 1, "tools are withdrawn exactly once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_request_revives_a_parked_server_and_its_tools_return() {
+    // Self-probes far away, so only the request can revive it.
+    let host = Host::start(
+        r#"{"backoff": {"base_ms": 20, "cap_ms": 100, "jitter": "none"},
+            "park": {"probe_initial_ms": 600000, "probe_max_ms": 600000}}"#,
+    );
+    let state = host.state_dir("sleepy");
+    state.control(json!({"crash_at_startup": 3}));
+    host.supervisor
+        .add_server(stdio_fixture("sleepy", &state, &[]))
+        .unwrap();
+    wait_until("the server parks", || {
+        host.view("sleepy").state == ServerState::Parked
+    })
+    .await;
+    assert!(host.tools("sleepy").is_empty());
+
+    state.control(json!({"crash_at_startup": null}));
+    assert!(
+        host.supervisor
+            .request_reconnect("sleepy", ReconnectSource::Operator)
+    );
+    wait_until("its tools return", || {
+        host.tools("sleepy").contains(&"sleepy__echo".to_string())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_self_probe_revives_a_parked_server_without_any_signal() {
+    let host = Host::fast();
+    let state = host.state_dir("probed");
+    state.control(json!({"crash_at_startup": 3}));
+    host.supervisor
+        .add_server(stdio_fixture("probed", &state, &[]))
+        .unwrap();
+    wait_until("the server parks", || {
+        host.view("probed").state == ServerState::Parked
+    })
+    .await;
+    state.control(json!({"crash_at_startup": null}));
+    wait_until("its tools return", || !host.tools("probed").is_empty()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drops_after_proven_sessions_never_park() {
+    let host = Host::fast();
+    let state = host.state_dir("steady");
+    let mut spec = stdio_fixture("steady", &state, &[]);
+    spec.timeouts.keepalive_interval = Duration::from_millis(30);
+    host.supervisor.add_server(spec).unwrap();
+    for round in 1..=7u64 {
+        wait_until("the session is proven", || {
+            host.view("steady").state == ServerState::Healthy
+        })
+        .await;
+        let pid = state.pid().unwrap();
+        kill(pid, 9);
+        wait_until("a new process is started", || {
+            state.pid() != Some(pid) && state.starts() > round
+        })
+        .await;
+        assert_ne!(
+            host.view("steady").state,
+            ServerState::Parked,
+            "round {round}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flapping_server_parks_within_the_budget() {
+    let host = Host::fast();
+    let state = host.state_dir("flappy");
+    host.supervisor
+        .add_server(stdio_fixture("flappy", &state, &["--flap"]))
+        .unwrap();
+    wait_until("the server parks", || {
+        host.view("flappy").state == ServerState::Parked
+    })
+    .await;
+    let starts = state.starts();
+    assert!(
+        starts <= 7,
+        "no respawn storm: {starts} starts before parking"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_breaker_opens_after_three_failures_and_fails_fast_without_touching_the_server() {
+    let host = Host::fast();
+    let state = host.state_dir("slowpoke");
+    let mut spec = stdio_fixture("slowpoke", &state, &[]);
+    spec.timeouts.call = Duration::from_millis(100);
+    host.supervisor.add_server(spec).unwrap();
+    wait_until("tools visible", || !host.tools("slowpoke").is_empty()).await;
+    for _ in 0..3 {
+        let result = host
+            .supervisor
+            .call_tool("slowpoke__slow", args(json!({"ms": 400})))
+            .await
+            .unwrap();
+        assert!(
+            text(&result).contains("did not answer within"),
+            "{}",
+            text(&result)
+        );
+        assert!(!text(&result).contains("timed out"), "{}", text(&result));
+    }
+    wait_until("the three calls reached the server", || {
+        state.calls_of("slow") == 3
+    })
+    .await;
+    let refused = host
+        .supervisor
+        .call_tool("slowpoke__echo", args(json!({"text": "x"})))
+        .await
+        .unwrap();
+    assert!(is_error(&refused));
+    assert!(
+        text(&refused).contains("slowpoke") && text(&refused).contains("not sent"),
+        "{}",
+        text(&refused)
+    );
+    assert_eq!(
+        state.calls_of("echo"),
+        0,
+        "an open breaker must not touch the server"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_one_half_open_probe_reaches_the_server() {
+    let host = Host::fast();
+    let state = host.state_dir("probe");
+    let mut spec = stdio_fixture("probe", &state, &[]);
+    spec.timeouts.call = Duration::from_millis(100);
+    host.supervisor.add_server(spec).unwrap();
+    wait_until("tools visible", || !host.tools("probe").is_empty()).await;
+    for _ in 0..3 {
+        host.supervisor
+            .call_tool("probe__slow", args(json!({"ms": 400})))
+            .await
+            .unwrap();
+    }
+    // Past the cooldown, several calls at once: one probes, the rest are refused.
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(350);
+    tokio::time::sleep_until(deadline).await;
+    let calls = (0..4).map(|i| {
+        host.supervisor
+            .call_tool("probe__echo", args(json!({"text": i.to_string()})))
+    });
+    let results = futures::future::join_all(calls).await;
+    let answered = results
+        .iter()
+        .filter(|r| !is_error(r.as_ref().unwrap()))
+        .count();
+    assert_eq!(answered, 1, "{results:?}");
+    assert_eq!(state.calls_of("echo"), 1);
+    // The probe succeeded: the breaker is closed again.
+    let after = host
+        .supervisor
+        .call_tool("probe__echo", args(json!({"text": "again"})))
+        .await
+        .unwrap();
+    assert_eq!(text(&after), "again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_without_a_session_reconnects_and_the_new_session_closes_the_breaker() {
+    // Backoff much longer than the breaker cooldown: the probe comes while the server is down.
+    let host = Host::start(
+        r#"{"backoff": {"base_ms": 600000, "cap_ms": 600000, "jitter": "none"},
+            "breaker": {"failure_threshold": 3, "open_ms": 200, "open_max_ms": 400}}"#,
+    );
+    let state = host.state_dir("gone");
+    let mut spec = stdio_fixture("gone", &state, &[]);
+    spec.timeouts.call = Duration::from_millis(100);
+    host.supervisor.add_server(spec).unwrap();
+    wait_until("tools visible", || !host.tools("gone").is_empty()).await;
+    let advertised = host.tools("gone");
+    for _ in 0..3 {
+        host.supervisor
+            .call_tool("gone__slow", args(json!({"ms": 400})))
+            .await
+            .unwrap();
+    }
+    let pid = state.pid().unwrap();
+    kill(pid, 9);
+    wait_until("the server is backing off", || {
+        host.view("gone").state == ServerState::BackingOff
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(250)).await; // past the breaker cooldown
+
+    // The tools are withdrawn, but an agent holding the old list calls one: past the cooldown
+    // the half-open probe finds no session, so the call is answered "reconnecting" and the
+    // server is reconnected at once instead of after its long backoff.
+    assert!(host.tools("gone").is_empty());
+    let result = host
+        .supervisor
+        .call_tool("gone__echo", args(json!({"text": "x"})))
+        .await
+        .unwrap();
+    assert!(is_error(&result));
+    assert!(
+        text(&result).contains("gone") && text(&result).contains("not sent"),
+        "{}",
+        text(&result)
+    );
+    assert_eq!(state.calls_of("echo"), 0);
+    wait_until("the tools return", || host.tools("gone") == advertised).await;
+    let result = host
+        .supervisor
+        .call_tool("gone__echo", args(json!({"text": "back"})))
+        .await
+        .unwrap();
+    assert_eq!(text(&result), "back", "a new session closes the breaker");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_found_dead_before_dispatch_is_respawned_and_the_call_runs_once() {
+    let host = Host::fast();
+    let state = host.state_dir("fragile");
+    host.supervisor
+        .add_server(stdio_fixture("fragile", &state, &[]))
+        .unwrap();
+    wait_until("tools visible", || !host.tools("fragile").is_empty()).await;
+    let pid = state.pid().unwrap();
+    let result = host
+        .supervisor
+        .call_tool_with_hook(
+            "fragile__side_effect",
+            args(json!({"label": "once"})),
+            async {
+                kill(pid, 9);
+                wait_until("the child is gone", || !process_exists(pid)).await;
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(text(&result), "done", "{result:?}");
+    assert_eq!(state.calls_of("side_effect"), 1);
+    assert_ne!(state.pid(), Some(pid));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_dying_mid_call_fails_fast_as_uncertain_and_is_not_replayed() {
+    let host = Host::fast();
+    let state = host.state_dir("mortal");
+    host.supervisor
+        .add_server(stdio_fixture(
+            "mortal",
+            &state,
+            &["--crash-after-calls", "1"],
+        ))
+        .unwrap();
+    wait_until("tools visible", || !host.tools("mortal").is_empty()).await;
+    let started = std::time::Instant::now();
+    let result = host
+        .supervisor
+        .call_tool("mortal__side_effect", args(json!({"label": "x"})))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "fails fast, not at the call deadline"
+    );
+    let words = text(&result);
+    assert!(is_error(&result));
+    assert!(
+        words.contains("mortal") && words.contains("uncertain"),
+        "{words}"
+    );
+    assert!(words.contains("exited with code 4"), "{words}");
+    assert!(!words.contains("timed out"), "{words}");
+    wait_until("the server is back", || !host.tools("mortal").is_empty()).await;
+    assert_eq!(state.calls_of("side_effect"), 1, "never replayed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_call_lost_mid_flight_is_retried_once_on_a_fresh_session() {
+    let host = Host::fast();
+    let state = host.state_dir("reader");
+    // Each process dies during its second call: the retry is the new process's first.
+    let spec = stdio_fixture("reader", &state, &["--crash-after-calls", "2"]);
+    host.supervisor.add_server(spec).unwrap();
+    wait_until("tools visible", || !host.tools("reader").is_empty()).await;
+    let warmup = host
+        .supervisor
+        .call_tool("reader__echo", args(json!({"text": "x"})))
+        .await;
+    assert_eq!(text(&warmup.unwrap()), "x");
+    let result = host
+        .supervisor
+        .call_tool("reader__add", args(json!({"a": 2, "b": 3})))
+        .await
+        .unwrap();
+    assert_eq!(text(&result), "5", "{result:?} {:?}", state.calls());
+    assert_eq!(
+        state.calls_of("add"),
+        2,
+        "executed on the dead session and once more"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_list_changed_adds_and_removes_exactly_the_changed_tools() {
+    let host = Host::fast();
+    let state = host.state_dir("shifty");
+    state.control(json!({"tools": ["echo", "add"]}));
+    host.supervisor
+        .add_server(stdio_fixture("shifty", &state, &[]))
+        .unwrap();
+    wait_until("tools visible", || host.tools("shifty").len() == 2).await;
+    let mut changes = host.supervisor.registry().subscribe();
+    state.control(json!({"tools": ["echo", "slow"]}));
+    wait_until("the new list is visible", || {
+        host.tools("shifty") == ["shifty__echo", "shifty__slow"]
+    })
+    .await;
+    let change = changes.try_recv().expect("one change");
+    assert_eq!(change.added, ["shifty__slow"]);
+    assert_eq!(change.removed, ["shifty__add"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_child_process_is_left_after_shutdown() {
+    let host = Host::fast();
+    let mut pids = Vec::new();
+    for name in ["one", "two", "three"] {
+        let state = host.state_dir(name);
+        host.supervisor
+            .add_server(stdio_fixture(name, &state, &[]))
+            .unwrap();
+        wait_until("tools visible", || !host.tools(name).is_empty()).await;
+        pids.push(state.pid().unwrap());
+    }
+    host.supervisor.shutdown().await;
+    for pid in pids {
+        assert!(
+            !process_exists(pid),
+            "child {pid} is still there (zombie or alive)"
+        );
+    }
+    assert!(host.supervisor.registry().snapshot().1.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stderr_goes_to_a_per_server_log_with_a_start_header() {
+    let host = Host::fast();
+    let state = host.state_dir("chatty");
+    host.supervisor
+        .add_server(stdio_fixture(
+            "chatty",
+            &state,
+            &["--fail-initializes", "1"],
+        ))
+        .unwrap();
+    wait_until("tools visible", || !host.tools("chatty").is_empty()).await;
+    let log = std::fs::read_to_string(host.dir.path().join("logs/chatty.log")).unwrap();
+    assert_eq!(log.matches("tether starting chatty").count(), 2, "{log}");
+}
