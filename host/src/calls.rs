@@ -3,6 +3,7 @@
 //! the model: it names the server, says whether the call reached it, and what to do.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
@@ -34,6 +35,14 @@ impl Supervisor {
             .await
     }
 
+    /// Counts the call in flight for a graceful shutdown, or refuses it if one has begun.
+    fn enter_call(&self) -> Option<InFlight<'_>> {
+        let shared = &self.shared;
+        shared.in_flight.fetch_add(1, Ordering::SeqCst);
+        let guard = InFlight(shared);
+        (!shared.draining.load(Ordering::SeqCst)).then_some(guard)
+    }
+
     /// [`Supervisor::call_tool`] with `before_dispatch` awaited between admission and dispatch,
     /// so tests can make the world change exactly there (e.g. kill the server).
     #[doc(hidden)]
@@ -43,6 +52,11 @@ impl Supervisor {
         arguments: Option<JsonObject>,
         before_dispatch: impl std::future::Future<Output = ()>,
     ) -> Result<CallToolResult, CallError> {
+        let Some(_in_flight) = self.enter_call() else {
+            return Ok(refusal(
+                "Tether is shutting down; the call was not sent. Do not retry it here.".into(),
+            ));
+        };
         let shared = &self.shared;
         let route = shared
             .registry
@@ -184,6 +198,17 @@ impl Supervisor {
                 duration_ms: started.elapsed().as_millis() as u64,
             }))
             .await;
+    }
+}
+
+/// Marks one call in flight; the last one out wakes a draining shutdown.
+struct InFlight<'a>(&'a crate::supervisor::Shared);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
     }
 }
 

@@ -1,9 +1,11 @@
-//! The `tether` command line.
+//! The `tether` command line: `serve` runs the gateway; the other commands talk to a running
+//! gateway's admin API (see [`crate::admin::client`]); `policy check` runs the conformance suite.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 use crate::policy::{PolicySource, conformance};
 
@@ -20,6 +22,31 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Supervise the configured servers and serve their healthy tools as one MCP server.
+    Serve(ServeArgs),
+    /// Show every server's state (from a running gateway).
+    Status {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Stream lifecycle events (from a running gateway) until interrupted.
+    Events {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Reconnect a server now (revives a parked one).
+    Reconnect {
+        /// The server's name.
+        name: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Reload the gateway's config file: start added servers, stop removed ones, restart
+    /// changed ones; others keep their sessions.
+    Reload {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
     /// Work with policy components.
     Policy {
         #[command(subcommand)]
@@ -41,12 +68,76 @@ enum PolicyCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Replace the running gateway's policy with a component, keeping its state.
+    Swap {
+        file: PathBuf,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Change the running gateway's policy settings (a JSON object), keeping its state.
+    Set {
+        settings: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+/// How the admin commands find the running gateway.
+#[derive(Args, Debug, Clone)]
+pub struct AdminArgs {
+    /// The gateway's admin address (default: from the state file).
+    #[arg(long)]
+    pub admin: Option<SocketAddr>,
+    /// Bearer token (default: from the state file, for that address).
+    #[arg(long, env = "TETHER_ADMIN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// The state file `tether serve` wrote.
+    #[arg(long)]
+    pub state_file: Option<PathBuf>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `tether serve` options.
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Config file: `mcpServers` JSON, VS Code `mcp.json`, or Tether TOML.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Serve MCP over Streamable HTTP at http://ADDR/mcp instead of stdio.
+    #[arg(long)]
+    pub http: Option<SocketAddr>,
+    /// Admin API address (loopback only unless --admin-allow-remote).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub admin: SocketAddr,
+    /// Allow a non-loopback admin address.
+    #[arg(long)]
+    pub admin_allow_remote: bool,
+    /// Policy component to run instead of the embedded default.
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// Policy settings JSON (overrides the config file's [policy]).
+    #[arg(long)]
+    pub policy_settings: Option<String>,
+    /// Where to write the admin address and token (0600).
+    #[arg(long)]
+    pub state_file: Option<PathBuf>,
+    /// Where stdio servers' stderr logs go (default: beside the state file).
+    #[arg(long)]
+    pub log_dir: Option<PathBuf>,
+    /// Cache for compiled policy components (default: the user's cache directory).
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
 }
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging("warn");
     match cli.command {
+        Command::Serve(args) => {
+            init_logging("info");
+            crate::serve::main(args)
+        }
         Command::Policy {
             command:
                 PolicyCommand::Check {
@@ -54,7 +145,38 @@ pub fn main() -> ExitCode {
                     settings,
                     json,
                 },
-        } => policy_check(file, &settings, json),
+        } => {
+            init_logging("warn");
+            policy_check(file, &settings, json)
+        }
+        command => {
+            init_logging("warn");
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            runtime.block_on(admin_command(command))
+        }
+    }
+}
+
+async fn admin_command(command: Command) -> ExitCode {
+    use crate::admin::client;
+    match command {
+        Command::Status { admin } => client::status(&admin).await,
+        Command::Events { admin } => client::events(&admin).await,
+        Command::Reconnect { name, admin } => client::reconnect(&admin, &name).await,
+        Command::Reload { admin } => client::reload(&admin).await,
+        Command::Policy {
+            command: PolicyCommand::Swap { file, admin },
+        } => client::policy_swap(&admin, &file).await,
+        Command::Policy {
+            command: PolicyCommand::Set { settings, admin },
+        } => client::policy_set(&admin, &settings).await,
+        Command::Serve(_)
+        | Command::Policy {
+            command: PolicyCommand::Check { .. },
+        } => unreachable!("handled in main"),
     }
 }
 

@@ -4,11 +4,15 @@
 //! [`upstream`] is one live session, [`supervisor`] runs one task per server and feeds the
 //! policy, [`registry`] holds the tools the policy published, and [`calls`] routes tool calls.
 
+pub mod admin;
 pub mod calls;
 pub mod cli;
 pub mod config;
+pub mod gateway;
+pub mod metrics;
 pub mod policy;
 pub mod registry;
+pub mod serve;
 pub mod supervisor;
 pub mod transport;
 pub mod upstream;

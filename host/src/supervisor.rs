@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -72,6 +72,15 @@ pub struct ServerView {
     pub parks: u64,
 }
 
+/// What a reload changed, by server name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReloadReport {
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    pub restarted: Vec<String>,
+    pub unchanged: Vec<String>,
+}
+
 /// A lifecycle event for operators (admin event stream, logs).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct LifecycleEvent {
@@ -108,6 +117,11 @@ pub(crate) struct Shared {
     log_dir: PathBuf,
     lifecycle: broadcast::Sender<LifecycleEvent>,
     next_call_id: AtomicU64,
+    /// Calls between admission and answer; shutdown waits for them.
+    pub(crate) in_flight: AtomicUsize,
+    pub(crate) idle: tokio::sync::Notify,
+    /// Set once shutdown starts: new calls are refused.
+    pub(crate) draining: AtomicBool,
 }
 
 /// A server's current session (possibly dead), a receiver for its replacements, and its spec.
@@ -137,6 +151,9 @@ impl Supervisor {
             log_dir,
             lifecycle: broadcast::channel(1024).0,
             next_call_id: AtomicU64::new(1),
+            in_flight: AtomicUsize::new(0),
+            idle: tokio::sync::Notify::new(),
+            draining: AtomicBool::new(false),
         });
         tokio::spawn(drive(Arc::downgrade(&shared), events_rx));
         Self { shared }
@@ -267,6 +284,56 @@ impl Supervisor {
             },
         ));
         true
+    }
+
+    /// Makes the supervised set equal `specs`: starts added servers, stops removed ones,
+    /// restarts changed ones; servers whose spec is unchanged keep their sessions untouched.
+    pub async fn reload(&self, specs: Vec<ServerSpec>) -> ReloadReport {
+        let current: BTreeMap<String, ServerSpec> = self
+            .specs()
+            .into_iter()
+            .map(|s| (s.name.clone(), s))
+            .collect();
+        let wanted: BTreeMap<String, ServerSpec> =
+            specs.into_iter().map(|s| (s.name.clone(), s)).collect();
+        let mut report = ReloadReport::default();
+        for name in current.keys().filter(|n| !wanted.contains_key(*n)) {
+            self.remove_server(name).await;
+            report.removed.push(name.clone());
+        }
+        for (name, spec) in wanted {
+            match current.get(&name) {
+                Some(old) if *old == spec => report.unchanged.push(name),
+                Some(_) => {
+                    self.remove_server(&name).await;
+                    let _ = self.add_server(spec);
+                    report.restarted.push(name);
+                }
+                None => {
+                    let _ = self.add_server(spec);
+                    report.added.push(name);
+                }
+            }
+        }
+        tracing::info!(?report, "configuration reloaded");
+        report
+    }
+
+    /// Refuses new calls and waits up to `within` for the calls in flight to be answered.
+    pub async fn drain(&self, within: Duration) {
+        self.shared.draining.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + within;
+        loop {
+            let idle = self.shared.idle.notified();
+            let busy = self.shared.in_flight.load(Ordering::SeqCst);
+            if busy == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                tracing::warn!("{busy} calls still in flight after {within:?}; stopping anyway");
+                return;
+            }
+        }
     }
 
     /// Withdraws every tool, closes every session and reaps every child. Supervision ends.

@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::{ServerSpec, Timeouts, TransportSpec};
 use crate::policy::{Fault, Tool, TransportKind};
-use crate::transport::http::{self, HttpFlavor, HttpOptions};
+use crate::transport::http::{self, HttpFlavor, HttpOptions, SessionEnd};
 use crate::transport::stdio::{self, ChildProcess};
 
 /// Something an upstream server told us outside a request.
@@ -68,6 +68,8 @@ pub struct Session {
     transport: TransportKind,
     server_info: String,
     ping_unsupported: AtomicBool,
+    /// Why an HTTP session ended (e.g. HTTP 404: the server forgot the session).
+    http_end: Option<SessionEnd>,
 }
 
 impl Session {
@@ -81,6 +83,7 @@ impl Session {
     ) -> Result<Session, Fault> {
         let handler = UpstreamHandler { notices };
         let deadline = spec.timeouts.connect;
+        let mut http_end = None;
         let (service, process, transport) = match &spec.transport {
             TransportSpec::Stdio {
                 command,
@@ -111,35 +114,35 @@ impl Session {
                 headers,
                 sse_fallback,
             } => {
-                let options = http_options(headers, &spec.timeouts);
-                let (service, used) = match (*flavor, sse_fallback) {
-                    (Some(HttpFlavor::Sse), _) => (
-                        http::connect_sse(url, &options, handler).await?,
-                        HttpFlavor::Sse,
-                    ),
-                    (_, false) | (Some(HttpFlavor::Streamable), true) => (
-                        http::connect_streamable(url, &options, handler).await?,
-                        HttpFlavor::Streamable,
-                    ),
-                    (None, true) => http::connect_auto(url, &options, || handler.clone()).await?,
+                // Once a flavor worked it is remembered; without fallback it is always Streamable.
+                let wanted = match (*flavor, sse_fallback) {
+                    (Some(known), _) => Some(known),
+                    (None, false) => Some(HttpFlavor::Streamable),
+                    (None, true) => None,
                 };
-                *flavor = Some(used);
-                let kind = match used {
+                let options = http_options(headers, &spec.timeouts);
+                let session =
+                    http::connect_session(url, wanted, &options, || handler.clone()).await?;
+                *flavor = Some(session.flavor);
+                let kind = match session.flavor {
                     HttpFlavor::Streamable => TransportKind::StreamableHttp,
                     HttpFlavor::Sse => TransportKind::Sse,
                 };
-                (service, None, kind)
+                http_end = Some(session.end);
+                (session.service, None, kind)
             }
             TransportSpec::Sse { url, headers } => {
                 let options = http_options(headers, &spec.timeouts);
-                (
-                    http::connect_sse(url, &options, handler).await?,
-                    None,
-                    TransportKind::Sse,
-                )
+                let session =
+                    http::connect_session(url, Some(HttpFlavor::Sse), &options, || handler.clone())
+                        .await?;
+                http_end = Some(session.end);
+                (session.service, None, TransportKind::Sse)
             }
         };
-        Ok(Self::from_service(&spec.name, service, process, transport))
+        let mut session = Self::from_service(&spec.name, service, process, transport);
+        session.http_end = http_end;
+        Ok(session)
     }
 
     fn from_service(
@@ -172,6 +175,7 @@ impl Session {
             transport,
             server_info,
             ping_unsupported: AtomicBool::new(false),
+            http_end: None,
         }
     }
 
@@ -337,6 +341,11 @@ impl Session {
     }
 
     async fn request_fault(&self, what: &str, error: ServiceError) -> Fault {
+        if self.http_end.is_some()
+            && let Some(fault) = http::classify_service_error(&error)
+        {
+            return fault;
+        }
         match error {
             ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
                 self.end_fault().await

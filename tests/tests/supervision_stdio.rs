@@ -457,3 +457,76 @@ async fn stderr_goes_to_a_per_server_log_with_a_start_header() {
     let log = std::fs::read_to_string(host.dir.path().join("logs/chatty.log")).unwrap();
     assert_eq!(log.matches("tether starting chatty").count(), 2, "{log}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_extends_a_call_deadline_but_only_up_to_the_maximum() {
+    let host = Host::fast();
+    let state = host.state_dir("patient");
+    let mut spec = stdio_fixture("patient", &state, &[]);
+    // `slow` reports progress every 100 ms; without it a call would die after 300 ms.
+    spec.timeouts.call = Duration::from_millis(300);
+    spec.timeouts.call_max = Duration::from_millis(1500);
+    host.supervisor.add_server(spec).unwrap();
+    wait_until("tools visible", || !host.tools("patient").is_empty()).await;
+    let kept_alive = host
+        .supervisor
+        .call_tool("patient__slow", args(json!({"ms": 800})))
+        .await
+        .unwrap();
+    assert!(
+        !is_error(&kept_alive),
+        "progress resets the deadline: {}",
+        text(&kept_alive)
+    );
+    let too_long = host
+        .supervisor
+        .call_tool("patient__slow", args(json!({"ms": 5000})))
+        .await
+        .unwrap();
+    assert!(is_error(&too_long));
+    assert!(
+        text(&too_long).contains("did not answer within"),
+        "{}",
+        text(&too_long)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_ping_is_proven_by_a_tools_list_keepalive() {
+    let host = Host::fast();
+    let state = host.state_dir("pingless");
+    let mut spec = stdio_fixture("pingless", &state, &["--ping-unsupported"]);
+    spec.timeouts.keepalive_interval = Duration::from_millis(50);
+    host.supervisor.add_server(spec).unwrap();
+    wait_until("the session is proven", || {
+        host.view("pingless").state == ServerState::Healthy
+    })
+    .await;
+    // A failed keepalive would have closed the session: still the first process.
+    assert_eq!(state.starts(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_errors_pass_through_unchanged_and_never_open_the_breaker() {
+    let host = Host::fast();
+    let state = host.state_dir("grumpy");
+    host.supervisor
+        .add_server(stdio_fixture("grumpy", &state, &[]))
+        .unwrap();
+    wait_until("tools visible", || !host.tools("grumpy").is_empty()).await;
+    for _ in 0..5 {
+        let result = host
+            .supervisor
+            .call_tool("grumpy__fail", args(json!({})))
+            .await
+            .unwrap();
+        assert!(is_error(&result));
+        assert_eq!(text(&result), "fail tool always fails");
+    }
+    let fine = host
+        .supervisor
+        .call_tool("grumpy__echo", args(json!({"text": "still here"})))
+        .await
+        .unwrap();
+    assert_eq!(text(&fine), "still here");
+}

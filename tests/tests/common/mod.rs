@@ -208,3 +208,76 @@ pub fn text(result: &rmcp::model::CallToolResult) -> String {
 pub fn is_error(result: &rmcp::model::CallToolResult) -> bool {
     result.is_error == Some(true)
 }
+
+/// A fixture serving HTTP (`--transport http|sse`) as a separate process.
+pub struct HttpFixture {
+    pub child: tokio::process::Child,
+    pub addr: std::net::SocketAddr,
+}
+
+impl HttpFixture {
+    /// Starts the fixture on `bind` (port 0: any) and waits for its `listening on` line.
+    pub async fn start(
+        transport: &str,
+        state: &StateDir,
+        bind: &str,
+        flags: &[&str],
+    ) -> HttpFixture {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new(FIXTURE)
+            .args([
+                "--transport",
+                transport,
+                "--bind",
+                bind,
+                "--state-dir",
+                state.path_str(),
+            ])
+            .args(flags)
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("fixture starts");
+        let stdout = child.stdout.take().expect("piped");
+        let mut line = String::new();
+        tokio::time::timeout(
+            PATIENCE,
+            tokio::io::BufReader::new(stdout).read_line(&mut line),
+        )
+        .await
+        .expect("fixture announces its address")
+        .expect("reading the fixture's stdout");
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .parse()
+            .expect("an address");
+        HttpFixture { child, addr }
+    }
+
+    /// Kills the server (SIGKILL) and waits for it.
+    pub async fn kill(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// An HTTP server spec for the supervisor.
+pub fn http_spec(name: &str, url: String, transport: TransportSpec) -> ServerSpec {
+    let transport = match transport {
+        TransportSpec::Http {
+            headers,
+            sse_fallback,
+            ..
+        } => TransportSpec::Http {
+            url,
+            headers,
+            sse_fallback,
+        },
+        TransportSpec::Sse { headers, .. } => TransportSpec::Sse { url, headers },
+        stdio => stdio,
+    };
+    let mut spec = ServerSpec::new(name, transport);
+    spec.timeouts = test_timeouts();
+    spec
+}

@@ -1,6 +1,8 @@
 //! What the host knows about each upstream server: how to reach it and its limits. (Reading
 //! the operator's config files into these types is `config::file`'s job.)
 
+pub mod file;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;

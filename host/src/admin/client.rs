@@ -1,0 +1,658 @@
+//! CLI commands that talk to a running gateway's admin API.
+//!
+//! The gateway is found from `--admin ADDR` (its token from `--token`/`TETHER_ADMIN_TOKEN`, else
+//! from the state file when that names the same address) or from the state file `tether serve`
+//! wrote (`--state-file`, default [`state_file::default_path`]).
+//!
+//! Exit codes: 0 done, 1 the request failed or was refused, 2 the gateway cannot be reached.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use comfy_table::{Table, presets};
+use futures::StreamExt;
+use serde_json::Value;
+
+use super::state_file;
+use crate::cli::AdminArgs;
+
+/// How long to wait for a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a request may take (a swap compiles the component; a reload may stop servers).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Why a command did not succeed, and so its exit code.
+#[derive(Debug)]
+enum Failure {
+    /// The request failed or was refused (exit 1).
+    Failed(String),
+    /// The gateway cannot be reached or found (exit 2).
+    Unreachable(String),
+}
+
+impl Failure {
+    fn report(self) -> ExitCode {
+        match self {
+            Failure::Failed(message) => {
+                eprintln!("error: {message}");
+                ExitCode::from(1)
+            }
+            Failure::Unreachable(message) => {
+                eprintln!("error: {message}");
+                ExitCode::from(2)
+            }
+        }
+    }
+}
+
+fn finish(result: Result<(), Failure>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => failure.report(),
+    }
+}
+
+/// A gateway's admin API and the token for it.
+struct Gateway {
+    addr: SocketAddr,
+    token: String,
+    http: reqwest::Client,
+}
+
+fn state_path(admin: &AdminArgs) -> PathBuf {
+    admin
+        .state_file
+        .clone()
+        .unwrap_or_else(state_file::default_path)
+}
+
+fn locate(admin: &AdminArgs) -> Result<Gateway, Failure> {
+    let path = state_path(admin);
+    let token_given = admin.token.clone().filter(|t| !t.is_empty());
+    let (addr, token) = match admin.admin {
+        Some(addr) => {
+            let token = match token_given {
+                Some(token) => token,
+                None => match state_file::read(&path) {
+                    Ok(state) if state.addr == addr => state.token,
+                    _ => {
+                        return Err(Failure::Unreachable(format!(
+                            "no admin token for {addr}: pass --token or set TETHER_ADMIN_TOKEN (the state file {} does not name {addr})",
+                            path.display()
+                        )));
+                    }
+                },
+            };
+            (addr, token)
+        }
+        None => {
+            let state = match state_file::read(&path) {
+                Ok(state) => state,
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(Failure::Unreachable(format!(
+                        "no running gateway found (looked in {}); start `tether serve` or pass --admin",
+                        path.display()
+                    )));
+                }
+                Err(error) => {
+                    return Err(Failure::Unreachable(format!(
+                        "cannot read the state file {}: {error}",
+                        path.display()
+                    )));
+                }
+            };
+            if !process_exists(state.pid) {
+                return Err(Failure::Unreachable(format!(
+                    "no running gateway found: {} was written by process {}, which is no longer running; start `tether serve` or pass --admin",
+                    path.display(),
+                    state.pid
+                )));
+            }
+            (state.addr, token_given.unwrap_or(state.token))
+        }
+    };
+    let http = reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .no_proxy()
+        .build()
+        .map_err(|e| Failure::Failed(format!("cannot set up an HTTP client: {e}")))?;
+    Ok(Gateway { addr, token, http })
+}
+
+fn process_exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists and may be signalled.
+    let result = unsafe { libc::kill(pid, 0) };
+    result == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+impl Gateway {
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, self.url(path))
+            .bearer_auth(&self.token)
+    }
+
+    fn transport_failure(&self, error: reqwest::Error) -> Failure {
+        if error.is_connect() {
+            Failure::Unreachable(format!(
+                "cannot reach the gateway at {}: {}; is `tether serve` running?",
+                self.addr,
+                root_cause(&error)
+            ))
+        } else if error.is_timeout() {
+            Failure::Unreachable(format!(
+                "the gateway at {} did not answer in time",
+                self.addr
+            ))
+        } else {
+            Failure::Unreachable(format!(
+                "lost the connection to the gateway at {}: {}",
+                self.addr,
+                root_cause(&error)
+            ))
+        }
+    }
+
+    /// Sends a request; answers its JSON body on success.
+    async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value, Failure> {
+        let response = request
+            .timeout(REQUEST_TIMEOUT)
+            .send()
+            .await
+            .map_err(|e| self.transport_failure(e))?;
+        let status = response.status();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| self.transport_failure(e))?;
+        check_status(status, &body)?;
+        serde_json::from_slice(&body).map_err(|e| {
+            Failure::Failed(format!(
+                "the gateway at {} answered something that is not JSON: {e}",
+                self.addr
+            ))
+        })
+    }
+}
+
+/// The innermost error's text (reqwest's own is only "error sending request").
+fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = error;
+    while let Some(source) = cause.source() {
+        cause = source;
+    }
+    cause.to_string()
+}
+
+fn check_status(status: reqwest::StatusCode, body: &[u8]) -> Result<(), Failure> {
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(refusal(status, body))
+    }
+}
+
+/// What an unsuccessful answer means.
+fn refusal(status: reqwest::StatusCode, body: &[u8]) -> Failure {
+    if status == reqwest::StatusCode::UNAUTHORIZED {
+        return Failure::Failed(
+            "the admin token was refused (check --token, TETHER_ADMIN_TOKEN or --state-file)"
+                .into(),
+        );
+    }
+    let message = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_string());
+    Failure::Failed(if message.is_empty() {
+        format!("the gateway answered {status}")
+    } else {
+        message
+    })
+}
+
+fn print_json(value: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("JSON values serialize")
+    );
+}
+
+fn text(value: &Value, key: &str) -> String {
+    match value.get(key) {
+        None | Some(Value::Null) => "-".to_string(),
+        Some(Value::String(s)) if s.is_empty() => "-".to_string(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// "3m 12s ago" for an RFC 3339 time.
+fn age(since: &str) -> String {
+    match humantime::parse_rfc3339_weak(since) {
+        Ok(then) => {
+            let elapsed = SystemTime::now()
+                .duration_since(then)
+                .unwrap_or_default()
+                .as_secs();
+            format!(
+                "{} ago",
+                humantime::format_duration(Duration::from_secs(elapsed))
+            )
+        }
+        Err(_) => since.to_string(),
+    }
+}
+
+/// The status as a table (one row per server) below a line naming the policy.
+fn status_text(status: &Value) -> String {
+    let mut out = String::new();
+    if let Some(policy) = status.get("policy") {
+        let name = text(policy, "name");
+        let version = text(policy, "version");
+        out.push_str(&format!(
+            "policy: {name} {version} ({}), contract {}\n",
+            text(policy, "label"),
+            text(policy, "contract")
+        ));
+    }
+    let servers = status
+        .get("servers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if servers.is_empty() {
+        out.push_str("no servers configured\n");
+        return out;
+    }
+    let mut table = Table::new();
+    table.load_style(presets::NOTHING);
+    table.set_header([
+        "NAME",
+        "STATE",
+        "TRANSPORT",
+        "PID",
+        "TOOLS",
+        "BREAKER",
+        "RETRIES",
+        "LAST FAULT",
+        "SINCE",
+    ]);
+    for server in &servers {
+        table.add_row([
+            text(server, "name"),
+            text(server, "state"),
+            text(server, "transport"),
+            text(server, "pid"),
+            text(server, "tools"),
+            text(server, "breaker"),
+            text(server, "failures"),
+            text(server, "last_fault"),
+            server
+                .get("since")
+                .and_then(Value::as_str)
+                .map_or_else(|| "-".to_string(), age),
+        ]);
+    }
+    // Flush left, two spaces between columns.
+    for column in table.column_iter_mut() {
+        column.set_padding((0, 2));
+    }
+    for line in table.lines() {
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+pub async fn status(admin: &AdminArgs) -> ExitCode {
+    finish(
+        async {
+            let gateway = locate(admin)?;
+            let status = gateway
+                .send(gateway.request(reqwest::Method::GET, "/status"))
+                .await?;
+            if admin.json {
+                print_json(&status);
+            } else {
+                print!("{}", status_text(&status));
+            }
+            Ok(())
+        }
+        .await,
+    )
+}
+
+/// One event as a readable line.
+fn event_line(event: &Value) -> String {
+    let time = event
+        .get("time")
+        .and_then(Value::as_str)
+        .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
+        .map(|t| humantime::format_rfc3339_seconds(t).to_string())
+        .unwrap_or_default();
+    let kind = event.get("kind").and_then(Value::as_str).unwrap_or("");
+    let what = match kind {
+        "lifecycle" => format!(
+            "{}: {} - {}",
+            text(event, "server"),
+            text(event, "state"),
+            text(event, "detail")
+        ),
+        "tools" => {
+            let names = |key: &str| -> Vec<String> {
+                event
+                    .get(key)
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_string)
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            let mut parts = Vec::new();
+            let added = names("added");
+            let removed = names("removed");
+            if !added.is_empty() {
+                parts.push(format!("+{}", added.join(" +")));
+            }
+            if !removed.is_empty() {
+                parts.push(format!("-{}", removed.join(" -")));
+            }
+            format!(
+                "{}: tools {} (generation {})",
+                text(event, "server"),
+                parts.join(" "),
+                text(event, "generation")
+            )
+        }
+        "policy-fault" => format!("policy fault: {}", text(event, "error")),
+        "policy-recovered" => format!("policy {} recovered", text(event, "policy")),
+        "policy-fell-back" => format!(
+            "policy {} replaced by the embedded default: {}",
+            text(event, "from"),
+            text(event, "reason")
+        ),
+        "policy-swapped" => format!(
+            "policy swapped: {} -> {}",
+            text(event, "from"),
+            text(event, "to")
+        ),
+        "policy-settings-changed" => {
+            format!("policy settings changed: {}", text(event, "settings"))
+        }
+        "lagged" => format!(
+            "(missed {} events: this client read too slowly)",
+            text(event, "missed")
+        ),
+        _ => event.to_string(),
+    };
+    if time.is_empty() {
+        what
+    } else {
+        format!("{time}  {what}")
+    }
+}
+
+pub async fn events(admin: &AdminArgs) -> ExitCode {
+    finish(
+        async {
+            let gateway = locate(admin)?;
+            let response = gateway
+                .request(reqwest::Method::GET, "/events")
+                .header(reqwest::header::ACCEPT, "text/event-stream")
+                .send()
+                .await
+                .map_err(|e| gateway.transport_failure(e))?;
+            let status = response.status();
+            if !status.is_success() {
+                let body = response.bytes().await.unwrap_or_default();
+                return Err(refusal(status, &body));
+            }
+            eprintln!(
+                "watching events from the gateway at {} (Ctrl-C to stop)",
+                gateway.addr
+            );
+            let mut stream = sse_stream::SseStream::from_bytes_stream(response.bytes_stream());
+            let interrupted = tokio::signal::ctrl_c();
+            tokio::pin!(interrupted);
+            loop {
+                let next = tokio::select! {
+                    _ = &mut interrupted => return Ok(()),
+                    next = stream.next() => next,
+                };
+                match next {
+                    None => {
+                        eprintln!("the gateway closed the event stream");
+                        return Ok(());
+                    }
+                    Some(Err(error)) => {
+                        return Err(Failure::Unreachable(format!(
+                            "lost the event stream from the gateway at {}: {}",
+                            gateway.addr,
+                            root_cause(&error)
+                        )));
+                    }
+                    Some(Ok(sse)) => {
+                        let Some(data) = sse.data else { continue };
+                        if admin.json {
+                            println!("{data}");
+                        } else {
+                            match serde_json::from_str::<Value>(&data) {
+                                Ok(event) => println!("{}", event_line(&event)),
+                                Err(_) => println!("{data}"),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        .await,
+    )
+}
+
+pub async fn reconnect(admin: &AdminArgs, name: &str) -> ExitCode {
+    finish(
+        async {
+            let gateway = locate(admin)?;
+            let path = format!("/reconnect/{}", percent_encode(name));
+            let answer = gateway
+                .send(gateway.request(reqwest::Method::POST, &path))
+                .await?;
+            if admin.json {
+                print_json(&answer);
+            } else {
+                println!("reconnecting {name}");
+            }
+            Ok(())
+        }
+        .await,
+    )
+}
+
+/// Percent-encodes text for a URL path segment or query value.
+fn percent_encode(name: &str) -> String {
+    let mut out = String::new();
+    for byte in name.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+pub async fn reload(admin: &AdminArgs) -> ExitCode {
+    finish(
+        async {
+            let gateway = locate(admin)?;
+            let report = gateway
+                .send(gateway.request(reqwest::Method::POST, "/reload"))
+                .await?;
+            if admin.json {
+                print_json(&report);
+            } else {
+                println!("configuration reloaded");
+                for key in ["added", "removed", "restarted", "unchanged"] {
+                    let names: Vec<&str> = report
+                        .get(key)
+                        .and_then(Value::as_array)
+                        .map(|a| a.iter().filter_map(Value::as_str).collect())
+                        .unwrap_or_default();
+                    let list = if names.is_empty() {
+                        "-".to_string()
+                    } else {
+                        names.join(", ")
+                    };
+                    println!("  {key:<10} {list}");
+                }
+            }
+            Ok(())
+        }
+        .await,
+    )
+}
+
+fn policy_line(policy: &Value) -> String {
+    format!(
+        "{} {} ({}, digest {})",
+        text(policy, "name"),
+        text(policy, "version"),
+        text(policy, "label"),
+        text(policy, "digest")
+    )
+}
+
+pub async fn policy_swap(admin: &AdminArgs, file: &Path) -> ExitCode {
+    finish(
+        async {
+            let bytes = std::fs::read(file)
+                .map_err(|e| Failure::Failed(format!("cannot read {}: {e}", file.display())))?;
+            let gateway = locate(admin)?;
+            let label = file
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| file.display().to_string());
+            let answer = gateway
+                .send(
+                    gateway
+                        .request(
+                            reqwest::Method::PUT,
+                            &format!("/policy?label={}", percent_encode(&label)),
+                        )
+                        .header(reqwest::header::CONTENT_TYPE, "application/wasm")
+                        .body(bytes),
+                )
+                .await?;
+            if admin.json {
+                print_json(&answer);
+            } else {
+                let policy = answer.get("policy").cloned().unwrap_or_default();
+                println!("policy swapped: now running {}", policy_line(&policy));
+            }
+            Ok(())
+        }
+        .await,
+    )
+}
+
+pub async fn policy_set(admin: &AdminArgs, settings: &str) -> ExitCode {
+    finish(
+        async {
+            let parsed: Value = serde_json::from_str(settings)
+                .map_err(|e| Failure::Failed(format!("the settings are not valid JSON: {e}")))?;
+            if !parsed.is_object() {
+                return Err(Failure::Failed(
+                    "the settings must be a JSON object, e.g. '{\"breaker\": {\"open_ms\": 30000}}'"
+                        .into(),
+                ));
+            }
+            let gateway = locate(admin)?;
+            let answer = gateway
+                .send(
+                    gateway
+                        .request(reqwest::Method::PATCH, "/policy/settings")
+                        .json(&parsed),
+                )
+                .await?;
+            if admin.json {
+                print_json(&answer);
+            } else {
+                let settings = answer.get("settings").cloned().unwrap_or_default();
+                println!("policy settings are now {settings}");
+            }
+            Ok(())
+        }
+        .await,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_status_table_has_the_columns_and_one_row_per_server() {
+        let status = json!({
+            "policy": {"label": "embedded default policy", "name": "tether-default", "version": "0.1.0", "contract": "0.1.0"},
+            "servers": [
+                {"name": "files", "state": "healthy", "transport": "stdio", "pid": 42, "tools": 3,
+                 "breaker": "closed", "failures": 0, "last_fault": null, "since": "2020-01-01T00:00:00Z"},
+                {"name": "web", "state": "parked", "transport": "streamable-http", "pid": null, "tools": 0,
+                 "breaker": "open", "failures": 5, "last_fault": "MCP handshake timed out", "since": "2020-01-01T00:00:00Z"}
+            ]
+        });
+        let out = status_text(&status);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(
+            lines[0].starts_with("policy: tether-default 0.1.0"),
+            "{out}"
+        );
+        assert!(lines[1].starts_with("NAME"), "{out}");
+        for column in [
+            "STATE",
+            "TRANSPORT",
+            "PID",
+            "TOOLS",
+            "BREAKER",
+            "RETRIES",
+            "LAST FAULT",
+            "SINCE",
+        ] {
+            assert!(lines[1].contains(column), "{out}");
+        }
+        assert!(lines[2].starts_with("files"), "{out}");
+        assert!(lines[3].contains("MCP handshake timed out"), "{out}");
+        assert!(lines[3].contains(" ago"), "{out}");
+    }
+
+    #[test]
+    fn events_read_as_lines() {
+        let line = event_line(
+            &json!({"kind": "lifecycle", "server": "a", "state": "parked", "detail": "gave up", "time": "2020-01-01T00:00:00.123Z"}),
+        );
+        assert_eq!(line, "2020-01-01T00:00:00Z  a: parked - gave up");
+        let line = event_line(
+            &json!({"kind": "tools", "server": "a", "generation": 3, "added": ["a__x"], "removed": ["a__y"]}),
+        );
+        assert_eq!(line, "a: tools +a__x -a__y (generation 3)");
+    }
+
+    #[test]
+    fn server_names_are_escaped_in_paths() {
+        assert_eq!(percent_encode("my server/1"), "my%20server%2F1");
+    }
+}

@@ -1,0 +1,559 @@
+//! The admin API: a small HTTP server over the supervisor, loopback-only unless allowed
+//! otherwise, every request authorized by a bearer token.
+//!
+//! | request | answer |
+//! |---|---|
+//! | `GET /status` | `{"policy": {...}, "servers": [{name, state, transport, pid, tools, breaker, ...}]}` |
+//! | `GET /events` | `text/event-stream` of JSON events, each with a `kind` |
+//! | `GET /metrics` | Prometheus text |
+//! | `POST /reconnect/{server}` | `{"reconnecting": name}`, 404 for an unknown server |
+//! | `PUT /policy[?label=NAME]` | the component's bytes; the new policy, or 422 with the reason |
+//! | `PATCH /policy/settings` | a JSON object merged (RFC 7396) over the running settings |
+//! | `POST /reload` | the reload report, or 422 with the config error |
+//!
+//! Every error is `{"error": "..."}`.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, patch, post, put};
+use futures::Stream;
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tokio::sync::{Mutex, broadcast, watch};
+use tokio::task::JoinHandle;
+
+use crate::metrics::{Metrics, breaker_name, state_name, transport_name};
+use crate::policy::{PolicyError, PolicySource, ReconnectSource, ServerStatus};
+use crate::supervisor::{ReloadReport, ServerView, Supervisor};
+
+/// The largest policy component `PUT /policy` accepts.
+pub const MAX_COMPONENT_BYTES: usize = 64 << 20;
+/// The largest settings document `PATCH /policy/settings` accepts.
+const MAX_SETTINGS_BYTES: usize = 1 << 20;
+/// How often an idle event stream gets a keep-alive comment.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// How long [`AdminServer::shutdown`] waits for requests in flight.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Re-reads the config file and applies it; `Err(message)` for a bad file (nothing changes then).
+pub type ReloadFn = Arc<dyn Fn() -> BoxFuture<'static, Result<ReloadReport, String>> + Send + Sync>;
+
+/// What the admin API works on.
+#[derive(Clone)]
+pub struct AdminContext {
+    pub supervisor: Supervisor,
+    /// Re-reads the config file and applies it (serve.rs provides it); Err(message) on a bad
+    /// file (nothing changes then).
+    pub reload: ReloadFn,
+    pub metrics: Arc<Metrics>,
+}
+
+/// Why the admin API could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error(
+        "refusing to serve the admin API on {0}: it is not a loopback address, and anyone who can reach it with the token controls the gateway; pass --admin-allow-remote to allow it"
+    )]
+    NotLoopback(SocketAddr),
+    #[error("the admin token must be non-empty printable ASCII without spaces")]
+    BadToken,
+    #[error("cannot generate an admin token: {0}")]
+    Token(String),
+    #[error("cannot listen for the admin API on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A running admin API. Dropping it stops the server too (without waiting).
+pub struct AdminServer {
+    /// The address it listens on (the real port when bound to port 0).
+    pub addr: SocketAddr,
+    /// The bearer token every request must carry.
+    pub token: String,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for AdminServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminServer")
+            .field("addr", &self.addr)
+            .field("token", &"<redacted>")
+            .finish_non_exhaustive()
+    }
+}
+
+impl AdminServer {
+    /// Stops accepting requests, ends event streams and waits (briefly) for requests in flight.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let mut task = self.task;
+        if tokio::time::timeout(SHUTDOWN_GRACE, &mut task)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "admin API requests still running after {SHUTDOWN_GRACE:?}; dropping them"
+            );
+            task.abort();
+        }
+    }
+}
+
+/// Starts the admin API on `bind`. A non-loopback address is refused unless `allow_remote`.
+/// Without a `token` one is generated (256 random bits, hex).
+pub async fn start(
+    bind: SocketAddr,
+    allow_remote: bool,
+    token: Option<String>,
+    ctx: AdminContext,
+) -> Result<AdminServer, AdminError> {
+    if !bind.ip().to_canonical().is_loopback() {
+        if !allow_remote {
+            return Err(AdminError::NotLoopback(bind));
+        }
+        tracing::warn!(%bind, "the admin API listens on a non-loopback address");
+    }
+    let token = match token {
+        Some(token) if valid_token(&token) => token,
+        Some(_) => return Err(AdminError::BadToken),
+        None => generate_token()?,
+    };
+    let listener = tokio::net::TcpListener::bind(bind)
+        .await
+        .map_err(|source| AdminError::Bind { addr: bind, source })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| AdminError::Bind { addr: bind, source })?;
+    let (shutdown, stopping) = watch::channel(false);
+    let app = App {
+        ctx: Arc::new(ctx),
+        token_digest: Sha256::digest(token.as_bytes()).into(),
+        stopping: stopping.clone(),
+        operations: Arc::new(Mutex::new(())),
+    };
+    let router = router(app);
+    let task = tokio::spawn(async move {
+        let mut stopping = stopping;
+        let served = axum::serve(listener, router).with_graceful_shutdown(async move {
+            // Also ends when the AdminServer is dropped (the sender closes).
+            let _ = stopping.wait_for(|stop| *stop).await;
+        });
+        if let Err(error) = served.await {
+            tracing::error!("the admin API stopped: {error}");
+        }
+    });
+    tracing::info!(%addr, "admin API listening");
+    Ok(AdminServer {
+        addr,
+        token,
+        shutdown,
+        task,
+    })
+}
+
+fn valid_token(token: &str) -> bool {
+    !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic())
+}
+
+fn generate_token() -> Result<String, AdminError> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| AdminError::Token(e.to_string()))?;
+    Ok(hex::encode(bytes))
+}
+
+#[derive(Clone)]
+struct App {
+    ctx: Arc<AdminContext>,
+    /// SHA-256 of the token: compared in constant time, whatever the length of the guess.
+    token_digest: [u8; 32],
+    stopping: watch::Receiver<bool>,
+    /// Serializes operations that change things (reload, swap, settings).
+    operations: Arc<Mutex<()>>,
+}
+
+impl App {
+    fn authorized(&self, token: &str) -> bool {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        digest.ct_eq(&self.token_digest).into()
+    }
+}
+
+fn router(app: App) -> Router {
+    Router::new()
+        .route("/status", get(status))
+        .route("/events", get(events))
+        .route("/metrics", get(metrics))
+        .route("/reconnect/{server}", post(reconnect))
+        .route(
+            "/policy",
+            put(swap_policy).layer(DefaultBodyLimit::max(MAX_COMPONENT_BYTES)),
+        )
+        .route(
+            "/policy/settings",
+            patch(set_settings).layer(DefaultBodyLimit::max(MAX_SETTINGS_BYTES)),
+        )
+        .route("/reload", post(reload))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(app.clone(), authorize))
+        .with_state(app)
+}
+
+/// An error answer: `{"error": message}` with a status.
+#[derive(Debug)]
+struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, axum::Json(json!({ "error": self.1 }))).into_response()
+    }
+}
+
+impl From<BytesRejection> for ApiError {
+    fn from(rejection: BytesRejection) -> Self {
+        ApiError(rejection.status(), rejection.body_text())
+    }
+}
+
+async fn authorize(State(app): State<App>, request: Request, next: Next) -> Response {
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
+    let refusal = match given {
+        Some(token) if app.authorized(token) => return next.run(request).await,
+        Some(_) => "the admin token is wrong",
+        None => "this request needs the admin token: send `Authorization: Bearer <token>`",
+    };
+    let mut response = ApiError(StatusCode::UNAUTHORIZED, refusal.into()).into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"tether admin\""),
+    );
+    response
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError(
+        StatusCode::NOT_FOUND,
+        format!("no such endpoint: {method} {}", uri.path()),
+    )
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{} does not accept {method}", uri.path()),
+    )
+}
+
+fn rfc3339(time: SystemTime) -> String {
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
+/// Settings text as JSON: the object itself when it parses, else the text.
+fn settings_json(settings: &str) -> Value {
+    match serde_json::from_str::<Value>(settings) {
+        Ok(value) => value,
+        Err(_) if settings.trim().is_empty() => json!({}),
+        Err(_) => Value::String(settings.to_string()),
+    }
+}
+
+fn running_policy(supervisor: &Supervisor) -> Value {
+    let running = supervisor.policy().running();
+    json!({
+        "label": running.label,
+        "name": running.name,
+        "version": running.version,
+        "contract": running.contract,
+        "digest": running.digest,
+        "settings": settings_json(&running.settings),
+    })
+}
+
+/// One server's row: the host's view merged with the policy's status.
+fn server_json(supervisor: &Supervisor, view: &ServerView, status: Option<&ServerStatus>) -> Value {
+    json!({
+        "name": view.name,
+        "state": state_name(view.state),
+        "transport": transport_name(view.transport),
+        "pid": view.pid,
+        "tools": supervisor.registry().server_tools(&view.name).len(),
+        "breaker": status.map(|s| breaker_name(s.breaker)),
+        "failures": status.map(|s| s.failures),
+        "breaker_failures": status.map(|s| s.breaker_failures),
+        "tool_errors": status.map(|s| s.tool_errors),
+        // The policy's account when it knows the server (it clears it once healthy).
+        "last_fault": match status {
+            Some(status) => status.last_fault.clone(),
+            None => view.last_fault.clone(),
+        },
+        "since": rfc3339(view.since),
+        "detail": view.detail,
+        "reconnects": view.reconnects,
+        "parks": view.parks,
+    })
+}
+
+async fn status(State(app): State<App>) -> axum::Json<Value> {
+    let supervisor = &app.ctx.supervisor;
+    let views = supervisor.views();
+    let statuses = supervisor.policy_status().await;
+    let servers: Vec<Value> = views
+        .iter()
+        .map(|view| {
+            let status = statuses.iter().find(|s| s.server == view.name);
+            server_json(supervisor, view, status)
+        })
+        .collect();
+    axum::Json(json!({
+        "policy": running_policy(supervisor),
+        "servers": servers,
+    }))
+}
+
+async fn metrics(State(app): State<App>) -> Response {
+    let text = app.ctx.metrics.render(&app.ctx.supervisor).await;
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+        )],
+        text,
+    )
+        .into_response()
+}
+
+async fn reconnect(State(app): State<App>, Path(server): Path<String>) -> Response {
+    if app
+        .ctx
+        .supervisor
+        .request_reconnect(&server, ReconnectSource::Operator)
+    {
+        tracing::info!(server = %server, "reconnect requested by an operator");
+        axum::Json(json!({ "reconnecting": server })).into_response()
+    } else {
+        ApiError(
+            StatusCode::NOT_FOUND,
+            format!("no server named {server:?} is supervised"),
+        )
+        .into_response()
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct SwapQuery {
+    /// A name for the component in status and logs (e.g. its file name).
+    label: Option<String>,
+}
+
+fn policy_error(error: PolicyError) -> ApiError {
+    let status = match error {
+        PolicyError::Stopped => StatusCode::SERVICE_UNAVAILABLE,
+        PolicyError::Engine(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => StatusCode::UNPROCESSABLE_ENTITY,
+    };
+    ApiError(status, error.to_string())
+}
+
+async fn swap_policy(
+    State(app): State<App>,
+    Query(query): Query<SwapQuery>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let body = body?;
+    if body.is_empty() {
+        return Err(ApiError(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "the request has no body: send the policy component's bytes".into(),
+        ));
+    }
+    let label = query
+        .label
+        .filter(|l| !l.trim().is_empty())
+        .unwrap_or_else(|| "uploaded policy".to_string());
+    let _operation = app.operations.lock().await;
+    let supervisor = &app.ctx.supervisor;
+    let info = supervisor
+        .policy()
+        .swap(PolicySource::Bytes {
+            label,
+            bytes: body.to_vec(),
+        })
+        .await
+        .map_err(policy_error)?;
+    tracing::info!(name = %info.name, version = %info.version, "policy swapped through the admin API");
+    Ok(axum::Json(json!({ "policy": running_policy(supervisor) })))
+}
+
+/// RFC 7396 JSON merge patch: objects merge recursively, `null` removes a key.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let target = target.as_object_mut().expect("made an object above");
+    for (key, value) in patch {
+        if value.is_null() {
+            target.remove(key);
+        } else {
+            merge_patch(target.entry(key.clone()).or_insert(Value::Null), value);
+        }
+    }
+}
+
+async fn set_settings(
+    State(app): State<App>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let body = body?;
+    let unprocessable = |message: String| ApiError(StatusCode::UNPROCESSABLE_ENTITY, message);
+    let patch: Value = serde_json::from_slice(&body)
+        .map_err(|e| unprocessable(format!("the settings are not valid JSON: {e}")))?;
+    if !patch.is_object() {
+        return Err(unprocessable("the settings must be a JSON object".into()));
+    }
+    let _operation = app.operations.lock().await;
+    let policy = app.ctx.supervisor.policy();
+    let mut settings = match settings_json(&policy.running().settings) {
+        object @ Value::Object(_) => object,
+        _ => json!({}),
+    };
+    merge_patch(&mut settings, &patch);
+    policy
+        .set_settings(settings.to_string())
+        .await
+        .map_err(policy_error)?;
+    tracing::info!(%settings, "policy settings changed through the admin API");
+    Ok(axum::Json(json!({ "settings": settings })))
+}
+
+async fn reload(State(app): State<App>) -> Result<axum::Json<ReloadReport>, ApiError> {
+    let _operation = app.operations.lock().await;
+    match (app.ctx.reload)().await {
+        Ok(report) => Ok(axum::Json(report)),
+        Err(message) => Err(ApiError(StatusCode::UNPROCESSABLE_ENTITY, message)),
+    }
+}
+
+/// The receivers an event stream reads from.
+struct Feeds {
+    lifecycle: broadcast::Receiver<crate::supervisor::LifecycleEvent>,
+    tools: broadcast::Receiver<crate::registry::RegistryChange>,
+    notices: broadcast::Receiver<crate::policy::PolicyNotice>,
+    stopping: watch::Receiver<bool>,
+}
+
+/// The next event as JSON; `None` when the stream should end (shutdown, supervisor gone).
+async fn next_event(feeds: &mut Feeds) -> Option<Value> {
+    use broadcast::error::RecvError;
+    fn lagged(missed: u64) -> Value {
+        json!({ "kind": "lagged", "missed": missed })
+    }
+    let mut event = tokio::select! {
+        _ = feeds.stopping.wait_for(|stop| *stop) => return None,
+        received = feeds.lifecycle.recv() => match received {
+            Ok(e) => json!({
+                "kind": "lifecycle",
+                "server": e.server,
+                "state": state_name(e.state),
+                "detail": e.detail,
+            }),
+            Err(RecvError::Lagged(missed)) => lagged(missed),
+            Err(RecvError::Closed) => return None,
+        },
+        received = feeds.tools.recv() => match received {
+            Ok(change) => json!({
+                "kind": "tools",
+                "server": change.server,
+                "generation": change.generation,
+                "added": change.added,
+                "removed": change.removed,
+            }),
+            Err(RecvError::Lagged(missed)) => lagged(missed),
+            Err(RecvError::Closed) => return None,
+        },
+        received = feeds.notices.recv() => match received {
+            Ok(notice) => {
+                let mut value = serde_json::to_value(&notice).unwrap_or_else(|_| json!({}));
+                let kind = value.get("kind").and_then(Value::as_str).unwrap_or("notice").to_string();
+                value["kind"] = Value::String(format!("policy-{kind}"));
+                value
+            }
+            Err(RecvError::Lagged(missed)) => lagged(missed),
+            Err(RecvError::Closed) => return None,
+        },
+    };
+    event["time"] = Value::String(rfc3339(SystemTime::now()));
+    Some(event)
+}
+
+async fn events(State(app): State<App>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    // Subscribed before the response goes out: whatever happens after the client sees the
+    // headers is delivered.
+    let supervisor = &app.ctx.supervisor;
+    let feeds = Feeds {
+        lifecycle: supervisor.lifecycle(),
+        tools: supervisor.registry().subscribe(),
+        notices: supervisor.policy().notices(),
+        stopping: app.stopping.clone(),
+    };
+    let stream = futures::stream::unfold(feeds, |mut feeds| async move {
+        let event = next_event(&mut feeds).await?;
+        Some((Ok(Event::default().data(event.to_string())), feeds))
+    });
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_patch_follows_rfc_7396() {
+        let mut target = json!({"a": 1, "b": {"c": 2, "d": 3}});
+        merge_patch(&mut target, &json!({"b": {"c": null, "e": 4}, "f": 5}));
+        assert_eq!(target, json!({"a": 1, "b": {"d": 3, "e": 4}, "f": 5}));
+    }
+
+    #[test]
+    fn generated_tokens_are_256_bit_hex_and_differ() {
+        let a = generate_token().unwrap();
+        let b = generate_token().unwrap();
+        assert_eq!(a.len(), 64);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn tokens_must_be_sendable_in_a_header() {
+        assert!(valid_token("abc-123_XYZ"));
+        assert!(!valid_token(""));
+        assert!(!valid_token("with space"));
+        assert!(!valid_token("tab\there"));
+    }
+}

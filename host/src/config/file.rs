@@ -1,0 +1,999 @@
+//! Reading the operator's config file into [`ServerSpec`]s.
+//!
+//! Three formats are read (see [`Format`]): the `mcpServers` JSON of Claude Desktop, Cursor
+//! and Claude Code; VS Code's `.vscode/mcp.json` (`servers`); and Tether's own TOML. JSON files
+//! may carry `//` and `/* */` comments and trailing commas (VS Code's JSONC).
+//!
+//! Per server, the keys of each format:
+//!
+//! | key | mcpServers JSON | VS Code JSON | TOML | meaning |
+//! |---|---|---|---|---|
+//! | `command`, `args`, `env`, `cwd` | yes | yes | yes | a stdio server |
+//! | `envFile` | — | yes | — | a dotenv file merged under `env` |
+//! | `url`, `headers` | yes | yes | yes | an HTTP server |
+//! | `type` | optional | required | optional | transport, see below |
+//! | `timeout` | yes | — | — | tool call deadline in milliseconds (`timeouts.call`) |
+//! | `disabled` | yes | yes | yes | `true` leaves the server out |
+//! | `include`, `exclude` | yes | yes | yes | tool name globs |
+//! | `timeouts` | yes | yes | yes | table of durations, see below |
+//! | `policy` | yes | yes | yes | per-server policy settings (an object, passed through) |
+//!
+//! A server has exactly one of `command` (stdio) and `url` (HTTP). `type`: `"stdio"`; `"sse"`
+//! (legacy HTTP+SSE); `"http"` is Streamable HTTP — without SSE fallback in the mcpServers and
+//! TOML formats, with it in VS Code files (as VS Code does); `"streamable-http"`,
+//! `"streamableHttp"` and `"streamable_http"` (not in VS Code files) are Streamable HTTP without
+//! fallback; a `url` without `type` is Streamable HTTP with SSE fallback.
+//!
+//! `timeouts` keys: `connect`, `call`, `call_max`, `keepalive`, `keepalive_deadline`,
+//! `reconnect_wait`, `stop_grace` (a duration: a string such as `"30s"`, `"500ms"`, `"5m"`,
+//! `"1h 30m"`, or integer milliseconds; greater than zero, at most 365 days) and
+//! `max_tool_pages` (a positive integer). A keepalive below [`Timeouts::KEEPALIVE_FLOOR`] is
+//! raised to it with a warning. A `call` longer than the default `call_max` raises `call_max`
+//! unless `call_max` is given (then `call` must not exceed it).
+//!
+//! Top-level keys: `mcpServers` (mcpServers JSON), `servers` (VS Code JSON and TOML; may be
+//! absent in TOML), `inputs` (VS Code JSON; ignored, with a warning when non-empty) and
+//! `policy` (all formats: the global policy settings object). Unknown keys anywhere are
+//! warnings, not errors; JSON `null` counts as an absent key.
+//!
+//! Strings in `command`, `args`, `env` values, `envFile`, `cwd`, `url` and `headers` values are
+//! expanded as described in [`expand`](self::expand) (`${VAR}`, `${VAR:-default}`,
+//! `${env:VAR}`). `cwd` and `envFile` may start with `~` (the home directory); when relative
+//! they are resolved against the directory of the config file. Nothing in `include`,
+//! `exclude`, `timeouts` or `policy` is expanded.
+//!
+//! A disabled server is skipped before anything else about it is checked (its variables need
+//! not be set). Every error and warning names the file, and the server and key when there is
+//! one; none quotes a variable's value or a string from the file that might hold a secret.
+
+mod expand;
+mod raw;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use self::expand::{ExpandError, Vars};
+use self::raw::{Raw, SyntaxError, table_get};
+use super::{ServerSpec, Timeouts, TransportSpec};
+
+/// The servers and settings read from one config file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadedConfig {
+    /// In file order; disabled servers are left out.
+    pub servers: Vec<ServerSpec>,
+    /// The global policy settings object (top-level `policy`), if the file has one.
+    pub policy_settings: Option<serde_json::Value>,
+    /// Unknown keys, ignored keys, clamped values; each names the file, server and key.
+    pub warnings: Vec<String>,
+}
+
+/// A config file layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `{"mcpServers": {...}}`: Claude Desktop, Cursor, Claude Code.
+    McpServersJson,
+    /// `{"servers": {...}, "inputs": [...]}`: VS Code's `.vscode/mcp.json`.
+    VsCodeJson,
+    /// Tether's own TOML.
+    Toml,
+}
+
+impl Format {
+    fn language(self) -> &'static str {
+        match self {
+            Format::Toml => "TOML",
+            Format::McpServersJson | Format::VsCodeJson => "JSON",
+        }
+    }
+}
+
+/// Which server and key an error or warning is about.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Place {
+    pub server: Option<String>,
+    /// A dotted path inside the server (or at top level): `env.TOKEN`, `args[2]`,
+    /// `timeouts.call`.
+    pub key: Option<String>,
+}
+
+impl Place {
+    fn top(key: impl Into<String>) -> Self {
+        Place {
+            server: None,
+            key: Some(key.into()),
+        }
+    }
+    fn server(server: &str) -> Self {
+        Place {
+            server: Some(server.to_string()),
+            key: None,
+        }
+    }
+    fn key(server: &str, key: impl Into<String>) -> Self {
+        Place {
+            server: Some(server.to_string()),
+            key: Some(key.into()),
+        }
+    }
+}
+
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match (&self.server, &self.key) {
+            (Some(s), Some(k)) => write!(f, "server `{s}`, key `{k}`"),
+            (Some(s), None) => write!(f, "server `{s}`"),
+            (None, Some(k)) => write!(f, "key `{k}`"),
+            (None, None) => f.write_str("top level"),
+        }
+    }
+}
+
+/// Why a config file could not be loaded. Every message starts with the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}: cannot read the config file: {source}")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file}: unknown config file type: expected a `.json` or `.toml` file")]
+    UnknownExtension { file: String },
+    #[error("{file}:{line}:{column}: invalid {language}: {message}")]
+    Syntax {
+        file: String,
+        language: &'static str,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error(
+        "{file}: not an MCP server config: expected a top-level `mcpServers` object (Claude \
+         Desktop, Cursor, Claude Code) or `servers` object (VS Code)"
+    )]
+    UnknownLayout { file: String },
+    #[error("{file}: {place}: expected {expected}, found {found}")]
+    WrongType {
+        file: String,
+        place: Place,
+        expected: &'static str,
+        found: &'static str,
+    },
+    #[error("{file}: {place}: required key is missing ({expected})")]
+    Missing {
+        file: String,
+        place: Place,
+        expected: &'static str,
+    },
+    #[error(
+        "{file}: server {server:?}: invalid server name: use only letters, digits, `_` and `-` \
+         (tools are advertised as `<server>__<tool>` and the name names the server's log file)"
+    )]
+    InvalidName { file: String, server: String },
+    #[error("{file}: server `{server}`: {message}")]
+    Transport {
+        file: String,
+        server: String,
+        message: String,
+    },
+    #[error("{file}: {place}: environment variable `{var}` is not set")]
+    UnsetVariable {
+        file: String,
+        place: Place,
+        var: String,
+    },
+    #[error("{file}: {place}: {message}")]
+    BadReference {
+        file: String,
+        place: Place,
+        message: String,
+    },
+    #[error("{file}: {place}: {message}")]
+    InvalidValue {
+        file: String,
+        place: Place,
+        message: String,
+    },
+}
+
+impl ConfigError {
+    /// The config file (as given to [`load`] or as `origin` to [`parse`]).
+    pub fn file(&self) -> &str {
+        match self {
+            ConfigError::Read { file, .. }
+            | ConfigError::UnknownExtension { file }
+            | ConfigError::Syntax { file, .. }
+            | ConfigError::UnknownLayout { file }
+            | ConfigError::WrongType { file, .. }
+            | ConfigError::Missing { file, .. }
+            | ConfigError::InvalidName { file, .. }
+            | ConfigError::Transport { file, .. }
+            | ConfigError::UnsetVariable { file, .. }
+            | ConfigError::BadReference { file, .. }
+            | ConfigError::InvalidValue { file, .. } => file,
+        }
+    }
+
+    fn place(&self) -> Option<&Place> {
+        match self {
+            ConfigError::WrongType { place, .. }
+            | ConfigError::Missing { place, .. }
+            | ConfigError::UnsetVariable { place, .. }
+            | ConfigError::BadReference { place, .. }
+            | ConfigError::InvalidValue { place, .. } => Some(place),
+            _ => None,
+        }
+    }
+
+    /// The server the error is about, if any.
+    pub fn server(&self) -> Option<&str> {
+        match self {
+            ConfigError::InvalidName { server, .. } | ConfigError::Transport { server, .. } => {
+                Some(server)
+            }
+            _ => self.place().and_then(|p| p.server.as_deref()),
+        }
+    }
+
+    /// The key the error is about, if any.
+    pub fn key(&self) -> Option<&str> {
+        self.place().and_then(|p| p.key.as_deref())
+    }
+}
+
+/// Reads and parses a config file; variables come from the process environment.
+///
+/// `.toml` files are [`Format::Toml`]; `.json` files are [`Format::McpServersJson`] when they
+/// have a top-level `mcpServers`, else [`Format::VsCodeJson`] when they have `servers`, else
+/// an error. Relative `cwd`/`envFile` paths resolve against the file's directory.
+pub fn load(path: &Path) -> Result<LoadedConfig, ConfigError> {
+    let file = path.display().to_string();
+    let extension = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let is_toml = match extension.as_deref() {
+        Some("toml") => true,
+        Some("json") => false,
+        _ => return Err(ConfigError::UnknownExtension { file }),
+    };
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        file: file.clone(),
+        source,
+    })?;
+    let base_dir = std::path::absolute(path)
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_default();
+    let env = |name: &str| std::env::var(name).ok();
+    let (format, root) = if is_toml {
+        (Format::Toml, parse_text(&text, Format::Toml, &file)?)
+    } else {
+        let root = parse_text(&text, Format::McpServersJson, &file)?;
+        let format = if root.get("mcpServers").is_some() {
+            Format::McpServersJson
+        } else if root.get("servers").is_some() {
+            Format::VsCodeJson
+        } else {
+            return Err(ConfigError::UnknownLayout { file });
+        };
+        (format, root)
+    };
+    Loader::new(&file, format, base_dir, &env).build(&root)
+}
+
+/// Parses config text in a known format. `origin` names the text in messages and is taken
+/// as its path: relative `cwd`/`envFile` paths resolve against `origin`'s parent directory
+/// (against the process's working directory when `origin` has none, e.g. `"demo.json"`).
+pub fn parse(
+    text: &str,
+    format: Format,
+    origin: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<LoadedConfig, ConfigError> {
+    let root = parse_text(text, format, origin)?;
+    let base_dir = Path::new(origin)
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    Loader::new(origin, format, base_dir, env).build(&root)
+}
+
+fn parse_text(text: &str, format: Format, file: &str) -> Result<Raw, ConfigError> {
+    let parsed = match format {
+        Format::Toml => raw::parse_toml(text),
+        Format::McpServersJson | Format::VsCodeJson => raw::parse_json(text),
+    };
+    parsed.map_err(
+        |SyntaxError {
+             line,
+             column,
+             message,
+         }| ConfigError::Syntax {
+            file: file.to_string(),
+            language: format.language(),
+            line,
+            column,
+            message,
+        },
+    )
+}
+
+/// Keys every format accepts on a server.
+const SERVER_KEYS: &[&str] = &[
+    "command", "args", "env", "cwd", "url", "headers", "type", "disabled", "include", "exclude",
+    "timeouts", "policy",
+];
+const STDIO_ONLY_KEYS: &[&str] = &["args", "env", "envFile", "cwd"];
+const HTTP_ONLY_KEYS: &[&str] = &["headers"];
+/// Durations are capped so that deadline arithmetic on `Instant` cannot overflow.
+const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Stdio,
+    Http { sse_fallback: bool },
+    Sse,
+}
+
+struct Loader<'a> {
+    file: &'a str,
+    format: Format,
+    base_dir: PathBuf,
+    env: &'a dyn Fn(&str) -> Option<String>,
+    predefined: Vec<(&'static str, String)>,
+    warnings: Vec<String>,
+}
+
+type Table = [(String, Raw)];
+
+impl<'a> Loader<'a> {
+    fn new(
+        file: &'a str,
+        format: Format,
+        base_dir: PathBuf,
+        env: &'a dyn Fn(&str) -> Option<String>,
+    ) -> Self {
+        let mut predefined = Vec::new();
+        if format == Format::VsCodeJson {
+            // `.vscode/mcp.json` lives in the workspace folder's `.vscode`.
+            let workspace = if base_dir.file_name().is_some_and(|n| n == ".vscode") {
+                base_dir.parent().map(Path::to_path_buf).unwrap_or_default()
+            } else {
+                base_dir.clone()
+            };
+            predefined.push(("workspaceFolder", workspace.display().to_string()));
+            if let Some(home) = dirs::home_dir() {
+                predefined.push(("userHome", home.display().to_string()));
+            }
+        }
+        Loader {
+            file,
+            format,
+            base_dir,
+            env,
+            predefined,
+            warnings: Vec::new(),
+        }
+    }
+
+    fn build(mut self, root: &Raw) -> Result<LoadedConfig, ConfigError> {
+        let Raw::Table(root) = root else {
+            return Err(ConfigError::UnknownLayout {
+                file: self.file.to_string(),
+            });
+        };
+        let (servers_key, top_keys): (&str, &[&str]) = match self.format {
+            Format::McpServersJson => ("mcpServers", &["mcpServers", "policy"]),
+            Format::VsCodeJson => ("servers", &["servers", "inputs", "policy"]),
+            Format::Toml => ("servers", &["servers", "policy"]),
+        };
+        for (key, _) in root {
+            if !top_keys.contains(&key.as_str()) {
+                self.warn(format!("unknown top-level key `{key}` (ignored)"));
+            }
+        }
+        let policy_settings = match table_get(root, "policy") {
+            Some(v) => Some(self.json_object(v, Place::top("policy"))?),
+            None => None,
+        };
+        if self.format == Format::VsCodeJson
+            && let Some(inputs) = table_get(root, "inputs")
+        {
+            match inputs {
+                Raw::Array(items) if items.is_empty() => {}
+                Raw::Array(items) => self.warn(format!(
+                    "key `inputs`: {} input(s) ignored: Tether never prompts; a server that \
+                     references `${{input:...}}` fails to load, so set environment variables \
+                     and use `${{env:NAME}}`",
+                    items.len()
+                )),
+                other => return Err(self.wrong(Place::top("inputs"), "an array", other)),
+            }
+        }
+        let servers: &Table = match table_get(root, servers_key) {
+            Some(Raw::Table(t)) => t,
+            Some(other) => {
+                let expected = self.object_word();
+                return Err(self.wrong(Place::top(servers_key), expected, other));
+            }
+            None if self.format == Format::Toml => &[],
+            None => {
+                return Err(ConfigError::Missing {
+                    file: self.file.to_string(),
+                    place: Place::top(servers_key),
+                    expected: "an object mapping server names to servers",
+                });
+            }
+        };
+        let mut specs = Vec::new();
+        for (name, value) in servers {
+            let table = match value {
+                Raw::Table(t) => t,
+                other => {
+                    let expected = self.object_word();
+                    return Err(self.wrong(Place::server(name), expected, other));
+                }
+            };
+            match table_get(table, "disabled") {
+                None | Some(Raw::Bool(false)) => {}
+                Some(Raw::Bool(true)) => continue,
+                Some(other) => {
+                    return Err(self.wrong(Place::key(name, "disabled"), "a boolean", other));
+                }
+            }
+            if !valid_server_name(name) {
+                return Err(ConfigError::InvalidName {
+                    file: self.file.to_string(),
+                    server: name.clone(),
+                });
+            }
+            specs.push(self.server(name, table)?);
+        }
+        Ok(LoadedConfig {
+            servers: specs,
+            policy_settings,
+            warnings: self.warnings,
+        })
+    }
+
+    fn server(&mut self, name: &str, t: &Table) -> Result<ServerSpec, ConfigError> {
+        let extra: &[&str] = match self.format {
+            Format::McpServersJson => &["timeout"],
+            Format::VsCodeJson => &["envFile"],
+            Format::Toml => &[],
+        };
+        for (key, _) in t {
+            if !SERVER_KEYS.contains(&key.as_str()) && !extra.contains(&key.as_str()) {
+                self.warn_at(&Place::key(name, key), "unknown key (ignored)");
+            }
+        }
+        let kind = self.kind(name, t)?;
+        let ignored: &[&str] = if kind == Kind::Stdio {
+            HTTP_ONLY_KEYS
+        } else {
+            STDIO_ONLY_KEYS
+        };
+        for key in ignored {
+            if table_get(t, key).is_some() && (*key != "envFile" || extra.contains(key)) {
+                let applies = if kind == Kind::Stdio {
+                    "applies only to HTTP servers (`url`)"
+                } else {
+                    "applies only to stdio servers (`command`)"
+                };
+                self.warn_at(&Place::key(name, *key), &format!("{applies}; ignored"));
+            }
+        }
+        let transport = match kind {
+            Kind::Stdio => self.stdio(name, t)?,
+            Kind::Http { sse_fallback } => {
+                let (url, headers) = self.http(name, t)?;
+                TransportSpec::Http {
+                    url,
+                    headers,
+                    sse_fallback,
+                }
+            }
+            Kind::Sse => {
+                let (url, headers) = self.http(name, t)?;
+                TransportSpec::Sse { url, headers }
+            }
+        };
+        let mut spec = ServerSpec::new(name, transport);
+        spec.include = self.string_list(name, t, "include")?;
+        spec.exclude = self.string_list(name, t, "exclude")?;
+        spec.policy_settings = match table_get(t, "policy") {
+            Some(v) => Some(self.json_object(v, Place::key(name, "policy"))?),
+            None => None,
+        };
+        spec.timeouts = self.timeouts(name, t)?;
+        Ok(spec)
+    }
+
+    /// The transport, from `type`, `command` and `url`.
+    fn kind(&self, name: &str, t: &Table) -> Result<Kind, ConfigError> {
+        let vscode = self.format == Format::VsCodeJson;
+        let ty = match table_get(t, "type") {
+            None => None,
+            Some(Raw::Str(s)) => Some(s.as_str()),
+            Some(other) => return Err(self.wrong(Place::key(name, "type"), "a string", other)),
+        };
+        let expected_types = if vscode {
+            "\"stdio\", \"http\" or \"sse\""
+        } else {
+            "\"stdio\", \"http\", \"streamable-http\", \"streamableHttp\", \"streamable_http\" \
+             or \"sse\""
+        };
+        let declared = match ty {
+            None if vscode => {
+                return Err(ConfigError::Missing {
+                    file: self.file.to_string(),
+                    place: Place::key(name, "type"),
+                    expected: "one of \"stdio\", \"http\" or \"sse\"",
+                });
+            }
+            None => None,
+            Some("stdio") => Some(Kind::Stdio),
+            // VS Code's "http" tries Streamable HTTP and falls back to legacy SSE.
+            Some("http") => Some(Kind::Http {
+                sse_fallback: vscode,
+            }),
+            Some("streamable-http" | "streamableHttp" | "streamable_http") if !vscode => {
+                Some(Kind::Http {
+                    sse_fallback: false,
+                })
+            }
+            Some("sse") => Some(Kind::Sse),
+            Some(other) => {
+                return Err(ConfigError::InvalidValue {
+                    file: self.file.to_string(),
+                    place: Place::key(name, "type"),
+                    message: format!(
+                        "unknown transport type {other:?}; expected one of {expected_types}"
+                    ),
+                });
+            }
+        };
+        let has_command = table_get(t, "command").is_some();
+        let has_url = table_get(t, "url").is_some();
+        let transport_error = |message: String| ConfigError::Transport {
+            file: self.file.to_string(),
+            server: name.to_string(),
+            message,
+        };
+        match (has_command, has_url, declared) {
+            (true, true, _) => Err(transport_error(
+                "has both `command` and `url`: a server is either a stdio child process \
+                 (`command`) or an HTTP endpoint (`url`)"
+                    .into(),
+            )),
+            (false, false, _) => Err(transport_error(
+                "has neither `command` (a stdio server) nor `url` (an HTTP server)".into(),
+            )),
+            (true, false, None | Some(Kind::Stdio)) => Ok(Kind::Stdio),
+            (true, false, Some(_)) => Err(transport_error(format!(
+                "`type` is {:?}, which needs `url`, but the server has `command`",
+                ty.unwrap_or_default()
+            ))),
+            (false, true, Some(Kind::Stdio)) => Err(transport_error(
+                "`type` is \"stdio\", which needs `command`, but the server has `url`".into(),
+            )),
+            (false, true, None) => Ok(Kind::Http { sse_fallback: true }),
+            (false, true, Some(kind)) => Ok(kind),
+        }
+    }
+
+    fn stdio(&mut self, name: &str, t: &Table) -> Result<TransportSpec, ConfigError> {
+        let command = self.expanded(name, t, "command")?.unwrap_or_default();
+        if command.trim().is_empty() {
+            return Err(self.invalid(Place::key(name, "command"), "must not be empty"));
+        }
+        let args = match table_get(t, "args") {
+            None => Vec::new(),
+            Some(Raw::Array(items)) => {
+                let mut args = Vec::with_capacity(items.len());
+                for (i, item) in items.iter().enumerate() {
+                    let place = Place::key(name, format!("args[{i}]"));
+                    args.push(self.expand_value(item, place)?);
+                }
+                args
+            }
+            Some(other) => {
+                return Err(self.wrong(Place::key(name, "args"), "an array of strings", other));
+            }
+        };
+        let mut env = BTreeMap::new();
+        if let Some(value) = table_get(t, "env") {
+            let entries = self.table(value, Place::key(name, "env"))?;
+            for (key, value) in entries {
+                let place = Place::key(name, format!("env.{key}"));
+                if !valid_env_key(key) {
+                    return Err(self.invalid(
+                        place,
+                        "invalid environment variable name (empty, or contains `=` or NUL)",
+                    ));
+                }
+                let value = self.expand_value(value, place.clone())?;
+                if value.contains('\0') {
+                    return Err(self.invalid(place, "the value contains a NUL character"));
+                }
+                env.insert(key.clone(), value);
+            }
+        }
+        if self.format == Format::VsCodeJson
+            && let Some(path) = self.path(name, t, "envFile")?
+        {
+            for (key, value) in self.read_env_file(name, &path)? {
+                env.entry(key).or_insert(value);
+            }
+        }
+        let cwd = self.path(name, t, "cwd")?;
+        Ok(TransportSpec::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        })
+    }
+
+    fn http(
+        &mut self,
+        name: &str,
+        t: &Table,
+    ) -> Result<(String, BTreeMap<String, String>), ConfigError> {
+        let url = self.expanded(name, t, "url")?.unwrap_or_default();
+        let place = Place::key(name, "url");
+        // The URL may hold an expanded secret: describe what is wrong, never quote it.
+        match url::Url::parse(&url) {
+            Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => {}
+            Ok(_) => {
+                return Err(
+                    self.invalid(place, "not an HTTP URL: the scheme must be http or https")
+                );
+            }
+            Err(e) => return Err(self.invalid(place, &format!("not a valid URL: {e}"))),
+        }
+        let mut headers = BTreeMap::new();
+        if let Some(value) = table_get(t, "headers") {
+            let entries = self.table(value, Place::key(name, "headers"))?;
+            for (key, value) in entries {
+                let place = Place::key(name, format!("headers.{key}"));
+                if http::HeaderName::from_bytes(key.as_bytes()).is_err() {
+                    return Err(self.invalid(place, "not a valid HTTP header name"));
+                }
+                let value = self.expand_value(value, place.clone())?;
+                if http::HeaderValue::from_str(&value).is_err() {
+                    return Err(self.invalid(
+                        place,
+                        "not a valid HTTP header value (after expansion it contains a newline \
+                         or another control character)",
+                    ));
+                }
+                headers.insert(key.clone(), value);
+            }
+        }
+        Ok((url, headers))
+    }
+
+    fn timeouts(&mut self, name: &str, t: &Table) -> Result<Timeouts, ConfigError> {
+        let mut out = Timeouts::default();
+        let (mut call_set, mut call_max_set) = (false, false);
+        if let Some(value) = table_get(t, "timeouts") {
+            let entries = self.table(value, Place::key(name, "timeouts"))?;
+            for (key, value) in entries {
+                if matches!(value, Raw::Null) {
+                    continue;
+                }
+                let place = Place::key(name, format!("timeouts.{key}"));
+                let slot = match key.as_str() {
+                    "connect" => &mut out.connect,
+                    "call" => {
+                        call_set = true;
+                        &mut out.call
+                    }
+                    "call_max" => {
+                        call_max_set = true;
+                        &mut out.call_max
+                    }
+                    "keepalive" => &mut out.keepalive_interval,
+                    "keepalive_deadline" => &mut out.keepalive_deadline,
+                    "reconnect_wait" => &mut out.reconnect_wait,
+                    "stop_grace" => &mut out.stop_grace,
+                    "max_tool_pages" => {
+                        out.max_tool_pages = match value {
+                            Raw::Int(n) if *n > 0 => usize::try_from(*n).unwrap_or(usize::MAX),
+                            Raw::Int(_) => {
+                                return Err(self.invalid(place, "must be greater than zero"));
+                            }
+                            other => return Err(self.wrong(place, "a positive integer", other)),
+                        };
+                        continue;
+                    }
+                    _ => {
+                        self.warn_at(&place, "unknown key (ignored)");
+                        continue;
+                    }
+                };
+                *slot = self.duration(value, place)?;
+            }
+        }
+        if self.format == Format::McpServersJson
+            && let Some(value) = table_get(t, "timeout")
+        {
+            let place = Place::key(name, "timeout");
+            if call_set {
+                return Err(self.invalid(
+                    place,
+                    "conflicts with `timeouts.call`; give the call deadline once",
+                ));
+            }
+            out.call = self.duration(value, place.clone())?;
+            call_set = true;
+            if let Raw::Int(ms) = value
+                && *ms < 1000
+            {
+                self.warn_at(
+                    &place,
+                    &format!(
+                        "{ms} is read as milliseconds, a very short call deadline; \
+                         for {ms} seconds write {}",
+                        ms * 1000
+                    ),
+                );
+            }
+        }
+        if out.call > out.call_max {
+            if call_max_set {
+                return Err(self.invalid(
+                    Place::key(name, "timeouts.call_max"),
+                    &format!(
+                        "{} is shorter than the call deadline {}",
+                        humantime::format_duration(out.call_max),
+                        humantime::format_duration(out.call)
+                    ),
+                ));
+            }
+            if call_set {
+                out.call_max = out.call;
+            }
+        }
+        if out.keepalive_interval < Timeouts::KEEPALIVE_FLOOR {
+            self.warn_at(
+                &Place::key(name, "timeouts.keepalive"),
+                &format!(
+                    "{} is below the {} floor; using {}",
+                    humantime::format_duration(out.keepalive_interval),
+                    humantime::format_duration(Timeouts::KEEPALIVE_FLOOR),
+                    humantime::format_duration(Timeouts::KEEPALIVE_FLOOR),
+                ),
+            );
+            out.keepalive_interval = Timeouts::KEEPALIVE_FLOOR;
+        }
+        Ok(out)
+    }
+
+    fn duration(&self, value: &Raw, place: Place) -> Result<Duration, ConfigError> {
+        let duration = match value {
+            Raw::Int(ms) if *ms <= 0 => {
+                return Err(self.invalid(place, "must be greater than zero"));
+            }
+            Raw::Int(ms) => u64::try_from(*ms)
+                .map(Duration::from_millis)
+                .unwrap_or(Duration::MAX),
+            Raw::Str(text) => humantime::parse_duration(text.trim()).map_err(|e| {
+                self.invalid(
+                    place.clone(),
+                    &format!(
+                        "invalid duration {text:?} ({e}); write e.g. \"30s\", \"500ms\", \"5m\" \
+                         or integer milliseconds"
+                    ),
+                )
+            })?,
+            other => {
+                return Err(self.wrong(
+                    place,
+                    "a duration (a string such as \"30s\", or integer milliseconds)",
+                    other,
+                ));
+            }
+        };
+        if duration.is_zero() {
+            return Err(self.invalid(place, "must be greater than zero"));
+        }
+        if duration > MAX_DURATION {
+            return Err(self.invalid(place, "is too long (at most 365 days)"));
+        }
+        Ok(duration)
+    }
+
+    /// `include`/`exclude`: an array of strings, not expanded.
+    fn string_list(&self, name: &str, t: &Table, key: &str) -> Result<Vec<String>, ConfigError> {
+        let place = Place::key(name, key);
+        match table_get(t, key) {
+            None => Ok(Vec::new()),
+            Some(Raw::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| match item {
+                    Raw::Str(s) => Ok(s.clone()),
+                    other => Err(self.wrong(
+                        Place::key(name, format!("{key}[{i}]")),
+                        "a string (a glob pattern)",
+                        other,
+                    )),
+                })
+                .collect(),
+            Some(other) => Err(self.wrong(place, "an array of glob patterns", other)),
+        }
+    }
+
+    /// An expanded path: `~` is the home directory; relative paths resolve against the
+    /// config file's directory.
+    fn path(&self, name: &str, t: &Table, key: &str) -> Result<Option<PathBuf>, ConfigError> {
+        let Some(text) = self.expanded(name, t, key)? else {
+            return Ok(None);
+        };
+        if text.is_empty() {
+            return Err(self.invalid(Place::key(name, key), "must not be empty"));
+        }
+        let path = if text == "~" || text.starts_with("~/") {
+            let Some(home) = dirs::home_dir() else {
+                return Err(self.invalid(
+                    Place::key(name, key),
+                    "starts with `~` but the home directory is unknown",
+                ));
+            };
+            home.join(text.trim_start_matches('~').trim_start_matches('/'))
+        } else {
+            PathBuf::from(text)
+        };
+        Ok(Some(if path.is_relative() {
+            self.base_dir.join(path)
+        } else {
+            path
+        }))
+    }
+
+    /// A dotenv file: `KEY=VALUE` lines, `#` comments, optional `export ` and quotes.
+    fn read_env_file(&self, name: &str, path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
+        let place = Place::key(name, "envFile");
+        // The path may be built from variables: report the I/O error, not the path.
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| self.invalid(place.clone(), &format!("cannot read the env file: {e}")))?;
+        let mut out = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let line = line.strip_prefix("export ").unwrap_or(line);
+            let Some((key, value)) = line.split_once('=') else {
+                return Err(self.invalid(
+                    place,
+                    &format!("env file line {}: expected KEY=VALUE", i + 1),
+                ));
+            };
+            let key = key.trim();
+            if !valid_env_key(key) {
+                return Err(self.invalid(
+                    place,
+                    &format!("env file line {}: invalid variable name", i + 1),
+                ));
+            }
+            let value = value.trim();
+            let value = ['"', '\'']
+                .iter()
+                .find_map(|q| value.strip_prefix(*q).and_then(|v| v.strip_suffix(*q)))
+                .unwrap_or(value);
+            out.push((key.to_string(), value.to_string()));
+        }
+        Ok(out)
+    }
+
+    /// The expanded string under `key`, if present.
+    fn expanded(&self, name: &str, t: &Table, key: &str) -> Result<Option<String>, ConfigError> {
+        table_get(t, key)
+            .map(|v| self.expand_value(v, Place::key(name, key)))
+            .transpose()
+    }
+
+    fn expand_value(&self, value: &Raw, place: Place) -> Result<String, ConfigError> {
+        let Raw::Str(text) = value else {
+            return Err(self.wrong(place, "a string", value));
+        };
+        let vars = Vars {
+            env: self.env,
+            predefined: &self.predefined,
+        };
+        expand::expand(text, &vars).map_err(|e| match e {
+            ExpandError::Unset { var } => ConfigError::UnsetVariable {
+                file: self.file.to_string(),
+                place,
+                var,
+            },
+            ExpandError::Invalid(message) => ConfigError::BadReference {
+                file: self.file.to_string(),
+                place,
+                message,
+            },
+        })
+    }
+
+    fn table<'v>(&self, value: &'v Raw, place: Place) -> Result<&'v Table, ConfigError> {
+        match value {
+            Raw::Table(t) => Ok(t),
+            other => {
+                let expected = if self.format == Format::Toml {
+                    "a table of strings"
+                } else {
+                    "an object of strings"
+                };
+                Err(self.wrong(place, expected, other))
+            }
+        }
+    }
+
+    fn json_object(&self, value: &Raw, place: Place) -> Result<serde_json::Value, ConfigError> {
+        if !matches!(value, Raw::Table(_)) {
+            let expected = self.object_word();
+            return Err(self.wrong(place, expected, value));
+        }
+        value.to_json().map_err(|what| {
+            self.invalid(
+                place,
+                &format!("contains {what}, which cannot be passed to the policy"),
+            )
+        })
+    }
+
+    fn object_word(&self) -> &'static str {
+        if self.format == Format::Toml {
+            "a table"
+        } else {
+            "an object"
+        }
+    }
+
+    fn wrong(&self, place: Place, expected: &'static str, found: &Raw) -> ConfigError {
+        ConfigError::WrongType {
+            file: self.file.to_string(),
+            place,
+            expected,
+            found: found.kind(self.format == Format::Toml),
+        }
+    }
+
+    fn invalid(&self, place: Place, message: &str) -> ConfigError {
+        ConfigError::InvalidValue {
+            file: self.file.to_string(),
+            place,
+            message: message.to_string(),
+        }
+    }
+
+    fn warn(&mut self, message: String) {
+        self.warnings.push(format!("{}: {message}", self.file));
+    }
+
+    fn warn_at(&mut self, place: &Place, message: &str) {
+        self.warnings
+            .push(format!("{}: {place}: {message}", self.file));
+    }
+}
+
+/// Non-empty, `[A-Za-z0-9_-]` only.
+fn valid_server_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+fn valid_env_key(key: &str) -> bool {
+    !key.is_empty() && !key.contains(['=', '\0'])
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,405 @@
+//! Prometheus metrics for the admin API's `GET /metrics`.
+//!
+//! Two kinds of series:
+//! - tool calls, observed as they finish ([`Metrics::observe_call`], called by the call path):
+//!   `tether_tool_calls_total{server,outcome}` and `tether_tool_call_duration_seconds{server}`;
+//! - everything else, read from the supervisor and the policy runtime at scrape time
+//!   ([`Metrics::render`]): per-server state, tools, reconnects, parks and breaker state, and the
+//!   policy runtime's counters.
+//!
+//! The breaker is exposed as its current state (`tether_server_breaker{server,state}`), not as a
+//! count of openings: the policy owns the breaker and reports only its state, so a count sampled
+//! at scrape time would miss short openings.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::policy::{BreakerState, CallOutcome, ServerState, TransportKind};
+use crate::supervisor::Supervisor;
+
+/// The `Content-Type` of [`Metrics::render`]'s output (Prometheus text format 0.0.4).
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// How a tool call ended, as a metrics label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CallOutcomeLabel {
+    /// The server answered with a result that is not an error.
+    Ok,
+    /// The server answered with an error result (`isError`) or rejected the request.
+    ToolError,
+    /// The transport failed before an answer arrived (also: no live session to send it on).
+    TransportError,
+    /// No answer within the call deadline.
+    Timeout,
+    /// Tether did not send the call: the policy rejected it (breaker open, parked, reconnecting),
+    /// admission failed, or the server was removed.
+    Refused,
+}
+
+impl CallOutcomeLabel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::ToolError => "tool_error",
+            Self::TransportError => "transport_error",
+            Self::Timeout => "timeout",
+            Self::Refused => "refused",
+        }
+    }
+}
+
+impl EncodeLabelValue for CallOutcomeLabel {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        EncodeLabelValue::encode(&self.as_str(), encoder)
+    }
+}
+
+impl From<&CallOutcome> for CallOutcomeLabel {
+    fn from(outcome: &CallOutcome) -> Self {
+        match outcome {
+            CallOutcome::Ok => Self::Ok,
+            CallOutcome::ToolError(_) => Self::ToolError,
+            CallOutcome::TransportError(_) => Self::TransportError,
+            CallOutcome::Timeout => Self::Timeout,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct CallLabels {
+    server: String,
+    outcome: CallOutcomeLabel,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ServerLabel {
+    server: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ServerStateLabels {
+    server: String,
+    state: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ServerTransportLabels {
+    server: String,
+    transport: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PolicyLabels {
+    label: String,
+    name: String,
+    version: String,
+    contract: String,
+    digest: String,
+}
+
+/// Upper bounds (seconds) of the call latency histogram: 5 ms to the default 300 s deadline.
+const CALL_BUCKETS: [f64; 15] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+fn call_histogram() -> Histogram {
+    Histogram::new(CALL_BUCKETS)
+}
+
+/// The gateway's metrics. Cheap to share (`Arc<Metrics>`); observing never blocks on I/O.
+pub struct Metrics {
+    calls: Family<CallLabels, Counter>,
+    durations: Family<ServerLabel, Histogram, fn() -> Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// Every server state, in WIT order, with its name in the `state` label.
+const STATES: [ServerState; 6] = [
+    ServerState::Connecting,
+    ServerState::Connected,
+    ServerState::Healthy,
+    ServerState::BackingOff,
+    ServerState::Parked,
+    ServerState::Stopped,
+];
+
+const BREAKER_STATES: [BreakerState; 3] = [
+    BreakerState::Closed,
+    BreakerState::Open,
+    BreakerState::HalfOpen,
+];
+
+/// A server state's name as the WIT spells it (`backing-off`); used by the admin API too.
+pub fn state_name(state: ServerState) -> &'static str {
+    match state {
+        ServerState::Connecting => "connecting",
+        ServerState::Connected => "connected",
+        ServerState::Healthy => "healthy",
+        ServerState::BackingOff => "backing-off",
+        ServerState::Parked => "parked",
+        ServerState::Stopped => "stopped",
+    }
+}
+
+/// A breaker state's name as the WIT spells it (`half-open`).
+pub fn breaker_name(state: BreakerState) -> &'static str {
+    match state {
+        BreakerState::Closed => "closed",
+        BreakerState::Open => "open",
+        BreakerState::HalfOpen => "half-open",
+    }
+}
+
+/// A transport's name as the WIT spells it (`streamable-http`).
+pub fn transport_name(kind: TransportKind) -> &'static str {
+    match kind {
+        TransportKind::Stdio => "stdio",
+        TransportKind::StreamableHttp => "streamable-http",
+        TransportKind::Sse => "sse",
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        Self {
+            calls: Family::default(),
+            durations: Family::new_with_constructor(call_histogram as fn() -> Histogram),
+        }
+    }
+
+    /// Counts one finished tool call of `server` and, unless Tether refused to send it, its
+    /// duration (from admission to the answer, retries on a fresh session included).
+    pub fn observe_call(&self, server: &str, outcome: CallOutcomeLabel, duration: Duration) {
+        self.calls
+            .get_or_create(&CallLabels {
+                server: server.to_string(),
+                outcome,
+            })
+            .inc();
+        if outcome != CallOutcomeLabel::Refused {
+            self.durations
+                .get_or_create(&ServerLabel {
+                    server: server.to_string(),
+                })
+                .observe(duration.as_secs_f64());
+        }
+    }
+
+    /// Every series in the Prometheus text format ([`CONTENT_TYPE`]).
+    pub async fn render(&self, supervisor: &Supervisor) -> String {
+        let views = supervisor.views();
+        let statuses = supervisor.policy_status().await;
+        let mut registry = Registry::with_prefix("tether");
+
+        let state = Family::<ServerStateLabels, Gauge>::default();
+        let transport = Family::<ServerTransportLabels, Gauge>::default();
+        let tools = Family::<ServerLabel, Gauge>::default();
+        let reconnects = Family::<ServerLabel, Counter>::default();
+        let parks = Family::<ServerLabel, Counter>::default();
+        let breaker = Family::<ServerStateLabels, Gauge>::default();
+        let breaker_failures = Family::<ServerLabel, Gauge>::default();
+        let failures = Family::<ServerLabel, Gauge>::default();
+        for view in &views {
+            let server = || view.name.clone();
+            for s in STATES {
+                state
+                    .get_or_create(&ServerStateLabels {
+                        server: server(),
+                        state: state_name(s),
+                    })
+                    .set(i64::from(view.state == s));
+            }
+            transport
+                .get_or_create(&ServerTransportLabels {
+                    server: server(),
+                    transport: transport_name(view.transport),
+                })
+                .set(1);
+            let label = ServerLabel { server: server() };
+            tools
+                .get_or_create(&label)
+                .set(supervisor.registry().server_tools(&view.name).len() as i64);
+            reconnects.get_or_create(&label).inc_by(view.reconnects);
+            parks.get_or_create(&label).inc_by(view.parks);
+            if let Some(status) = statuses.iter().find(|s| s.server == view.name) {
+                for b in BREAKER_STATES {
+                    breaker
+                        .get_or_create(&ServerStateLabels {
+                            server: server(),
+                            state: breaker_name(b),
+                        })
+                        .set(i64::from(status.breaker == b));
+                }
+                breaker_failures
+                    .get_or_create(&label)
+                    .set(i64::from(status.breaker_failures));
+                failures
+                    .get_or_create(&label)
+                    .set(i64::from(status.failures));
+            }
+        }
+        registry.register(
+            "server_state",
+            "1 for the state each server is in now, 0 for the others",
+            state,
+        );
+        registry.register(
+            "server_transport",
+            "The transport each server is reached by (always 1)",
+            transport,
+        );
+        registry.register(
+            "server_tools",
+            "Tools of each server visible to agents now",
+            tools,
+        );
+        registry.register(
+            "server_reconnects",
+            "Connection attempts started for each server (first connect included)",
+            reconnects,
+        );
+        registry.register(
+            "server_parks",
+            "Times each server was parked (retry budget exhausted or a permanent fault)",
+            parks,
+        );
+        registry.register(
+            "server_breaker",
+            "1 for the state each server's circuit breaker is in now, 0 for the others",
+            breaker,
+        );
+        registry.register(
+            "server_breaker_failures",
+            "Consecutive transport failures the breaker of each server counts now",
+            breaker_failures,
+        );
+        registry.register(
+            "server_failures",
+            "Consecutive failed connection attempts of each server without a proven session",
+            failures,
+        );
+
+        registry.register(
+            "tool_calls",
+            "Tool calls finished, by server and outcome",
+            self.calls.clone(),
+        );
+        registry.register(
+            "tool_call_duration_seconds",
+            "Duration of tool calls that were sent (refused calls excluded), by server",
+            self.durations.clone(),
+        );
+
+        let policy = supervisor.policy();
+        let running = policy.running();
+        let info = Family::<PolicyLabels, Gauge>::default();
+        info.get_or_create(&PolicyLabels {
+            label: running.label,
+            name: running.name,
+            version: running.version,
+            contract: running.contract,
+            digest: running.digest,
+        })
+        .set(1);
+        registry.register("policy_info", "The running policy (always 1)", info);
+        let stats = policy.stats();
+        let counter = |value: u64| {
+            let counter = Counter::<u64>::default();
+            counter.inc_by(value);
+            counter
+        };
+        registry.register(
+            "policy_decisions",
+            "Inputs the policy handled (events, admissions, status requests)",
+            counter(stats.decisions.load(Ordering::Relaxed)),
+        );
+        let seconds = Counter::<f64>::default();
+        seconds.inc_by(stats.decision_nanos.load(Ordering::Relaxed) as f64 / 1e9);
+        registry.register(
+            "policy_decision_seconds",
+            "Time the policy spent handling inputs",
+            seconds,
+        );
+        registry.register(
+            "policy_faults",
+            "Guest calls that failed (trap, fuel, memory, invalid output)",
+            counter(stats.faults.load(Ordering::Relaxed)),
+        );
+        registry.register(
+            "policy_recoveries",
+            "Failed policy instances restored to their last good state",
+            counter(stats.recoveries.load(Ordering::Relaxed)),
+        );
+        registry.register(
+            "policy_fallbacks",
+            "Times the embedded default policy replaced a failing one",
+            counter(stats.fallbacks.load(Ordering::Relaxed)),
+        );
+        registry.register(
+            "policy_swaps",
+            "Policy swaps by operators",
+            counter(stats.swaps.load(Ordering::Relaxed)),
+        );
+        registry.register(
+            "registry_generation",
+            "Changes of the visible tool set so far",
+            counter(supervisor.registry().generation()),
+        );
+
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)
+            .expect("writing to a String cannot fail");
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_labels_match_their_names() {
+        for (label, name) in [
+            (CallOutcomeLabel::Ok, "ok"),
+            (CallOutcomeLabel::ToolError, "tool_error"),
+            (CallOutcomeLabel::TransportError, "transport_error"),
+            (CallOutcomeLabel::Timeout, "timeout"),
+            (CallOutcomeLabel::Refused, "refused"),
+        ] {
+            assert_eq!(label.as_str(), name);
+            let calls = Family::<CallLabels, Counter>::default();
+            calls
+                .get_or_create(&CallLabels {
+                    server: "s".into(),
+                    outcome: label,
+                })
+                .inc();
+            let mut registry = Registry::default();
+            registry.register("c", "c", calls);
+            let mut text = String::new();
+            prometheus_client::encoding::prometheus_text::encode(&mut text, &registry).unwrap();
+            assert!(
+                text.contains(&format!("c_total{{server=\"s\",outcome=\"{name}\"}} 1")),
+                "{text}"
+            );
+        }
+    }
+}
