@@ -16,6 +16,26 @@ use crate::policy::{
 use crate::supervisor::{SessionLookup, Supervisor};
 use crate::upstream::{CallFailure, Session};
 
+/// How a call ended, for observers (metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CallResultKind {
+    /// The server answered with a result that is not an error.
+    Ok,
+    /// The server answered with an error result or rejected the request.
+    ToolError,
+    /// The transport failed before an answer arrived.
+    TransportError,
+    /// No answer within the call deadline.
+    Timeout,
+    /// Not sent: refused by the policy, shutting down, or no session came up in time.
+    Refused,
+}
+
+/// Hears about every finished call.
+pub trait CallObserver: Send + Sync {
+    fn observe(&self, server: &str, result: CallResultKind, duration: Duration);
+}
+
 /// A call that could not even be routed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CallError {
@@ -74,16 +94,16 @@ impl Supervisor {
             Ok(admission) => admission,
             Err(error) => {
                 tracing::error!(server = %server, "admission failed, refusing the call: {error}");
-                return Ok(refusal(format!(
+                return Ok(self.refuse(&server, format!(
                     "Tether could not decide whether to call server \"{server}\"; the call was not sent. Wait a few seconds and retry."
                 )));
             }
         };
         match admission {
-            Admission::Reject(message) => return Ok(refusal(message)),
+            Admission::Reject(message) => return Ok(self.refuse(&server, message)),
             Admission::Reconnect(message) => {
                 self.reconnect_for_call(&server);
-                return Ok(refusal(message));
+                return Ok(self.refuse(&server, message));
             }
             Admission::Allow | Admission::Probe => {}
         }
@@ -93,9 +113,10 @@ impl Supervisor {
             spec,
         }) = shared.session(&server)
         else {
-            return Ok(refusal(format!(
-                "Server \"{server}\" was removed; the call was not sent. Do not retry it."
-            )));
+            return Ok(self.refuse(
+                &server,
+                format!("Server \"{server}\" was removed; the call was not sent. Do not retry it."),
+            ));
         };
         before_dispatch.await;
         let started = Instant::now();
@@ -187,9 +208,43 @@ impl Supervisor {
             }));
     }
 
+    /// A refusal for the model, counted as a call that was not sent.
+    fn refuse(&self, server: &str, message: String) -> CallToolResult {
+        self.observe(server, CallResultKind::Refused, Duration::ZERO);
+        refusal(message)
+    }
+
+    fn observe(&self, server: &str, result: CallResultKind, duration: Duration) {
+        let observer = self
+            .shared
+            .call_observer
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(observer) = observer {
+            observer.observe(server, result, duration);
+        }
+    }
+
+    /// Registers the one observer of finished calls (metrics).
+    pub fn observe_calls(&self, observer: Arc<dyn CallObserver>) {
+        *self
+            .shared
+            .call_observer
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Some(observer);
+    }
+
     /// Tells the policy how a call ended, before the caller gets its answer: the next
     /// admission must already count it.
     async fn report(&self, server: &str, call_id: u64, outcome: CallOutcome, started: Instant) {
+        let kind = match &outcome {
+            CallOutcome::Ok => CallResultKind::Ok,
+            CallOutcome::ToolError(_) => CallResultKind::ToolError,
+            CallOutcome::TransportError(_) => CallResultKind::TransportError,
+            CallOutcome::Timeout => CallResultKind::Timeout,
+        };
+        self.observe(server, kind, started.elapsed());
         self.shared
             .feed_and_wait(EventKind::CallFinished(CallReport {
                 server: server.to_string(),

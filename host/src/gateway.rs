@@ -36,7 +36,7 @@ impl Downstream {
     fn notify_tools_changed(&self) {
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
         peers.retain(|p| !p.is_transport_closed());
-        for peer in peers.iter().cloned() {
+        for peer in peers.clone() {
             // One task per session: a stalled client must not delay the others.
             tokio::spawn(async move {
                 if let Err(error) = peer.notify_tool_list_changed().await {

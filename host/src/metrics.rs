@@ -1,7 +1,8 @@
 //! Prometheus metrics for the admin API's `GET /metrics`.
 //!
 //! Two kinds of series:
-//! - tool calls, observed as they finish ([`Metrics::observe_call`], called by the call path):
+//! - tool calls, observed as they finish ([`Metrics::observe_call`]; the call path reaches it
+//!   through [`CallObserver`], registered with [`Supervisor::observe_calls`]):
 //!   `tether_tool_calls_total{server,outcome}` and `tether_tool_call_duration_seconds{server}`;
 //! - everything else, read from the supervisor and the policy runtime at scrape time
 //!   ([`Metrics::render`]): per-server state, tools, reconnects, parks and breaker state, and the
@@ -21,6 +22,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::calls::{CallObserver, CallResultKind};
 use crate::policy::{BreakerState, CallOutcome, ServerState, TransportKind};
 use crate::supervisor::Supervisor;
 
@@ -69,6 +71,25 @@ impl From<&CallOutcome> for CallOutcomeLabel {
             CallOutcome::TransportError(_) => Self::TransportError,
             CallOutcome::Timeout => Self::Timeout,
         }
+    }
+}
+
+impl From<CallResultKind> for CallOutcomeLabel {
+    fn from(kind: CallResultKind) -> Self {
+        match kind {
+            CallResultKind::Ok => Self::Ok,
+            CallResultKind::ToolError => Self::ToolError,
+            CallResultKind::TransportError => Self::TransportError,
+            CallResultKind::Timeout => Self::Timeout,
+            CallResultKind::Refused => Self::Refused,
+        }
+    }
+}
+
+/// The call path reports every finished call here (see [`Supervisor::observe_calls`]).
+impl CallObserver for Metrics {
+    fn observe(&self, server: &str, result: CallResultKind, duration: Duration) {
+        self.observe_call(server, result.into(), duration);
     }
 }
 

@@ -122,6 +122,7 @@ pub(crate) struct Shared {
     pub(crate) idle: tokio::sync::Notify,
     /// Set once shutdown starts: new calls are refused.
     pub(crate) draining: AtomicBool,
+    pub(crate) call_observer: std::sync::RwLock<Option<Arc<dyn crate::calls::CallObserver>>>,
 }
 
 /// A server's current session (possibly dead), a receiver for its replacements, and its spec.
@@ -154,6 +155,7 @@ impl Supervisor {
             in_flight: AtomicUsize::new(0),
             idle: tokio::sync::Notify::new(),
             draining: AtomicBool::new(false),
+            call_observer: std::sync::RwLock::new(None),
         });
         tokio::spawn(drive(Arc::downgrade(&shared), events_rx));
         Self { shared }

@@ -394,10 +394,10 @@ async fn settings_patch_names_a_bad_key_and_merges_a_good_one() {
         "refusals change nothing"
     );
 
-    let (code, body) = admin.call(patch(r#"{"breaker": {"open_ms": 1234}}"#)).await;
+    let (code, body) = admin.call(patch(r#"{"breaker": {"open_ms": 432}}"#)).await;
     assert_eq!(code, StatusCode::OK, "{body}");
     let settings = &admin.status().await["policy"]["settings"];
-    assert_eq!(settings["breaker"]["open_ms"], 1234, "{settings}");
+    assert_eq!(settings["breaker"]["open_ms"], 432, "{settings}");
     // A patch: what it does not name stays as it was.
     assert_eq!(settings["breaker"]["open_max_ms"], 600, "{settings}");
     assert_eq!(settings["backoff"]["base_ms"], 20, "{settings}");
@@ -441,7 +441,7 @@ fn parse_exposition(text: &str) -> BTreeMap<String, f64> {
             continue;
         }
         let name_end = line
-            .find(|c: char| c == '{' || c == ' ')
+            .find(['{', ' '])
             .unwrap_or_else(|| panic!("no value: {line}"));
         let name = &line[..name_end];
         assert!(is_name(name, true), "bad metric name: {line}");
@@ -609,7 +609,7 @@ async fn metrics_expose_per_server_series_as_prometheus_text() {
         3.0
     );
     assert_eq!(
-        value("tether_tool_call_duration_seconds_bucket{server=\"alpha\",le=\"1.0\"}"),
+        value("tether_tool_call_duration_seconds_bucket{server=\"alpha\",le=\"1\"}"),
         1.0
     );
     assert_eq!(
@@ -885,6 +885,10 @@ fn the_state_file_is_private_replaced_atomically_and_reads_back() {
     assert!(state_file::default_path().ends_with("tether/serve.json"));
 }
 
+fn joined<'a>(args: &[&'a str], flags: &[&'a str]) -> Vec<&'a str> {
+    [args, flags].concat()
+}
+
 /// Runs the real CLI; answers its exit code, stdout and stderr.
 async fn cli(args: &[&str]) -> (Option<i32>, String, String) {
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_tether-cli"))
@@ -1069,21 +1073,51 @@ async fn the_cli_finds_the_gateway_through_the_state_file_and_explains_failures(
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("no longer running"), "{stderr}");
 
-    // Settings refused by the policy: exit 1 with its reason.
-    let (code, _, stderr) = cli(&[
-        "policy",
-        "set",
-        r#"{"bogus": 1}"#,
+    // Settings refused by the policy: exit 1 with its reason; good ones apply.
+    let flags = [
         "--admin",
         &addr_str,
         "--token",
         TOKEN,
         "--state-file",
         path_str,
-    ])
-    .await;
+    ];
+    let (code, _, stderr) = cli(&joined(&["policy", "set", r#"{"bogus": 1}"#], &flags)).await;
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("bogus"), "{stderr}");
+    let (code, stdout, stderr) = cli(&joined(
+        &["policy", "set", r#"{"breaker": {"open_ms": 450}}"#],
+        &flags,
+    ))
+    .await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("\"open_ms\":450"), "{stdout}");
+
+    // A swap: a refused component is exit 1 with the reason; the default's bytes swap in.
+    let junk = dir.path().join("junk.wasm");
+    std::fs::write(&junk, b"\0asm junk").unwrap();
+    let (code, _, stderr) = cli(&joined(&["policy", "swap", junk.to_str().unwrap()], &flags)).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("junk.wasm"), "{stderr}");
+    let good = dir.path().join("default.wasm");
+    std::fs::write(&good, tether::policy::EMBEDDED_DEFAULT_POLICY).unwrap();
+    let (code, stdout, stderr) =
+        cli(&joined(&["policy", "swap", good.to_str().unwrap()], &flags)).await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.starts_with("policy swapped: now running "),
+        "{stdout}"
+    );
+    assert!(stdout.contains("(default.wasm, digest "), "{stdout}");
+
+    // A reload, and one refused for a bad config.
+    let (code, stdout, stderr) = cli(&joined(&["reload"], &flags)).await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("configuration reloaded"), "{stdout}");
+    *admin.config.lock().unwrap() = Err("bad config: no servers table".into());
+    let (code, _, stderr) = cli(&joined(&["reload"], &flags)).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(stderr.trim(), "error: bad config: no servers table");
     admin.stop().await;
 }
 
@@ -1118,20 +1152,28 @@ async fn the_cli_prints_one_line_per_event() {
         .add_server(stdio_fixture("gamma", &state, &[]))
         .unwrap();
     // Lines like "2024-05-01T12:00:00Z  gamma: connected - ..." and "... gamma: tools +gamma__echo ...".
-    tokio::time::timeout(PATIENCE, async {
+    let mut seen = Vec::new();
+    let printed = tokio::time::timeout(PATIENCE, async {
         let (mut lifecycle, mut tools) = (false, false);
-        let mut seen = Vec::new();
         while !(lifecycle && tools) {
             let Some(line) = stdout.next_line().await.unwrap() else {
-                panic!("the CLI stopped: {seen:?}");
+                return false;
             };
             lifecycle |= line.contains("  gamma: connect");
-            tools |= line.contains("  gamma: tools +gamma__echo");
+            tools |= line.contains("  gamma: tools +") && line.contains(" +gamma__echo ");
             seen.push(line);
         }
+        true
     })
-    .await
-    .expect("a lifecycle line and a tools line are printed");
+    .await;
+    if printed != Ok(true) {
+        child.start_kill().unwrap();
+        let mut rest = Vec::new();
+        while let Ok(Some(line)) = stderr.next_line().await {
+            rest.push(line);
+        }
+        panic!("a lifecycle line and a tools line are printed: {seen:#?}\nstderr: {rest:#?}");
+    }
 
     // The gateway going away ends the command.
     let Admin { host, server, .. } = admin;

@@ -966,38 +966,3 @@ fn load_detects_the_format_and_resolves_cwd_against_the_file() {
     let config = load(&tether).unwrap();
     assert_eq!(only(&config).name, "c");
 }
-
-#[test]
-fn zz_print_messages() {
-    for e in [
-        json_err("{\"mcpServers\": {\n  \"a\": {\"command\": \"x\",,}\n}}"),
-        toml_err("[servers.a]\ncommand = \"x\"\nargs = [\n"),
-        toml_err("[servers.a]\ncommand = \"x\"\nargs = [\"a\"\nx=1\n"),
-        json_err(r#"{"mcpServers": {"s": {"command": "x", "args": ["a", 1]}}}"#),
-        vscode(r#"{"servers": {"s": {"command": "x"}}}"#).unwrap_err(),
-        json_err(r#"{"mcpServers": {"my server": {"command": "x"}}}"#),
-        json_err(r#"{"mcpServers": {"s": {"command": "x", "url": "http://h/"}}}"#),
-        json_err(r#"{"mcpServers": {"s": {"type": "stdio", "url": "http://h/"}}}"#),
-        json_err(r#"{"mcpServers": {"s": {"type": "websocket", "url": "ws://h/"}}}"#),
-        toml_err("[servers.s]\nurl = \"http://h/\"\nheaders = { Authorization = \"Bearer ${API_TOKEN}\" }\n"),
-        json_err(r#"{"mcpServers": {"s": {"command": "x", "env": {"K": "${s3cr3t"}}}}"#),
-        json_err(r#"{"mcpServers": {"s": {"command": "x", "env": {"K": "${a b}"}}}}"#),
-        vscode(r#"{"servers": {"s": {"type": "stdio", "command": "x", "env": {"K": "${input:key}"}}}}"#).unwrap_err(),
-        toml_err("[servers.s]\ncommand = \"x\"\ntimeouts = { connect = \"soon\" }\n"),
-        json_err(r#"{"mcpServers": {"s": {"url": "localhost:8080"}}}"#),
-        json_err(r#"{"mcpServers": {"s": {"url": "http://h/", "headers": {"X-Key": "${BAD_HEADER}"}}}}"#),
-        vscode(r#"{"servers": {"s": {"type": "stdio", "command": "x", "envFile": "/nonexistent/.env"}}}"#).unwrap_err(),
-        load(Path::new("/nonexistent/x.toml")).unwrap_err(),
-        load(Path::new("x.yaml")).unwrap_err(),
-    ] {
-        println!("MSG {e}");
-    }
-    let c = json(r#"{"x": 1, "mcpServers": {"s": {"command": "x", "timeout": 60, "headers": {}, "foo": 1, "timeouts": {"keepalive": "1s", "bar": 2}}}}"#).unwrap();
-    for w in c.warnings {
-        println!("WARN {w}");
-    }
-    let c = vscode(r#"{"inputs": [{"id": "k"}], "servers": {}}"#).unwrap();
-    for w in c.warnings {
-        println!("WARN {w}");
-    }
-}
