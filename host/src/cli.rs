@@ -135,7 +135,8 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
-            init_logging("info");
+            // rmcp logs every session start and end at info; ours say it better.
+            init_logging("info,rmcp=warn");
             crate::serve::main(args)
         }
         Command::Policy {

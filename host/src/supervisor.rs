@@ -20,7 +20,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::config::ServerSpec;
+use crate::config::{ServerSpec, Timeouts};
 use crate::policy::{
     Action, Event, EventKind, Fault, PolicyRuntime, ServerFault, ServerState, ServerStatus,
     ServerTools, SessionInfo, StateChange, TimerFired, Tool, TransportKind,
@@ -592,7 +592,10 @@ impl ServerTask {
                             };
                             session = Some(opened.clone());
                             let _ = self.session_tx.send(Some(opened));
-                            next_keepalive = Instant::now() + self.spec.keepalive_interval();
+                            // The first keepalive comes early: it proves the session (and resets
+                            // the retry budget) without waiting a whole interval.
+                            next_keepalive = Instant::now()
+                                + self.spec.keepalive_interval().min(Timeouts::KEEPALIVE_FLOOR);
                             self.feed(EventKind::Connected(info));
                         }
                         Err(fault) => {

@@ -530,3 +530,22 @@ async fn tool_errors_pass_through_unchanged_and_never_open_the_breaker() {
         .unwrap();
     assert_eq!(text(&fine), "still here");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paginated_tool_lists_are_read_in_full_up_to_the_page_cap() {
+    let host = Host::fast();
+    let state = host.state_dir("paged");
+    host.supervisor
+        .add_server(stdio_fixture("paged", &state, &["--page-size", "2"]))
+        .unwrap();
+    wait_until("all seven tools visible", || host.tools("paged").len() == 7).await;
+
+    let capped_state = host.state_dir("capped");
+    let mut capped = stdio_fixture("capped", &capped_state, &["--page-size", "2"]);
+    capped.timeouts.max_tool_pages = 2;
+    host.supervisor.add_server(capped).unwrap();
+    wait_until("the first two pages visible", || {
+        host.tools("capped").len() == 4
+    })
+    .await;
+}

@@ -123,6 +123,9 @@ pub struct Behaviour {
     /// Every tool call waits T ms before running.
     #[arg(long, value_name = "T", default_value_t = 0)]
     pub slow_ms: u64,
+    /// Serve `tools/list` in pages of N tools (0: one page).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub page_size: usize,
     /// Offer the `env` tool (returns the process environment).
     #[arg(long)]
     pub print_env: bool,

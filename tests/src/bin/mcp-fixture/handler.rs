@@ -97,14 +97,31 @@ impl ServerHandler for Handler {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let tools = tools::advertised(&self.fixture.settings())
+        let settings = self.fixture.settings();
+        let tools: Vec<_> = tools::advertised(&settings)
             .into_iter()
             .map(tools::definition)
             .collect();
-        Ok(ListToolsResult::with_all_items(tools))
+        if settings.page_size == 0 {
+            return Ok(ListToolsResult::with_all_items(tools));
+        }
+        // The cursor is the index of the page's first tool.
+        let start = match request.and_then(|r| r.cursor) {
+            Some(cursor) => cursor
+                .parse::<usize>()
+                .map_err(|_| McpError::invalid_params("bad cursor", None))?,
+            None => 0,
+        };
+        let end = (start + settings.page_size).min(tools.len());
+        let mut page =
+            ListToolsResult::with_all_items(tools.get(start..end).unwrap_or_default().to_vec());
+        if end < tools.len() {
+            page.next_cursor = Some(end.to_string());
+        }
+        Ok(page)
     }
 
     async fn call_tool(
