@@ -184,10 +184,7 @@ async fn requests_without_or_with_a_wrong_token_are_refused_with_401() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_lists_servers_with_state_tools_and_the_policy() {
     // Parked servers stay parked (no self-probe during the test).
-    let host = Host::start(
-        r#"{"backoff": {"base_ms": 20, "cap_ms": 100, "jitter": "none"},
-            "park": {"probe_initial_ms": 600000, "probe_max_ms": 600000}}"#,
-    );
+    let host = Host::start(PARKED_STAYS_PARKED);
     let admin = Admin::start(host).await;
     let state = admin.host.state_dir("alpha");
     admin
@@ -260,10 +257,7 @@ async fn status_lists_servers_with_state_tools_and_the_policy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconnect_revives_a_parked_server_and_an_unknown_name_is_404() {
     // Self-probes far away, so only the request can revive it.
-    let host = Host::start(
-        r#"{"backoff": {"base_ms": 20, "cap_ms": 100, "jitter": "none"},
-            "park": {"probe_initial_ms": 600000, "probe_max_ms": 600000}}"#,
-    );
+    let host = Host::start(PARKED_STAYS_PARKED);
     let admin = Admin::start(host).await;
     let state = admin.host.state_dir("sleepy");
     state.control(json!({"crash_at_startup": 3}));

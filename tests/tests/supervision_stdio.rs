@@ -96,10 +96,7 @@ async fn an_exhausted_budget_parks_withdraws_once_and_keeps_probing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconnect_request_revives_a_parked_server_and_its_tools_return() {
     // Self-probes far away, so only the request can revive it.
-    let host = Host::start(
-        r#"{"backoff": {"base_ms": 20, "cap_ms": 100, "jitter": "none"},
-            "park": {"probe_initial_ms": 600000, "probe_max_ms": 600000}}"#,
-    );
+    let host = Host::start(PARKED_STAYS_PARKED);
     let state = host.state_dir("sleepy");
     state.control(json!({"crash_at_startup": 3}));
     host.supervisor

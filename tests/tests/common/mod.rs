@@ -18,6 +18,13 @@ pub const FAST_POLICY: &str = r#"{
     "breaker": {"failure_threshold": 3, "open_ms": 300, "open_max_ms": 600}
 }"#;
 
+/// Fast backoff, but self-probes ten minutes away: a parked server stays parked in a test
+/// unless something revives it.
+pub const PARKED_STAYS_PARKED: &str = r#"{
+    "backoff": {"base_ms": 20, "cap_ms": 100, "jitter": "none"},
+    "park": {"probe_initial_ms": 600000, "probe_max_ms": 600000}
+}"#;
+
 /// How long any condition may take on a loaded 2-core machine before a test fails.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
