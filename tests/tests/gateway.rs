@@ -274,3 +274,43 @@ async fn config_errors_name_the_file_the_server_and_the_key() {
     );
     assert!(output.stdout.is_empty(), "nothing but MCP may go to stdout");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_config_without_touching_unchanged_servers() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = StateDir(dir.path().join("up"));
+    std::fs::create_dir_all(&state.0).unwrap();
+    let config = write_config(dir.path(), &state);
+    let (tether, url) = serve_http(dir.path(), &config).await;
+    let client = Agent::default()
+        .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
+            url,
+        ))
+        .await
+        .unwrap();
+    wait_for_tools(&client, "the first server's tools", |t| {
+        t.contains(&"up__echo".to_string())
+    })
+    .await;
+    let first_pid = state.pid().unwrap();
+
+    let second = StateDir(dir.path().join("more"));
+    std::fs::create_dir_all(&second.0).unwrap();
+    let both = json!({"mcpServers": {
+        "up": {"command": FIXTURE, "args": ["--transport", "stdio", "--state-dir", state.path_str()]},
+        "more": {"command": FIXTURE, "args": ["--transport", "stdio", "--state-dir", second.path_str()]},
+    }});
+    std::fs::write(&config, both.to_string()).unwrap();
+    kill(tether.id().unwrap(), 1); // SIGHUP
+    wait_for_tools(&client, "the added server's tools", |t| {
+        t.contains(&"more__echo".to_string())
+    })
+    .await;
+    assert_eq!(
+        state.pid(),
+        Some(first_pid),
+        "the unchanged server keeps its process"
+    );
+    assert_eq!(state.starts(), 1);
+    assert!(terminate(tether).await.success());
+}
