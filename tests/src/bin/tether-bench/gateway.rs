@@ -1,0 +1,365 @@
+//! Gateway overhead: echo-tool calls from one rmcp client, directly to a fixture server and
+//! through `tether serve` in front of the same fixture, over stdio and Streamable HTTP, at
+//! concurrency 1 and 16. Direct and gateway rounds alternate so drift hits both alike.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use rmcp::service::{Peer, RunningService};
+use rmcp::{RoleClient, ServiceExt};
+use tokio::process::{Child, Command};
+
+use crate::stats::{Samples, us};
+use crate::util::{
+    self, Agent, echo_ok, fixture, scratch, table, tether_serve, tool_names, word_after,
+};
+
+#[derive(clap::Parser)]
+pub struct Args {
+    /// Calls per measurement (split over the concurrent callers).
+    #[arg(long, default_value_t = 4000)]
+    calls: usize,
+    /// Alternating direct/gateway rounds.
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
+    /// Concurrency levels.
+    #[arg(long, value_delimiter = ',', default_value = "1,16")]
+    concurrency: Vec<usize>,
+    /// Also measure mcp-hub (path to its `mcp-hub` executable) in front of the HTTP fixture.
+    #[arg(long)]
+    mcp_hub: Option<std::path::PathBuf>,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Transport {
+    Stdio,
+    Http,
+}
+
+/// A connected client, and the processes behind it (killed on drop).
+struct Setup {
+    client: RunningService<RoleClient, Agent>,
+    tool: String,
+    _children: Vec<Child>,
+}
+
+async fn fixture_http(state: &std::path::Path) -> (Child, String) {
+    let mut child = Command::new(fixture())
+        .args(["--transport", "http", "--state-dir"])
+        .arg(state)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("fixture starts");
+    let addr = word_after(child.stdout.take().unwrap(), "listening on ").await;
+    (child, format!("http://{addr}/mcp"))
+}
+
+async fn direct(transport: Transport, name: &str) -> Setup {
+    let state = scratch(name);
+    match transport {
+        Transport::Stdio => {
+            let mut child = Command::new(fixture())
+                .args(["--transport", "stdio", "--state-dir"])
+                .arg(&state)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("fixture starts");
+            let io = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
+            let client = Agent::default().serve(io).await.expect("MCP over stdio");
+            Setup {
+                client,
+                tool: "echo".into(),
+                _children: vec![child],
+            }
+        }
+        Transport::Http => {
+            let (child, url) = fixture_http(&state).await;
+            let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url);
+            let client = Agent::default()
+                .serve(transport)
+                .await
+                .expect("MCP over HTTP");
+            Setup {
+                client,
+                tool: "echo".into(),
+                _children: vec![child],
+            }
+        }
+    }
+}
+
+async fn through_tether(transport: Transport, name: &str) -> Setup {
+    let dir = scratch(name);
+    let state = dir.join("up");
+    std::fs::create_dir_all(&state).unwrap();
+    let setup = match transport {
+        Transport::Stdio => {
+            let config = util::stdio_config(&dir, &state);
+            let mut tether = tether_serve(&dir, &config, &[], "info", false);
+            let io = (tether.stdout.take().unwrap(), tether.stdin.take().unwrap());
+            let client = Agent::default().serve(io).await.expect("MCP over stdio");
+            Setup {
+                client,
+                tool: "up__echo".into(),
+                _children: vec![tether],
+            }
+        }
+        Transport::Http => {
+            let (upstream, url) = fixture_http(&state).await;
+            let config = dir.join("servers.json");
+            let json = serde_json::json!({"mcpServers": {"up": {"url": url}}});
+            std::fs::write(&config, json.to_string()).unwrap();
+            let mut tether = tether_serve(&dir, &config, &["--http", "127.0.0.1:0"], "info", true);
+            let url = word_after(tether.stderr.take().unwrap(), "serving MCP at ").await;
+            let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url);
+            let client = Agent::default()
+                .serve(transport)
+                .await
+                .expect("MCP over HTTP");
+            Setup {
+                client,
+                tool: "up__echo".into(),
+                _children: vec![tether, upstream],
+            }
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !tool_names(setup.client.peer())
+        .await
+        .iter()
+        .any(|t| t == "up__echo")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway never listed up__echo"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    setup
+}
+
+/// mcp-hub (a peer gateway, Node.js) in front of the HTTP fixture, on its `/mcp` endpoint.
+async fn through_mcp_hub(hub: &std::path::Path, name: &str) -> Setup {
+    let dir = scratch(name);
+    let state = dir.join("up");
+    let (upstream, url) = fixture_http(&state).await;
+    let config = dir.join("servers.json");
+    let json = serde_json::json!({"mcpServers": {"up": {"url": url}}});
+    std::fs::write(&config, json.to_string()).unwrap();
+    let port = 37_000 + (std::process::id() % 1000) as u16;
+    let child = Command::new(hub)
+        .args(["--port", &port.to_string(), "--config"])
+        .arg(&config)
+        .env("XDG_STATE_HOME", &dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("mcp-hub starts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(format!(
+            "http://127.0.0.1:{port}/mcp"
+        ));
+        if let Ok(client) = Agent::default().serve(transport).await {
+            if let Some(tool) = tool_names(client.peer())
+                .await
+                .into_iter()
+                .find(|t| t.ends_with("echo"))
+            {
+                return Setup {
+                    client,
+                    tool,
+                    _children: vec![child, upstream],
+                };
+            }
+            let _ = client.cancel().await;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "mcp-hub never listed the echo tool"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The host's call path alone: `Supervisor::call_tool` in this process (admission, routing,
+/// the upstream call, the report) on a stdio fixture, without the downstream MCP hop.
+async fn in_process(name: &str, concurrency: usize, calls: usize) -> (Vec<Duration>, Duration) {
+    let dir = scratch(name);
+    let engine = tether::policy::PolicyEngine::new(None).expect("engine");
+    let supervisor = crate::swap::start_supervisor(&dir, engine).expect("supervisor");
+    supervisor
+        .add_server(crate::swap::fixture_spec("up", &dir.join("up")))
+        .expect("add");
+    while supervisor.registry().server_tools("up").is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let arguments = serde_json::json!({"text": "hi"}).as_object().cloned();
+    let run = async |concurrency: usize, calls: usize| {
+        let start = Instant::now();
+        let callers: Vec<_> = (0..concurrency)
+            .map(|_| {
+                let (supervisor, arguments) = (supervisor.clone(), arguments.clone());
+                tokio::spawn(async move {
+                    let mut latencies = Vec::new();
+                    for _ in 0..calls / concurrency {
+                        let t = Instant::now();
+                        let result = supervisor.call_tool("up__echo", arguments.clone()).await;
+                        assert!(
+                            matches!(result, Ok(r) if r.is_error != Some(true)),
+                            "echo failed"
+                        );
+                        latencies.push(t.elapsed());
+                    }
+                    latencies
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for caller in callers {
+            all.extend(caller.await.expect("caller"));
+        }
+        (all, start.elapsed())
+    };
+    run(1, 300).await; // warm up
+    let measured = run(concurrency, calls).await;
+    supervisor.shutdown().await;
+    measured
+}
+
+/// Per-call latencies of `calls` echo calls from `concurrency` callers, and the wall time.
+async fn load(
+    peer: &Peer<RoleClient>,
+    tool: &str,
+    concurrency: usize,
+    calls: usize,
+) -> (Vec<Duration>, Duration) {
+    let per_caller = calls / concurrency;
+    let start = Instant::now();
+    let callers: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (peer, tool) = (peer.clone(), tool.to_string());
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(per_caller);
+                for _ in 0..per_caller {
+                    let t = Instant::now();
+                    assert!(echo_ok(&peer, &tool).await, "echo failed");
+                    latencies.push(t.elapsed());
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut all = Vec::with_capacity(calls);
+    for caller in callers {
+        all.extend(caller.await.expect("caller"));
+    }
+    (all, start.elapsed())
+}
+
+/// What one path measured over all rounds.
+#[derive(Default)]
+struct Measured {
+    latencies: Vec<Duration>,
+    wall: Duration,
+}
+
+impl Measured {
+    fn rate(&self) -> f64 {
+        self.latencies.len() as f64 / self.wall.as_secs_f64()
+    }
+}
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    println!(
+        "\n## gateway: echo calls, one rmcp client, {} calls per measurement, {} alternating rounds\n",
+        args.calls, args.rounds
+    );
+    let rt = util::runtime();
+    let mut rows = Vec::new();
+    for transport in [Transport::Stdio, Transport::Http] {
+        let label = if transport == Transport::Stdio {
+            "stdio"
+        } else {
+            "http"
+        };
+        let mut paths = vec!["direct", "tether serve"];
+        if transport == Transport::Stdio {
+            paths.push("Supervisor::call_tool (in-process, no downstream hop)");
+        }
+        if transport == Transport::Http && args.mcp_hub.is_some() {
+            paths.push("mcp-hub 4.2.1");
+        }
+        for &concurrency in &args.concurrency {
+            let mut results: Vec<Measured> = paths.iter().map(|_| Measured::default()).collect();
+            for round in 0..args.rounds {
+                for (i, result) in results.iter_mut().enumerate() {
+                    let (latencies, wall) = rt.block_on(async {
+                        let name = format!("gw-{label}-{concurrency}-{round}-{i}");
+                        if i == 2 && transport == Transport::Stdio {
+                            return in_process(&name, concurrency, args.calls).await;
+                        }
+                        let setup = match i {
+                            0 => direct(transport, &name).await,
+                            1 => through_tether(transport, &name).await,
+                            _ => through_mcp_hub(args.mcp_hub.as_ref().unwrap(), &name).await,
+                        };
+                        let peer = setup.client.peer().clone();
+                        load(&peer, &setup.tool, 1, 300).await; // warm up
+                        let measured = load(&peer, &setup.tool, concurrency, args.calls).await;
+                        let _ = setup.client.cancel().await;
+                        measured
+                    });
+                    result.latencies.extend(latencies);
+                    result.wall += wall;
+                }
+            }
+            let samples: Vec<Samples> = results
+                .iter()
+                .map(|r| Samples::from_durations(&r.latencies))
+                .collect();
+            for (i, path) in paths.iter().enumerate() {
+                rows.push(vec![
+                    label.to_string(),
+                    concurrency.to_string(),
+                    path.to_string(),
+                    us(samples[i].median()),
+                    us(samples[i].quantile(0.99)),
+                    format!("{:.0}", results[i].rate()),
+                    if i == 0 {
+                        "-".into()
+                    } else {
+                        format!(
+                            "+{} p50, +{} p99, {:.2}× calls/s",
+                            us(samples[i].median().saturating_sub(samples[0].median())),
+                            us(samples[i]
+                                .quantile(0.99)
+                                .saturating_sub(samples[0].quantile(0.99))),
+                            results[i].rate() / results[0].rate()
+                        )
+                    },
+                ]);
+            }
+        }
+    }
+    table(
+        &[
+            "transport",
+            "concurrency",
+            "path",
+            "p50",
+            "p99",
+            "calls/s",
+            "vs direct",
+        ],
+        &rows,
+    );
+    println!("target: ≤ 50 µs added p50\n");
+    Ok(())
+}
