@@ -39,6 +39,15 @@ fn write_config(dir: &Path, state: &StateDir) -> std::path::PathBuf {
     path
 }
 
+/// A temp dir with a config of one fixture upstream named `up`.
+fn one_upstream() -> (tempfile::TempDir, StateDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let state = StateDir(dir.path().join("up"));
+    std::fs::create_dir_all(&state.0).unwrap();
+    let config = write_config(dir.path(), &state);
+    (dir, state, config)
+}
+
 /// Runs `tether serve`; its stderr goes to `stderr_to`, or to a pipe the caller must drain.
 fn serve(dir: &Path, config: &Path, extra: &[&str], stderr_to: Option<&Path>) -> Child {
     Command::new(env!("CARGO_BIN_EXE_tether-cli"))
@@ -168,10 +177,7 @@ async fn terminate(mut tether: Child) -> std::process::ExitStatus {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_on_stdio_follows_an_upstream_through_death_park_and_revival() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = StateDir(dir.path().join("up"));
-    std::fs::create_dir_all(&state.0).unwrap();
-    let config = write_config(dir.path(), &state);
+    let (dir, state, config) = one_upstream();
     let mut tether = serve(
         dir.path(),
         &config,
@@ -208,10 +214,7 @@ async fn serve_http(dir: &Path, config: &Path) -> (Child, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_on_streamable_http_follows_an_upstream_through_death_park_and_revival() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = StateDir(dir.path().join("up"));
-    std::fs::create_dir_all(&state.0).unwrap();
-    let config = write_config(dir.path(), &state);
+    let (dir, state, config) = one_upstream();
     let (tether, url) = serve_http(dir.path(), &config).await;
     let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url);
     let agent = Agent::default();
@@ -222,10 +225,7 @@ async fn an_agent_on_streamable_http_follows_an_upstream_through_death_park_and_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_answers_calls_in_flight_and_reaps_every_child() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = StateDir(dir.path().join("up"));
-    std::fs::create_dir_all(&state.0).unwrap();
-    let config = write_config(dir.path(), &state);
+    let (dir, state, config) = one_upstream();
     let (tether, url) = serve_http(dir.path(), &config).await;
     let client = Agent::default()
         .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
@@ -277,10 +277,7 @@ async fn config_errors_name_the_file_the_server_and_the_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_the_config_without_touching_unchanged_servers() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = StateDir(dir.path().join("up"));
-    std::fs::create_dir_all(&state.0).unwrap();
-    let config = write_config(dir.path(), &state);
+    let (dir, state, config) = one_upstream();
     let (tether, url) = serve_http(dir.path(), &config).await;
     let client = Agent::default()
         .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::json;
-use tether::policy::{ReconnectSource, ServerState};
+use tether::policy::{BreakerState, ReconnectSource, ServerState};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transient_first_failure_is_retried_and_then_succeeds() {
@@ -237,8 +237,7 @@ async fn exactly_one_half_open_probe_reaches_the_server() {
             .unwrap();
     }
     // Past the cooldown, several calls at once: one probes, the rest are refused.
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(350);
-    tokio::time::sleep_until(deadline).await;
+    wait_for_breaker(&host, "probe", BreakerState::HalfOpen).await;
     let calls = (0..4).map(|i| {
         host.supervisor
             .call_tool("probe__echo", args(json!({"text": i.to_string()})))
@@ -284,7 +283,9 @@ async fn a_probe_without_a_session_reconnects_and_the_new_session_closes_the_bre
         host.view("gone").state == ServerState::BackingOff
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(250)).await; // past the breaker cooldown
+    // Wait out the 200 ms cooldown. No event reaches the policy while it backs off, and its
+    // status() has no clock, so there is no condition to poll: this is a deadline, not a race.
+    tokio::time::sleep(Duration::from_millis(250)).await;
 
     // The tools are withdrawn, but an agent holding the old list calls one: past the cooldown
     // the half-open probe finds no session, so the call is answered "reconnecting" and the

@@ -288,3 +288,23 @@ pub fn http_spec(name: &str, url: String, transport: TransportSpec) -> ServerSpe
     spec.timeouts = test_timeouts();
     spec
 }
+
+/// Waits until the policy reports `server`'s breaker in `state` (e.g. half-open once the
+/// cooldown has passed: the policy computes it from time, no event announces it).
+pub async fn wait_for_breaker(host: &Host, server: &str, state: tether::policy::BreakerState) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let status = host.supervisor.policy_status().await;
+        if status
+            .iter()
+            .any(|s| s.server == server && s.breaker == state)
+        {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {server}'s breaker to be {state:?}: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
