@@ -132,8 +132,7 @@ impl Supervisor {
                 call_id,
                 CallOutcome::TransportError(Fault::TransportClosed("no live session".into())),
                 started,
-            )
-            .await;
+            );
             return Ok(refusal(format!(
                 "Server \"{server}\" is reconnecting; the call was not sent. Wait about {} s and retry.",
                 spec.timeouts.reconnect_wait.as_secs().max(1)
@@ -157,16 +156,14 @@ impl Supervisor {
         {
             // Read-only tools are safe to repeat; report the loss, then retry once on a new session.
             let lost = fault.clone();
-            self.report(&server, call_id, CallOutcome::TransportError(lost), started)
-                .await;
+            self.report(&server, call_id, CallOutcome::TransportError(lost), started);
             self.reconnect_if_current(&server, Some(&first), &sessions);
             if let Some(fresh) = wait_for_live(sessions, spec.timeouts.reconnect_wait).await {
                 let retry_id = shared.next_call_id();
                 let retried = fresh
                     .call(&route.tool.original, arguments_copy, &spec.timeouts)
                     .await;
-                self.report(&server, retry_id, outcome(&retried), started)
-                    .await;
+                self.report(&server, retry_id, outcome(&retried), started);
                 return Ok(match retried {
                     Err(CallFailure::Lost(fault)) => refusal(format!(
                         "The connection to server \"{server}\" was lost during the call, and again during one retry on a fresh session ({}). The tool is read-only, so retrying is safe: wait a few seconds and retry.",
@@ -177,8 +174,7 @@ impl Supervisor {
             }
             return Ok(answer(&server, result, true));
         }
-        self.report(&server, call_id, outcome(&result), started)
-            .await;
+        self.report(&server, call_id, outcome(&result), started);
         Ok(answer(&server, result, route.tool.read_only))
     }
 
@@ -235,9 +231,10 @@ impl Supervisor {
             .unwrap_or_else(|e| e.into_inner()) = Some(observer);
     }
 
-    /// Tells the policy how a call ended, before the caller gets its answer: the next
-    /// admission must already count it.
-    async fn report(&self, server: &str, call_id: u64, outcome: CallOutcome, started: Instant) {
+    /// Tells the policy how a call ended. The report is queued ahead of any later admission
+    /// before the caller gets its answer, so the next admission counts it; its actions run on
+    /// the driver without holding up the answer.
+    fn report(&self, server: &str, call_id: u64, outcome: CallOutcome, started: Instant) {
         let kind = match &outcome {
             CallOutcome::Ok => CallResultKind::Ok,
             CallOutcome::ToolError(_) => CallResultKind::ToolError,
@@ -245,14 +242,12 @@ impl Supervisor {
             CallOutcome::Timeout => CallResultKind::Timeout,
         };
         self.observe(server, kind, started.elapsed());
-        self.shared
-            .feed_and_wait(EventKind::CallFinished(CallReport {
-                server: server.to_string(),
-                call_id,
-                outcome,
-                duration_ms: started.elapsed().as_millis() as u64,
-            }))
-            .await;
+        self.shared.feed(EventKind::CallFinished(CallReport {
+            server: server.to_string(),
+            call_id,
+            outcome,
+            duration_ms: started.elapsed().as_millis() as u64,
+        }));
     }
 }
 

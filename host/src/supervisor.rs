@@ -1,10 +1,12 @@
 //! Supervision. One task per configured server turns what it observes (a session opened or
 //! failed, ended, answered a keepalive, changed its tools; a timer fired) into policy events.
-//! One driver task feeds every event to the policy in order and executes the actions it returns:
-//! connect/disconnect/wake-at go back to the server's task, publish/withdraw go to the registry.
+//! Events go straight into the policy thread's queue (the same queue admissions use, so a call's
+//! report always counts before the next admission); one driver task executes the actions in the
+//! order the policy decided them: connect/disconnect/wake-at go back to the server's task,
+//! publish/withdraw go to the registry.
 //!
 //! Follow one failure: the child dies → its task sees the session end (`ServerTask::run`) →
-//! `Disconnected(process exited)` → the driver asks the policy → `WithdrawTools` (the registry
+//! `Disconnected(process exited)` → the policy decides → the driver executes `WithdrawTools` (the registry
 //! drops the routes and broadcasts the change) and `WakeAt` (the task's backoff timer) →
 //! `Timer` → `Connect` → a new session → `Connected` → `PublishTools`.
 
@@ -22,8 +24,8 @@ use tokio::time::Instant;
 
 use crate::config::{ServerSpec, Timeouts};
 use crate::policy::{
-    Action, Event, EventKind, Fault, PolicyRuntime, ServerFault, ServerState, ServerStatus,
-    ServerTools, SessionInfo, StateChange, TimerFired, Tool, TransportKind,
+    Action, Event, EventKind, Fault, PolicyError, PolicyRuntime, ServerFault, ServerState,
+    ServerStatus, ServerTools, SessionInfo, StateChange, TimerFired, Tool, TransportKind,
 };
 use crate::registry::Registry;
 use crate::transport::http::HttpFlavor;
@@ -112,7 +114,7 @@ pub(crate) struct Shared {
     pub(crate) policy: PolicyRuntime,
     pub(crate) registry: Arc<Registry>,
     pub(crate) clock: Clock,
-    events: mpsc::UnboundedSender<Fed>,
+    feeder: Feeder,
     servers: Mutex<BTreeMap<String, ServerHandle>>,
     log_dir: PathBuf,
     lifecycle: broadcast::Sender<LifecycleEvent>,
@@ -142,12 +144,17 @@ impl Supervisor {
     /// Starts supervising nothing yet; add servers with [`Supervisor::add_server`].
     /// `log_dir` receives each stdio server's stderr as `<name>.log`.
     pub fn start(policy: PolicyRuntime, log_dir: PathBuf) -> Self {
-        let (events, events_rx) = mpsc::unbounded_channel();
+        let (decided, decisions) = mpsc::unbounded_channel();
+        let clock = Clock::new();
         let shared = Arc::new(Shared {
+            feeder: Feeder {
+                policy: policy.clone(),
+                clock,
+                decided,
+            },
             policy,
             registry: Arc::new(Registry::default()),
-            clock: Clock::new(),
-            events,
+            clock,
             servers: Mutex::default(),
             log_dir,
             lifecycle: broadcast::channel(1024).0,
@@ -157,7 +164,7 @@ impl Supervisor {
             draining: AtomicBool::new(false),
             call_observer: std::sync::RwLock::new(None),
         });
-        tokio::spawn(drive(Arc::downgrade(&shared), events_rx));
+        tokio::spawn(drive(Arc::downgrade(&shared), decisions));
         Self { shared }
     }
 
@@ -206,8 +213,7 @@ impl Supervisor {
         }));
         let task = ServerTask {
             spec: spec.clone(),
-            events: self.shared.events.clone(),
-            clock: self.shared.clock,
+            feeder: self.shared.feeder.clone(),
             log_dir: self.shared.log_dir.clone(),
             session_tx,
             view: view.clone(),
@@ -363,18 +369,9 @@ async fn stop(handle: ServerHandle) {
 }
 
 impl Shared {
-    /// Queues an event for the policy; the driver handles events strictly in order.
+    /// Queues an event for the policy; its actions run on the driver, in decision order.
     pub(crate) fn feed(&self, kind: EventKind) {
-        let _ = self.events.send((kind, None));
-    }
-
-    /// Like [`Shared::feed`], returning once the policy has handled the event and its actions
-    /// ran (e.g. a call's report must count before the next admission).
-    pub(crate) async fn feed_and_wait(&self, kind: EventKind) {
-        let (done_tx, done) = oneshot::channel();
-        if self.events.send((kind, Some(done_tx))).is_ok() {
-            let _ = done.await;
-        }
+        self.feeder.feed(kind);
     }
 
     pub(crate) fn next_call_id(&self) -> u64 {
@@ -448,32 +445,52 @@ impl Shared {
     }
 }
 
-/// Feeds events to the policy one at a time and executes its actions.
-async fn drive(shared: std::sync::Weak<Shared>, mut events: mpsc::UnboundedReceiver<Fed>) {
-    while let Some((kind, done)) = events.recv().await {
+/// Executes the policy's actions, event by event, in the order it decided them.
+async fn drive(shared: std::sync::Weak<Shared>, mut decisions: mpsc::UnboundedReceiver<Decided>) {
+    while let Some(decided) = decisions.recv().await {
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        let event = Event {
-            now: shared.clock.now_ms(),
-            kind,
-        };
-        match shared.policy.handle(event).await {
+        match decided {
             Ok(actions) => shared.execute(actions),
             // The runtime already contained and reported the fault; nothing to execute.
             Err(error) => tracing::error!("the policy could not handle an event: {error}"),
         }
-        if let Some(done) = done {
-            let _ = done.send(());
-        }
+    }
+}
+
+/// The outcome of one event, on its way from the policy thread to the driver.
+type Decided = Result<Vec<Action>, PolicyError>;
+
+/// Puts events into the policy thread's queue, stamped with the host's time when the policy
+/// takes them, and routes their actions to the driver.
+#[derive(Clone)]
+struct Feeder {
+    policy: PolicyRuntime,
+    clock: Clock,
+    decided: mpsc::UnboundedSender<Decided>,
+}
+
+impl Feeder {
+    fn feed(&self, kind: EventKind) {
+        let clock = self.clock;
+        let decided = self.decided.clone();
+        self.policy.handle_then(
+            move || Event {
+                now: clock.now_ms(),
+                kind,
+            },
+            move |outcome| {
+                let _ = decided.send(outcome);
+            },
+        );
     }
 }
 
 /// One server's task: owns its session and timer, runs its connection attempts and keepalives.
 struct ServerTask {
     spec: ServerSpec,
-    events: mpsc::UnboundedSender<Fed>,
-    clock: Clock,
+    feeder: Feeder,
     log_dir: PathBuf,
     session_tx: watch::Sender<Option<Arc<Session>>>,
     view: Arc<Mutex<ServerView>>,
@@ -481,14 +498,11 @@ struct ServerTask {
     flavor: Option<HttpFlavor>,
 }
 
-/// An event on its way to the policy, with an optional acknowledgement once its actions ran.
-type Fed = (EventKind, Option<oneshot::Sender<()>>);
-
 type Attempt = BoxFuture<'static, (Result<(Session, Vec<Tool>), Fault>, Option<HttpFlavor>)>;
 
 impl ServerTask {
     fn feed(&self, kind: EventKind) {
-        let _ = self.events.send((kind, None));
+        self.feeder.feed(kind);
     }
 
     fn fault(&self, fault: Fault) -> ServerFault {
@@ -562,7 +576,7 @@ impl ServerTask {
                         self.close_session(&mut session).await;
                     }
                     Some(Command::WakeAt { at_ms, token }) => {
-                        wake = Some((self.clock.instant_at(at_ms), token));
+                        wake = Some((self.feeder.clock.instant_at(at_ms), token));
                     }
                     Some(Command::Stop(done)) => {
                         self.close_session(&mut session).await;

@@ -441,6 +441,29 @@ async fn no_child_process_is_left_after_shutdown() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_ignoring_stdin_close_and_sigterm_is_killed_after_the_grace() {
+    let host = Host::fast();
+    let state = host.state_dir("stubborn");
+    let spec = stdio_fixture("stubborn", &state, &["--stubborn"]);
+    let grace = spec.timeouts.stop_grace;
+    host.supervisor.add_server(spec).unwrap();
+    wait_until("tools visible", || !host.tools("stubborn").is_empty()).await;
+    let pid = state.pid().unwrap();
+    let started = std::time::Instant::now();
+    assert!(host.supervisor.remove_server("stubborn").await);
+    let took = started.elapsed();
+    assert!(
+        !process_exists(pid),
+        "child {pid} is still there (zombie or alive)"
+    );
+    // Closing stdin, then SIGTERM, each got the grace before SIGKILL.
+    assert!(
+        took >= grace * 2,
+        "removal took {took:?}: the child cannot have been given two graces of {grace:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stderr_goes_to_a_per_server_log_with_a_start_header() {
     let host = Host::fast();
     let state = host.state_dir("chatty");

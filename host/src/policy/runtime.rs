@@ -187,6 +187,24 @@ impl PolicyRuntime {
         })
     }
 
+    /// Feeds the event `make` builds, then hands its outcome to `then`; both run on the policy
+    /// thread. Building the event there keeps its time from running behind an earlier input's,
+    /// and `then` sees outcomes in exactly the order the policy decided them. Nothing waits: the
+    /// input is queued ahead of anything asked after this returns.
+    pub fn handle_then(
+        &self,
+        make: impl FnOnce() -> Event + Send + 'static,
+        then: impl FnOnce(Result<Vec<Action>, PolicyError>) + Send + 'static,
+    ) {
+        let _ = self.jobs.send(Box::new(move |w: &mut Worker| {
+            then(match w.step(Input::Event(make())) {
+                Ok(Output::Actions(actions)) => Ok(actions),
+                Ok(_) => unreachable!("an event yields actions"),
+                Err(error) => Err(error),
+            })
+        }));
+    }
+
     /// Asks whether a tool call may go out.
     pub fn admit(&self, request: CallRequest) -> Reply<Admission> {
         self.ask(move |w| match w.step(Input::Admit(request))? {

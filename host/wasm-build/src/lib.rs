@@ -7,6 +7,9 @@ use std::process::Command;
 
 pub const TARGET: &str = "wasm32-wasip2";
 
+/// The cargo profile of the components (see the workspace `Cargo.toml`).
+const PROFILE: &str = "wasm-guest";
+
 /// The workspace root, from a member's `CARGO_MANIFEST_DIR`.
 pub fn workspace_root() -> PathBuf {
     let manifest_dir =
@@ -26,7 +29,7 @@ fn wasm_target_dir(root: &Path) -> PathBuf {
     outer.join("wasm-components")
 }
 
-/// Builds `packages` (release, wasm32-wasip2) in one nested cargo run and returns each
+/// Builds `packages` (profile `wasm-guest`, wasm32-wasip2) in one nested cargo run and returns each
 /// package's component path, in order. Panics with cargo's output on failure: a build script
 /// has no better way to fail.
 pub fn build_components(packages: &[&str]) -> Vec<PathBuf> {
@@ -36,7 +39,14 @@ pub fn build_components(packages: &[&str]) -> Vec<PathBuf> {
     let mut command = Command::new(cargo);
     command
         .current_dir(&root)
-        .args(["build", "--release", "--target", TARGET, "--target-dir"])
+        .args([
+            "build",
+            "--profile",
+            PROFILE,
+            "--target",
+            TARGET,
+            "--target-dir",
+        ])
         .arg(&target_dir);
     for package in packages {
         command.args(["-p", package]);
@@ -68,7 +78,7 @@ pub fn build_components(packages: &[&str]) -> Vec<PathBuf> {
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    let out = target_dir.join(TARGET).join("release");
+    let out = target_dir.join(TARGET).join(PROFILE);
     packages
         .iter()
         .map(|package| {

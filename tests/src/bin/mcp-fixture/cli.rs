@@ -120,6 +120,9 @@ pub struct Behaviour {
     /// Answer `ping` with -32601 (method not found).
     #[arg(long)]
     pub ping_unsupported: bool,
+    /// Ignore SIGTERM, and keep running after stdin closes (stdio): only SIGKILL stops it.
+    #[arg(long)]
+    pub stubborn: bool,
     /// Every tool call waits T ms before running.
     #[arg(long, value_name = "T", default_value_t = 0)]
     pub slow_ms: u64,

@@ -59,6 +59,13 @@ fn main() -> ExitCode {
         fixture::exit(code, "crash at startup");
     }
 
+    if fixture.settings().stubborn {
+        // SAFETY: setting a signal's disposition to ignore runs no code in a handler.
+        unsafe {
+            libc::signal(libc::SIGTERM, libc::SIG_IGN);
+        }
+    }
+
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {

@@ -1,15 +1,18 @@
 //! Gateway overhead: echo-tool calls from one rmcp client, directly to a fixture server and
 //! through `tether serve` in front of the same fixture, over stdio and Streamable HTTP, at
 //! concurrency 1 and 16. Direct and gateway rounds alternate so drift hits both alike.
+//! With `--mcp-hub`, also mcp-hub, over legacy HTTP+SSE (its only downstream transport),
+//! against the fixture over SSE directly.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use rmcp::service::{Peer, RunningService};
 use rmcp::{RoleClient, ServiceExt};
+use tether::transport::http::{HttpOptions, connect_sse};
 use tokio::process::{Child, Command};
 
-use crate::stats::{Samples, us};
+use crate::stats::{Samples, us, us_delta};
 use crate::util::{
     self, Agent, echo_ok, fixture, scratch, table, tether_serve, tool_names, word_after,
 };
@@ -25,15 +28,47 @@ pub struct Args {
     /// Concurrency levels.
     #[arg(long, value_delimiter = ',', default_value = "1,16")]
     concurrency: Vec<usize>,
-    /// Also measure mcp-hub (path to its `mcp-hub` executable) in front of the HTTP fixture.
+    /// Also measure mcp-hub (path to its `mcp-hub` executable) in front of a stdio fixture.
     #[arg(long)]
     mcp_hub: Option<std::path::PathBuf>,
 }
 
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 enum Transport {
     Stdio,
     Http,
+    /// Legacy HTTP+SSE, through Tether's client transport (rmcp has none).
+    Sse,
+}
+
+impl Transport {
+    fn label(self) -> &'static str {
+        match self {
+            Transport::Stdio => "stdio",
+            Transport::Http => "http",
+            Transport::Sse => "sse",
+        }
+    }
+}
+
+/// What the client's calls go through to reach the fixture.
+#[derive(Clone, Copy)]
+enum Route {
+    Direct,
+    Tether,
+    InProcess,
+    McpHub,
+}
+
+impl Route {
+    fn label(self) -> &'static str {
+        match self {
+            Route::Direct => "direct",
+            Route::Tether => "tether serve",
+            Route::InProcess => "Supervisor::call_tool (in-process, no downstream hop)",
+            Route::McpHub => "mcp-hub 4.2.1",
+        }
+    }
 }
 
 /// A connected client, and the processes behind it (killed on drop).
@@ -43,9 +78,10 @@ struct Setup {
     _children: Vec<Child>,
 }
 
-async fn fixture_http(state: &std::path::Path) -> (Child, String) {
+/// The fixture serving `transport` ("http" or "sse") on a free port, and its base URL.
+async fn fixture_listening(transport: &str, state: &std::path::Path) -> (Child, String) {
     let mut child = Command::new(fixture())
-        .args(["--transport", "http", "--state-dir"])
+        .args(["--transport", transport, "--state-dir"])
         .arg(state)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -53,7 +89,16 @@ async fn fixture_http(state: &std::path::Path) -> (Child, String) {
         .spawn()
         .expect("fixture starts");
     let addr = word_after(child.stdout.take().unwrap(), "listening on ").await;
-    (child, format!("http://{addr}/mcp"))
+    (child, format!("http://{addr}"))
+}
+
+/// Tether's legacy SSE client settings, as for a configured upstream without headers.
+fn sse_options() -> HttpOptions {
+    HttpOptions {
+        headers: Default::default(),
+        connect_timeout: Duration::from_secs(10),
+        request_timeout: Duration::from_secs(30),
+    }
 }
 
 async fn direct(transport: Transport, name: &str) -> Setup {
@@ -78,12 +123,24 @@ async fn direct(transport: Transport, name: &str) -> Setup {
             }
         }
         Transport::Http => {
-            let (child, url) = fixture_http(&state).await;
-            let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url);
+            let (child, base) = fixture_listening("http", &state).await;
+            let transport =
+                rmcp::transport::StreamableHttpClientTransport::from_uri(format!("{base}/mcp"));
             let client = Agent::default()
                 .serve(transport)
                 .await
                 .expect("MCP over HTTP");
+            Setup {
+                client,
+                tool: "echo".into(),
+                _children: vec![child],
+            }
+        }
+        Transport::Sse => {
+            let (child, base) = fixture_listening("sse", &state).await;
+            let client = connect_sse(&format!("{base}/sse"), &sse_options(), Agent::default())
+                .await
+                .expect("MCP over SSE");
             Setup {
                 client,
                 tool: "echo".into(),
@@ -110,9 +167,9 @@ async fn through_tether(transport: Transport, name: &str) -> Setup {
             }
         }
         Transport::Http => {
-            let (upstream, url) = fixture_http(&state).await;
+            let (upstream, base) = fixture_listening("http", &state).await;
             let config = dir.join("servers.json");
-            let json = serde_json::json!({"mcpServers": {"up": {"url": url}}});
+            let json = serde_json::json!({"mcpServers": {"up": {"url": format!("{base}/mcp")}}});
             std::fs::write(&config, json.to_string()).unwrap();
             let mut tether = tether_serve(&dir, &config, &["--http", "127.0.0.1:0"], "info", true);
             let url = word_after(tether.stderr.take().unwrap(), "serving MCP at ").await;
@@ -127,6 +184,7 @@ async fn through_tether(transport: Transport, name: &str) -> Setup {
                 _children: vec![tether, upstream],
             }
         }
+        Transport::Sse => unreachable!("tether serve serves stdio and Streamable HTTP only"),
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     while !tool_names(setup.client.peer())
@@ -143,15 +201,21 @@ async fn through_tether(transport: Transport, name: &str) -> Setup {
     setup
 }
 
-/// mcp-hub (a peer gateway, Node.js) in front of the HTTP fixture, on its `/mcp` endpoint.
+/// mcp-hub (a peer gateway, Node.js) on its `/mcp` endpoint, which speaks only legacy
+/// HTTP+SSE (`GET /mcp` names `/messages?sessionId=` to POST to). Its upstream is a stdio
+/// fixture, as in the `tether serve` stdio row: the baseline is the fixture over SSE directly,
+/// so mcp-hub's extra hop is the one to stdio.
 async fn through_mcp_hub(hub: &std::path::Path, name: &str) -> Setup {
     let dir = scratch(name);
     let state = dir.join("up");
-    let (upstream, url) = fixture_http(&state).await;
-    let config = dir.join("servers.json");
-    let json = serde_json::json!({"mcpServers": {"up": {"url": url}}});
-    std::fs::write(&config, json.to_string()).unwrap();
-    let port = 37_000 + (std::process::id() % 1000) as u16;
+    std::fs::create_dir_all(&state).unwrap();
+    let config = util::stdio_config(&dir, &state);
+    // mcp-hub does not say which port `--port 0` got, so give it one that is free now.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let url = format!("http://127.0.0.1:{port}/mcp");
     let child = Command::new(hub)
         .args(["--port", &port.to_string(), "--config"])
         .arg(&config)
@@ -163,10 +227,7 @@ async fn through_mcp_hub(hub: &std::path::Path, name: &str) -> Setup {
         .expect("mcp-hub starts");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(format!(
-            "http://127.0.0.1:{port}/mcp"
-        ));
-        if let Ok(client) = Agent::default().serve(transport).await {
+        if let Ok(client) = connect_sse(&url, &sse_options(), Agent::default()).await {
             if let Some(tool) = tool_names(client.peer())
                 .await
                 .into_iter()
@@ -175,7 +236,8 @@ async fn through_mcp_hub(hub: &std::path::Path, name: &str) -> Setup {
                 return Setup {
                     client,
                     tool,
-                    _children: vec![child, upstream],
+                    // The fixture is mcp-hub's child: it ends with its stdin when mcp-hub dies.
+                    _children: vec![child],
                 };
             }
             let _ = client.cancel().await;
@@ -283,32 +345,32 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     );
     let rt = util::runtime();
     let mut rows = Vec::new();
-    for transport in [Transport::Stdio, Transport::Http] {
-        let label = if transport == Transport::Stdio {
-            "stdio"
-        } else {
-            "http"
+    let mut transports = vec![Transport::Stdio, Transport::Http];
+    if args.mcp_hub.is_some() {
+        transports.push(Transport::Sse);
+    }
+    for transport in transports {
+        let label = transport.label();
+        let routes = match transport {
+            Transport::Stdio => vec![Route::Direct, Route::Tether, Route::InProcess],
+            Transport::Http => vec![Route::Direct, Route::Tether],
+            Transport::Sse => vec![Route::Direct, Route::McpHub],
         };
-        let mut paths = vec!["direct", "tether serve"];
-        if transport == Transport::Stdio {
-            paths.push("Supervisor::call_tool (in-process, no downstream hop)");
-        }
-        if transport == Transport::Http && args.mcp_hub.is_some() {
-            paths.push("mcp-hub 4.2.1");
-        }
         for &concurrency in &args.concurrency {
-            let mut results: Vec<Measured> = paths.iter().map(|_| Measured::default()).collect();
+            let mut results: Vec<Measured> = routes.iter().map(|_| Measured::default()).collect();
             for round in 0..args.rounds {
-                for (i, result) in results.iter_mut().enumerate() {
+                for (i, (&route, result)) in routes.iter().zip(&mut results).enumerate() {
                     let (latencies, wall) = rt.block_on(async {
                         let name = format!("gw-{label}-{concurrency}-{round}-{i}");
-                        if i == 2 && transport == Transport::Stdio {
-                            return in_process(&name, concurrency, args.calls).await;
-                        }
-                        let setup = match i {
-                            0 => direct(transport, &name).await,
-                            1 => through_tether(transport, &name).await,
-                            _ => through_mcp_hub(args.mcp_hub.as_ref().unwrap(), &name).await,
+                        let setup = match route {
+                            Route::InProcess => {
+                                return in_process(&name, concurrency, args.calls).await;
+                            }
+                            Route::Direct => direct(transport, &name).await,
+                            Route::Tether => through_tether(transport, &name).await,
+                            Route::McpHub => {
+                                through_mcp_hub(args.mcp_hub.as_ref().unwrap(), &name).await
+                            }
                         };
                         let peer = setup.client.peer().clone();
                         load(&peer, &setup.tool, 1, 300).await; // warm up
@@ -324,11 +386,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 .iter()
                 .map(|r| Samples::from_durations(&r.latencies))
                 .collect();
-            for (i, path) in paths.iter().enumerate() {
+            for (i, route) in routes.iter().enumerate() {
                 rows.push(vec![
                     label.to_string(),
                     concurrency.to_string(),
-                    path.to_string(),
+                    route.label().to_string(),
                     us(samples[i].median()),
                     us(samples[i].quantile(0.99)),
                     format!("{:.0}", results[i].rate()),
@@ -336,11 +398,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                         "-".into()
                     } else {
                         format!(
-                            "+{} p50, +{} p99, {:.2}× calls/s",
-                            us(samples[i].median().saturating_sub(samples[0].median())),
-                            us(samples[i]
-                                .quantile(0.99)
-                                .saturating_sub(samples[0].quantile(0.99))),
+                            "{} p50, {} p99, {:.2}× calls/s",
+                            us_delta(samples[i].median(), samples[0].median()),
+                            us_delta(samples[i].quantile(0.99), samples[0].quantile(0.99)),
                             results[i].rate() / results[0].rate()
                         )
                     },

@@ -41,6 +41,11 @@ pub fn us(nanos: u64) -> String {
     format!("{:.1} µs", nanos as f64 / 1e3)
 }
 
+/// The signed difference `a - b` of two durations in nanoseconds, in µs with its sign.
+pub fn us_delta(a: u64, b: u64) -> String {
+    format!("{:+.1} µs", (a as f64 - b as f64) / 1e3)
+}
+
 pub fn ms(nanos: u64) -> String {
     format!("{:.2} ms", nanos as f64 / 1e6)
 }
