@@ -4,9 +4,9 @@
 use std::sync::{Arc, OnceLock};
 
 use tether::policy::{
-    Action, Admission, BreakerState, CallOutcome, CallReport, CallRequest, Event, EventKind, Fault,
-    PolicyEngine, PolicyError, PolicyFault, PolicyNotice, PolicyRuntime, PolicySource,
-    RuntimeOptions, ServerState, conformance,
+    Action, Admission, BreakerState, CallOutcome, CallReport, CallRequest, DEFAULT_INLINE_FUEL,
+    Event, EventKind, Fault, PolicyEngine, PolicyError, PolicyFault, PolicyNotice, PolicyRuntime,
+    PolicySource, RuntimeOptions, ServerState, conformance,
 };
 use tether_tests::{
     component, components, configured, connect_failed, connected, disconnected, has_connect,
@@ -26,23 +26,52 @@ fn start(
     checkpoint_every: usize,
     fallback: bool,
 ) -> PolicyRuntime {
+    start_with(
+        source,
+        settings,
+        checkpoint_every,
+        fallback,
+        DEFAULT_INLINE_FUEL,
+    )
+}
+
+fn start_with(
+    source: PolicySource,
+    settings: &str,
+    checkpoint_every: usize,
+    fallback: bool,
+    inline_fuel: u64,
+) -> PolicyRuntime {
     PolicyRuntime::start(RuntimeOptions {
         engine: Some(engine()),
         source,
         settings: settings.into(),
         checkpoint_every,
         fallback_to_default: fallback,
+        inline_fuel,
         ..RuntimeOptions::default()
     })
     .expect("runtime starts")
 }
 
+/// The hostile component, every input decided on the policy thread (its misdeeds count an
+/// instance's calls, so an inline attempt cut short would move them to another instance).
 fn hostile(misdeed: &str, checkpoint_every: usize, fallback: bool) -> PolicyRuntime {
-    start(
+    hostile_inline(misdeed, checkpoint_every, fallback, 0)
+}
+
+fn hostile_inline(
+    misdeed: &str,
+    checkpoint_every: usize,
+    fallback: bool,
+    inline_fuel: u64,
+) -> PolicyRuntime {
+    start_with(
         component(components::HOSTILE),
         &format!(r#"{{"hostile":{{{misdeed}}}}}"#),
         checkpoint_every,
         fallback,
+        inline_fuel,
     )
 }
 
@@ -162,6 +191,49 @@ fn endless_loop_is_stopped_and_a_fresh_instance_takes_over() {
 }
 
 #[test]
+fn a_decision_over_the_inline_budget_is_decided_again_on_the_policy_thread() {
+    // The full budget is far above the inline one. The third `handle` of an instance loops: the
+    // inline attempt runs out of its budget, and the policy thread decides the event on a fresh
+    // instance (whose count starts again), so the event is answered and no fault is reported.
+    let rt = hostile_inline(r#""loop_on_event":3"#, 1, true, DEFAULT_INLINE_FUEL);
+    let mut rx = rt.notices();
+    event(&rt, 1, configured("a")).unwrap();
+    event(&rt, 2, configured("b")).unwrap();
+    let actions = event(&rt, 3, configured("c")).expect("answered");
+    assert!(has_connect(&actions, "c"), "{actions:?}");
+    assert_eq!(notices(&mut rx), []);
+    assert_eq!(
+        rt.stats().faults.load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    assert!(rt.running().label.contains("tether_policy_hostile"));
+    assert_eq!(rt.status().wait().unwrap().len(), 3);
+    assert!(has_connect(&event(&rt, 4, configured("d")).unwrap(), "d"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_writing_output_during_an_inline_decision_on_a_tokio_worker_is_answered() {
+    // The guest's panic message goes to WASI stderr, whose sync binding panics on a tokio
+    // worker. The policy thread, where WASI works, decides the event instead.
+    let rt = hostile_inline(r#""panic_on_event":2"#, 1, true, DEFAULT_INLINE_FUEL);
+    let handle = |now, kind| rt.handle(Event { now, kind });
+    handle(1, configured("a")).await.unwrap();
+    let actions = handle(2, connected("a", &["echo"]))
+        .await
+        .expect("answered");
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::PublishTools(p) if p.server == "a")),
+        "{actions:?}"
+    );
+    assert!(rt.running().label.contains("tether_policy_hostile"));
+    let status = rt.status().await.unwrap();
+    assert_eq!(status.len(), 1);
+    assert_eq!(status[0].state, ServerState::Connected, "{status:?}");
+}
+
+#[test]
 fn memory_blow_up_is_capped_and_contained() {
     let rt = hostile(r#""grow_on_event":2"#, 1, true);
     let mut rx = rt.notices();
@@ -228,23 +300,32 @@ fn a_flood_of_actions_is_refused_as_invalid_output() {
 
 #[test]
 fn nonsensical_actions_are_refused_as_invalid_output() {
-    let rt = hostile(r#""nonsense_on_event":2"#, 1, true);
-    let mut rx = rt.notices();
-    event(&rt, 1, configured("a")).unwrap();
-    let actions = event(&rt, 2, configured("b")).expect("contained");
-    assert!(
-        !actions
-            .iter()
-            .any(|a| matches!(a, Action::Connect(s) if s.contains("nobody"))),
-        "{actions:?}"
-    );
-    let seen = notices(&mut rx);
-    assert!(
-        seen.iter().any(
-            |n| matches!(n, PolicyNotice::Fault { error, .. } if error.contains("never configured"))
-        ),
-        "{seen:?}"
-    );
+    // Decided on the policy thread, and inline: a fault found inline counts like any other.
+    for inline_fuel in [0, DEFAULT_INLINE_FUEL] {
+        let rt = hostile_inline(r#""nonsense_on_event":2"#, 1, true, inline_fuel);
+        let mut rx = rt.notices();
+        event(&rt, 1, configured("a")).unwrap();
+        let actions = event(&rt, 2, configured("b")).expect("contained");
+        assert!(
+            !actions
+                .iter()
+                .any(|a| matches!(a, Action::Connect(s) if s.contains("nobody"))),
+            "{actions:?}"
+        );
+        assert!(has_connect(&actions, "b"), "{actions:?}");
+        let seen = notices(&mut rx);
+        assert!(
+            seen.iter().any(
+                |n| matches!(n, PolicyNotice::Fault { error, .. } if error.contains("never configured"))
+            ),
+            "inline fuel {inline_fuel}: {seen:?}"
+        );
+        assert_eq!(
+            rt.stats().faults.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "inline fuel {inline_fuel}"
+        );
+    }
 }
 
 #[test]

@@ -1,8 +1,9 @@
 //! One sandboxed policy instance: a wasmtime `Store` with a fuel budget on every call, a memory
 //! cap, a WASI context with nothing in it, and guest output captured into the host log.
 //!
-//! Calls here are synchronous: the runtime runs instances on a dedicated thread, never on a
-//! tokio worker (sync WASI calls inside a tokio worker can panic).
+//! Calls here are synchronous. The runtime makes them on its policy thread, or inline on a
+//! caller's thread; on a tokio worker a guest's WASI call panics (wasmtime-wasi's sync bindings
+//! block on tokio), which the runtime catches and answers on its thread instead.
 
 use std::sync::Arc;
 
@@ -76,6 +77,8 @@ pub struct PolicyInstance {
     bindings: PolicyComponent,
     policy: Arc<LoadedPolicy>,
     limits: Limits,
+    /// Fuel for the next guest call (normally `limits.fuel_per_call`).
+    fuel_budget: u64,
 }
 
 impl PolicyInstance {
@@ -114,6 +117,7 @@ impl PolicyInstance {
             bindings,
             policy: policy.clone(),
             limits: limits.clone(),
+            fuel_budget: limits.fuel_per_call,
         })
     }
 
@@ -122,18 +126,24 @@ impl PolicyInstance {
         &self.policy
     }
 
+    /// Runs `f` with every guest call limited to `fuel` (at most the configured budget).
+    pub fn with_fuel<R>(&mut self, fuel: u64, f: impl FnOnce(&mut Self) -> R) -> R {
+        self.fuel_budget = fuel.min(self.limits.fuel_per_call);
+        let result = f(self);
+        self.fuel_budget = self.limits.fuel_per_call;
+        result
+    }
+
     /// Runs one guest call with a fresh fuel budget, turning traps into [`PolicyFault`]s.
     fn call<R>(
         &mut self,
         during: &'static str,
         f: impl FnOnce(&PolicyComponent, &mut Store<StoreState>) -> wasmtime::Result<R>,
     ) -> Result<R, PolicyError> {
-        self.store
-            .set_fuel(self.limits.fuel_per_call)
-            .map_err(|e| {
-                self.policy
-                    .fault(during, PolicyFault::Trap(format!("{e:#}")))
-            })?;
+        self.store.set_fuel(self.fuel_budget).map_err(|e| {
+            self.policy
+                .fault(during, PolicyFault::Trap(format!("{e:#}")))
+        })?;
         f(&self.bindings, &mut self.store)
             .map_err(|e| self.policy.fault(during, classify(&e, &self.limits)))
     }

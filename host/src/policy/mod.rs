@@ -16,7 +16,7 @@ pub use bindings::{
 };
 pub use engine::{EMBEDDED_DEFAULT_POLICY, LoadedPolicy, PolicyEngine, PolicySource};
 pub use instance::{Limits, PolicyInstance};
-pub use runtime::{PolicyNotice, PolicyRuntime, RuntimeOptions, RuntimeStats};
+pub use runtime::{DEFAULT_INLINE_FUEL, PolicyNotice, PolicyRuntime, RuntimeOptions, RuntimeStats};
 
 /// What stopped a guest call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

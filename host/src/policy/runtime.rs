@@ -1,5 +1,8 @@
-//! The policy runtime: one policy instance on a dedicated thread, fed events and admissions
-//! through a channel. It contains every guest failure:
+//! The policy runtime: one policy instance, fed events and admissions in order. Decisions run
+//! inline on the caller's thread when nothing is queued and the instance is free: a decision
+//! takes well under a microsecond, while waking a sleeping thread and being woken back costs tens
+//! of microseconds on a small VM. Everything else (and any input that finds the queue busy) goes
+//! through a FIFO to a dedicated policy thread. It contains every guest failure:
 //!
 //! 1. a fault (trap, endless loop, memory blow-up, invalid output) discards the instance;
 //! 2. a fresh instance is restored from the last good snapshot plus the journal of inputs since,
@@ -9,13 +12,19 @@
 //!
 //! Swaps compile the new component off the policy thread, then move the state across; if any
 //! step fails the old policy keeps running and the caller gets the reason.
+//!
+//! An inline decision gets a small fuel budget. If it runs out, faults, or panics (a guest's
+//! WASI call made on a tokio worker does: wasmtime-wasi's sync bindings block on tokio), the
+//! input goes to the policy thread instead, which starts from the last good state and handles it
+//! with the full budget; only what fails there counts as a fault.
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -46,6 +55,9 @@ pub struct RuntimeOptions {
     pub fallback_to_default: bool,
     /// Take a snapshot after this many state-changing inputs (bounds the replay journal).
     pub checkpoint_every: usize,
+    /// Fuel for a decision made inline on the caller's thread; a decision that needs more is
+    /// made on the policy thread. 0: every input goes through the policy thread.
+    pub inline_fuel: u64,
 }
 
 impl Default for RuntimeOptions {
@@ -58,6 +70,7 @@ impl Default for RuntimeOptions {
             engine: None,
             fallback_to_default: true,
             checkpoint_every: 64,
+            inline_fuel: DEFAULT_INLINE_FUEL,
         }
     }
 }
@@ -105,18 +118,26 @@ struct Shared {
     stats: RuntimeStats,
     notices: broadcast::Sender<PolicyNotice>,
     running: Mutex<RunningPolicy>,
+    /// Jobs sent to the policy thread and not finished yet; inline decisions wait for zero.
+    queued: AtomicUsize,
 }
 
 type Job = Box<dyn FnOnce(&mut Worker) + Send>;
 
-/// Handle to the policy thread. Cheap to clone; the thread ends when the last handle is dropped.
+/// Fuel for an inline decision. The default policy's decisions take a few thousand units; a
+/// decision that needs more is made on the policy thread, not on the caller's.
+pub const DEFAULT_INLINE_FUEL: u64 = 5_000_000;
+
+/// Handle to the policy. Cheap to clone; the thread ends when the last handle is dropped.
 #[derive(Clone)]
 pub struct PolicyRuntime {
     jobs: mpsc::Sender<Job>,
     shared: Arc<Shared>,
+    worker: Arc<Mutex<Worker>>,
 }
 
-/// A pending answer from the policy thread: `.await` it, or `.wait()` outside async code.
+/// An answer from the policy: `.await` it, or `.wait()` outside async code. An answer decided
+/// inline is already there.
 pub struct Reply<T>(oneshot::Receiver<Result<T, PolicyError>>);
 
 impl<T> Reply<T> {
@@ -151,11 +172,15 @@ impl PolicyRuntime {
             .spawn(move || {
                 let worker = Worker::start(shared_engine, policy, &options);
                 match worker {
-                    Ok(mut worker) => {
+                    Ok(worker) => {
                         let shared = worker.shared.clone();
-                        let _ = ready_tx.send(Ok(shared));
+                        let worker = Arc::new(Mutex::new(worker));
+                        let _ = ready_tx.send(Ok((shared.clone(), worker.clone())));
                         while let Ok(job) = job_rx.recv() {
+                            let mut worker = worker.lock().unwrap_or_else(|e| e.into_inner());
                             job(&mut worker);
+                            // Still under the lock: an inline decision must not overtake this job.
+                            shared.queued.fetch_sub(1, Ordering::SeqCst);
                         }
                     }
                     Err(e) => {
@@ -164,8 +189,20 @@ impl PolicyRuntime {
                 }
             })
             .map_err(|e| PolicyError::Engine(format!("cannot start the policy thread: {e}")))?;
-        let shared = ready_rx.recv().map_err(|_| PolicyError::Stopped)??;
-        Ok(Self { jobs, shared })
+        let (shared, worker) = ready_rx.recv().map_err(|_| PolicyError::Stopped)??;
+        Ok(Self {
+            jobs,
+            shared,
+            worker,
+        })
+    }
+
+    /// Queues a job for the policy thread, behind everything queued before.
+    fn queue(&self, job: impl FnOnce(&mut Worker) + Send + 'static) {
+        self.shared.queued.fetch_add(1, Ordering::SeqCst);
+        if self.jobs.send(Box::new(job)).is_err() {
+            self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
     fn ask<T: Send + 'static>(
@@ -173,44 +210,76 @@ impl PolicyRuntime {
         job: impl FnOnce(&mut Worker) -> Result<T, PolicyError> + Send + 'static,
     ) -> Reply<T> {
         let (tx, rx) = oneshot::channel();
-        let _ = self.jobs.send(Box::new(move |worker: &mut Worker| {
+        self.queue(move |worker: &mut Worker| {
             let _ = tx.send(job(worker));
-        }));
+        });
+        Reply(rx)
+    }
+
+    /// The worker, when an input may be decided on the caller's thread: nothing is queued ahead
+    /// of it and no one else is deciding.
+    fn inline_worker(&self) -> Option<MutexGuard<'_, Worker>> {
+        let queued = || self.shared.queued.load(Ordering::SeqCst);
+        if queued() != 0 {
+            return None;
+        }
+        let worker = self.worker.try_lock().ok()?;
+        (worker.inline && queued() == 0).then_some(worker)
+    }
+
+    /// Decides the input `make` builds inline if it may be, else queues it for the policy
+    /// thread (which builds it when it gets there). `answer` runs once, with the outcome, in
+    /// decision order relative to every other input (under the worker's lock).
+    fn decide(
+        &self,
+        make: impl FnOnce() -> Input + Send + 'static,
+        answer: impl FnOnce(Result<Output, PolicyError>) + Send + 'static,
+    ) {
+        if let Some(mut worker) = self.inline_worker() {
+            match worker.step_inline(make()) {
+                Ok(outcome) => answer(outcome),
+                // Queued while still holding the worker, so nothing decided later overtakes it.
+                Err((input, miss)) => self.queue(move |w| answer(w.redo(input, miss))),
+            }
+            return;
+        }
+        self.queue(move |w| answer(w.step(make())));
+    }
+
+    fn decide_reply<T: Send + 'static>(&self, input: Input, extract: fn(Output) -> T) -> Reply<T> {
+        let (tx, rx) = oneshot::channel();
+        self.decide(
+            move || input,
+            move |outcome| {
+                let _ = tx.send(outcome.map(extract));
+            },
+        );
         Reply(rx)
     }
 
     /// Feeds an event; returns the actions to execute.
     pub fn handle(&self, event: Event) -> Reply<Vec<Action>> {
-        self.ask(move |w| match w.step(Input::Event(event))? {
-            Output::Actions(actions) => Ok(actions),
-            _ => unreachable!("an event yields actions"),
-        })
+        self.decide_reply(Input::Event(event), Output::into_actions)
     }
 
-    /// Feeds the event `make` builds, then hands its outcome to `then`; both run on the policy
-    /// thread. Building the event there keeps its time from running behind an earlier input's,
-    /// and `then` sees outcomes in exactly the order the policy decided them. Nothing waits: the
-    /// input is queued ahead of anything asked after this returns.
+    /// Feeds the event `make` builds, then hands its outcome to `then`, in exactly the order the
+    /// policy decided them. Building the event when it is decided keeps its time from running
+    /// behind an earlier input's. Nothing waits: the input is decided or queued ahead of
+    /// anything asked after this returns.
     pub fn handle_then(
         &self,
         make: impl FnOnce() -> Event + Send + 'static,
         then: impl FnOnce(Result<Vec<Action>, PolicyError>) + Send + 'static,
     ) {
-        let _ = self.jobs.send(Box::new(move |w: &mut Worker| {
-            then(match w.step(Input::Event(make())) {
-                Ok(Output::Actions(actions)) => Ok(actions),
-                Ok(_) => unreachable!("an event yields actions"),
-                Err(error) => Err(error),
-            })
-        }));
+        self.decide(
+            move || Input::Event(make()),
+            move |outcome| then(outcome.map(Output::into_actions)),
+        );
     }
 
     /// Asks whether a tool call may go out.
     pub fn admit(&self, request: CallRequest) -> Reply<Admission> {
-        self.ask(move |w| match w.step(Input::Admit(request))? {
-            Output::Admission(admission) => Ok(admission),
-            _ => unreachable!("an admission request yields an admission"),
-        })
+        self.decide_reply(Input::Admit(request), Output::into_admission)
     }
 
     /// Every server's status as the policy sees it.
@@ -296,6 +365,33 @@ enum Output {
     Done,
 }
 
+impl Output {
+    fn into_actions(self) -> Vec<Action> {
+        match self {
+            Output::Actions(actions) => actions,
+            _ => unreachable!("an event yields actions"),
+        }
+    }
+
+    fn into_admission(self) -> Admission {
+        match self {
+            Output::Admission(admission) => admission,
+            _ => unreachable!("an admission request yields an admission"),
+        }
+    }
+}
+
+/// Why an inline decision went to the policy thread.
+#[derive(Debug)]
+enum InlineMiss {
+    /// It needed more than the inline fuel budget (which is smaller than the full one).
+    OverBudget,
+    /// The guest faulted: handled like any fault.
+    Fault(PolicyError),
+    /// A host function panicked under the guest: a WASI call made on a tokio worker.
+    Panicked,
+}
+
 struct Worker {
     shared: Arc<Shared>,
     limits: Limits,
@@ -312,6 +408,11 @@ struct Worker {
     /// Actions produced while re-teaching a fallback policy, delivered with the next event.
     pending_actions: Vec<Action>,
     last_now: u64,
+    /// Whether inputs may be decided on the caller's thread.
+    inline: bool,
+    inline_fuel: u64,
+    /// An inline decision was cut short: the instance must be rebuilt before its next use.
+    poisoned: bool,
 }
 
 impl Worker {
@@ -329,6 +430,7 @@ impl Worker {
             stats: RuntimeStats::default(),
             notices,
             running: Mutex::new(describe(&policy, None, &options.settings)),
+            queued: AtomicUsize::new(0),
         });
         let mut worker = Self {
             shared,
@@ -343,6 +445,9 @@ impl Worker {
             configured: BTreeMap::new(),
             pending_actions: Vec::new(),
             last_now: 0,
+            inline: options.inline_fuel > 0,
+            inline_fuel: options.inline_fuel,
+            poisoned: false,
         };
         worker.describe();
         Ok(worker)
@@ -394,12 +499,98 @@ impl Worker {
     }
 
     fn step(&mut self, input: Input) -> Result<Output, PolicyError> {
+        self.heal();
         let started = Instant::now();
         let mut result = Self::apply(&mut self.instance, &self.configured, &input);
         if let Err(fault @ PolicyError::Fault { .. }) = result {
             result = self.contain(fault, &input);
         }
+        self.finish(input, started, result)
+    }
+
+    /// Decides `input` on the caller's thread with the inline budget, or gives it back (with
+    /// the instance marked for rebuilding) when only the policy thread may answer it.
+    fn step_inline(
+        &mut self,
+        input: Input,
+    ) -> Result<Result<Output, PolicyError>, (Input, InlineMiss)> {
+        let started = Instant::now();
+        let budget = self.inline_fuel.min(self.limits.fuel_per_call);
+        let (instance, configured) = (&mut self.instance, &self.configured);
+        let applied = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            instance.with_fuel(budget, |instance| Self::apply(instance, configured, &input))
+        }));
+        let miss = match applied {
+            Ok(Err(PolicyError::Fault {
+                fault: PolicyFault::OutOfFuel(_),
+                ..
+            })) if budget < self.limits.fuel_per_call => InlineMiss::OverBudget,
+            Ok(Err(fault @ PolicyError::Fault { .. })) => InlineMiss::Fault(fault),
+            Err(_) => InlineMiss::Panicked,
+            Ok(result) => return Ok(self.finish(input, started, result)),
+        };
+        self.poisoned = true;
+        self.inline = false;
+        Err((input, miss))
+    }
+
+    /// Decides an input an inline attempt gave up on.
+    fn redo(&mut self, input: Input, miss: InlineMiss) -> Result<Output, PolicyError> {
+        let policy = self.policy.label().to_string();
+        match miss {
+            // A fault like any other: reported, then retried once on a fresh instance.
+            InlineMiss::Fault(fault) => {
+                self.poisoned = false;
+                let started = Instant::now();
+                let result = self.contain(fault, &input);
+                self.finish(input, started, result)
+            }
+            InlineMiss::OverBudget => {
+                tracing::warn!(
+                    policy,
+                    "a decision needed more than {} fuel; decided again on the policy thread from the last good state",
+                    self.inline_fuel
+                );
+                let faults = self.shared.stats.faults.load(Ordering::Relaxed);
+                let result = self.step(input);
+                // Fine with the full budget: only that decision was heavy.
+                if self.shared.stats.faults.load(Ordering::Relaxed) == faults {
+                    self.inline = true;
+                }
+                result
+            }
+            InlineMiss::Panicked => {
+                tracing::warn!(
+                    policy,
+                    "the policy made a WASI call (e.g. printed) during a decision on an async worker, where such calls panic (the panic above); it decides on the policy thread from now on"
+                );
+                self.step(input)
+            }
+        }
+    }
+
+    /// Replaces an instance an inline attempt left mid-call with one in the last good state.
+    fn heal(&mut self) {
+        if !std::mem::take(&mut self.poisoned) {
+            return;
+        }
+        match self.rebuild(self.policy.clone()) {
+            Ok(instance) => self.instance = instance,
+            // The old instance fails its next call, and containment takes over from there.
+            Err(error) => {
+                tracing::warn!(policy = %self.policy.label(), "cannot rebuild the policy instance: {error}")
+            }
+        }
+    }
+
+    fn finish(
+        &mut self,
+        input: Input,
+        started: Instant,
+        result: Result<Output, PolicyError>,
+    ) -> Result<Output, PolicyError> {
         let stats = &self.shared.stats;
+
         stats.decisions.fetch_add(1, Ordering::Relaxed);
         stats
             .decision_nanos
@@ -506,6 +697,7 @@ impl Worker {
         }
         self.policy = policy;
         self.instance = instance;
+        self.inline = self.inline_fuel > 0;
         self.shared.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
         self.notify(PolicyNotice::FellBack {
             from,
@@ -540,6 +732,7 @@ impl Worker {
 
     /// Moves `last_good` up to now. A policy whose snapshot fails is recovered or replaced.
     fn checkpoint(&mut self) {
+        self.heal();
         match self.instance.snapshot() {
             Ok(snapshot) => {
                 self.last_good = snapshot;
@@ -562,6 +755,7 @@ impl Worker {
         let from = self.policy.label().to_string();
         self.policy = policy;
         self.instance = instance;
+        self.inline = self.inline_fuel > 0;
         self.shared.stats.swaps.fetch_add(1, Ordering::Relaxed);
         tracing::info!(from = %from, to = %self.policy.label(), "policy swapped");
         self.notify(PolicyNotice::Swapped {
