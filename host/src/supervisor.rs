@@ -1,9 +1,9 @@
 //! Supervision. One task per configured server turns what it observes (a session opened or
 //! failed, ended, answered a keepalive, changed its tools; a timer fired) into policy events.
-//! Events go straight into the policy thread's queue (the same queue admissions use, so a call's
-//! report always counts before the next admission); one driver task executes the actions in the
-//! order the policy decided them: connect/disconnect/wake-at go back to the server's task,
-//! publish/withdraw go to the registry.
+//! Events go straight to the policy runtime, in the same order as admissions (decided inline or
+//! queued, so a call's report always counts before the next admission); one driver task executes
+//! the actions in the order the policy decided them: connect/disconnect/wake-at go back to the
+//! server's task, publish/withdraw go to the registry.
 //!
 //! Follow one failure: the child dies → its task sees the session end (`ServerTask::run`) →
 //! `Disconnected(process exited)` → the policy decides → the driver executes `WithdrawTools` (the registry
@@ -459,10 +459,10 @@ async fn drive(shared: std::sync::Weak<Shared>, mut decisions: mpsc::UnboundedRe
     }
 }
 
-/// The outcome of one event, on its way from the policy thread to the driver.
+/// The outcome of one event, on its way from the policy to the driver.
 type Decided = Result<Vec<Action>, PolicyError>;
 
-/// Puts events into the policy thread's queue, stamped with the host's time when the policy
+/// Feeds events to the policy runtime, stamped with the host's time when the policy
 /// takes them, and routes their actions to the driver.
 #[derive(Clone)]
 struct Feeder {

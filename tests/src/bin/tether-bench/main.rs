@@ -21,7 +21,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Policy decision cost: wasm (direct and through the policy thread) vs native.
+    /// Policy decision cost: wasm (direct and through the policy runtime) vs native.
     Policy(policy::Args),
     /// Echo-tool latency and throughput through `tether serve` vs direct.
     Gateway(gateway::Args),

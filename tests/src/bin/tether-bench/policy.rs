@@ -1,6 +1,6 @@
 //! Policy decision cost: the same events and admissions fed to the default policy as a wasm
-//! component (direct guest calls, and through the policy thread as the host does) and linked
-//! natively, interleaved batch by batch in one run.
+//! component (direct guest calls, and through `PolicyRuntime` as the host does: inline, and
+//! through the policy thread) and linked natively, interleaved batch by batch in one run.
 
 use std::time::Instant;
 
@@ -229,15 +229,17 @@ impl Target for Wasm {
     }
 }
 
-/// Through the policy thread and its channel, as the supervisor and call path use it.
+/// Through `PolicyRuntime`, as the supervisor and call path use it: inline on the caller's
+/// thread when it is free, or (with `inline_fuel: 0`) always through the policy thread.
 struct Thread {
     runtime: PolicyRuntime,
     inputs: HostInputs,
+    name: &'static str,
 }
 
 impl Target for Thread {
     fn name(&self) -> &'static str {
-        "wasm (policy thread)"
+        self.name
     }
     fn keepalive(&mut self) {
         std::hint::black_box(
@@ -309,15 +311,22 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         engine: Some(engine.clone()),
         ..RuntimeOptions::default()
     })?;
+    let thread_only = PolicyRuntime::start(RuntimeOptions {
+        engine: Some(engine.clone()),
+        inline_fuel: 0,
+        ..RuntimeOptions::default()
+    })?;
     for event in &native_inputs.setup {
         policy.handle(event.clone());
         let host_event: host::Event = to_host(event);
         instance.handle(&host_event)?;
-        runtime.handle(host_event).wait()?;
+        runtime.handle(host_event.clone()).wait()?;
+        thread_only.handle(host_event).wait()?;
     }
     policy.take_logs();
     let host_inputs = HostInputs::new(&native_inputs);
     let thread_inputs = HostInputs::new(&native_inputs);
+    let thread_only_inputs = HostInputs::new(&native_inputs);
     let mut targets: Vec<Box<dyn Target>> = vec![
         Box::new(Native {
             policy,
@@ -330,6 +339,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         Box::new(Thread {
             runtime,
             inputs: thread_inputs,
+            name: "wasm (PolicyRuntime: inline)",
+        }),
+        Box::new(Thread {
+            runtime: thread_only,
+            inputs: thread_only_inputs,
+            name: "wasm (PolicyRuntime: policy thread)",
         }),
     ];
 

@@ -18,6 +18,10 @@ pub struct Args {
     /// Seconds of idle CPU measurement.
     #[arg(long, default_value_t = 10)]
     idle_secs: u64,
+    /// Seconds to wait once all are ready before measuring: each session's first keepalive,
+    /// which proves it, comes 5 s after it opens.
+    #[arg(long, default_value_t = 6)]
+    settle_secs: u64,
 }
 
 /// This process's resident set in KiB.
@@ -60,8 +64,8 @@ fn raise_nofile() {
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
     println!(
-        "\n## scale: N supervised stdio fixtures, idle CPU over {} s\n",
-        args.idle_secs
+        "\n## scale: N supervised stdio fixtures, idle CPU over {} s (after {} s to settle)\n",
+        args.idle_secs, args.settle_secs
     );
     raise_nofile();
     let rt = util::runtime();
@@ -95,7 +99,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             let ready_after = start.elapsed();
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            tokio::time::sleep(Duration::from_secs(args.settle_secs)).await;
             let rss_ready = rss_kib();
             let cpu0 = cpu_time();
             let wall0 = Instant::now();
