@@ -239,7 +239,10 @@ impl PolicyRuntime {
             match worker.step_inline(make()) {
                 Ok(outcome) => answer(outcome),
                 // Queued while still holding the worker, so nothing decided later overtakes it.
-                Err((input, miss)) => self.queue(move |w| answer(w.redo(input, miss))),
+                Err(missed) => self.queue(move |w| {
+                    let (input, miss) = *missed;
+                    answer(w.redo(input, miss))
+                }),
             }
             return;
         }
@@ -513,7 +516,7 @@ impl Worker {
     fn step_inline(
         &mut self,
         input: Input,
-    ) -> Result<Result<Output, PolicyError>, (Input, InlineMiss)> {
+    ) -> Result<Result<Output, PolicyError>, Box<(Input, InlineMiss)>> {
         let started = Instant::now();
         let budget = self.inline_fuel.min(self.limits.fuel_per_call);
         let (instance, configured) = (&mut self.instance, &self.configured);
@@ -531,7 +534,7 @@ impl Worker {
         };
         self.poisoned = true;
         self.inline = false;
-        Err((input, miss))
+        Err(Box::new((input, miss)))
     }
 
     /// Decides an input an inline attempt gave up on.
