@@ -501,9 +501,30 @@ fn settings_are_validated_and_changed_without_losing_state() {
 }
 
 #[test]
+fn the_embedded_policy_loads_precompiled_without_compiling() {
+    let engine = PolicyEngine::new(None).expect("engine");
+    let policy = engine.load(&PolicySource::Embedded).expect("loads");
+    assert_eq!(
+        engine.compilations(),
+        0,
+        "the embedded policy was compiled at load"
+    );
+    // The artifact is the real policy: it passes the conformance suite on this engine.
+    assert!(policy.label().contains("embedded"), "{}", policy.label());
+    let results = conformance::run(&engine, &PolicySource::Embedded, "{}");
+    assert!(results.iter().all(|r| r.failure.is_none()), "{results:#?}");
+    assert_eq!(engine.compilations(), 0);
+    // Any other component is compiled.
+    engine.load(&component(components::WRONG)).expect("loads");
+    assert_eq!(engine.compilations(), 1);
+}
+
+#[test]
 fn compiled_policies_are_cached_by_engine_compatibility() {
     let cache = tempfile::tempdir().unwrap();
+    // A component from a file: the embedded one comes precompiled.
     let options = RuntimeOptions {
+        source: component(components::WRONG),
         cache_dir: Some(cache.path().to_path_buf()),
         ..RuntimeOptions::default()
     };

@@ -5,12 +5,13 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
+use wasmtime::Engine;
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, Linker};
-use wasmtime::{Config, Engine};
 
 use super::bindings::{CONTRACT_PACKAGE, CONTRACT_VERSION, PolicyComponent, PolicyComponentPre};
 use super::instance::StoreState;
@@ -18,6 +19,12 @@ use super::{PolicyError, PolicyFault};
 
 /// The default policy, built from `guest/` for wasm32-wasip2 by `host/build.rs`.
 pub static EMBEDDED_DEFAULT_POLICY: &[u8] = include_bytes!(env!("TETHER_DEFAULT_POLICY_WASM"));
+
+/// The default policy precompiled by `host/build.rs` for the machine that built this binary
+/// (empty when cross-compiled). Used when it suits the running engine; otherwise the policy is
+/// compiled (and cached) as any other.
+static EMBEDDED_DEFAULT_POLICY_ARTIFACT: &[u8] =
+    include_bytes!(env!("TETHER_DEFAULT_POLICY_CWASM"));
 
 /// Where a policy component comes from.
 #[derive(Debug, Clone)]
@@ -48,6 +55,7 @@ pub struct PolicyEngine {
     /// Components compiled by this engine, by digest: reloading one (swap back, fallback to the
     /// default) costs nothing.
     compiled: Mutex<HashMap<String, Component>>,
+    compilations: AtomicU64,
 }
 
 impl std::fmt::Debug for PolicyEngine {
@@ -61,10 +69,8 @@ impl std::fmt::Debug for PolicyEngine {
 impl PolicyEngine {
     /// `cache_dir`: where precompiled artifacts are kept (`None` disables the cache).
     pub fn new(cache_dir: Option<PathBuf>) -> Result<Arc<Self>, PolicyError> {
-        let mut config = Config::new();
-        config.consume_fuel(true);
-        config.wasm_component_model(true);
-        let engine = Engine::new(&config).map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
+        let engine = Engine::new(&super::engine_config::engine_config())
+            .map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
@@ -75,6 +81,7 @@ impl PolicyEngine {
             linker,
             cache_dir,
             compiled: Mutex::default(),
+            compilations: AtomicU64::new(0),
         }))
     }
 
@@ -96,7 +103,10 @@ impl PolicyEngine {
             PolicySource::Bytes { bytes, .. } => bytes.as_slice().into(),
         };
         let digest = hex::encode(Sha256::digest(&bytes));
-        let component = self.compile(&label, &bytes, &digest)?;
+        let precompiled = matches!(source, PolicySource::Embedded)
+            .then_some(EMBEDDED_DEFAULT_POLICY_ARTIFACT)
+            .filter(|artifact| !artifact.is_empty());
+        let component = self.compile(&label, &bytes, &digest, precompiled)?;
         let version = contract_version(&self.engine, &component, &label)?;
         let instance_pre =
             self.linker
@@ -118,10 +128,35 @@ impl PolicyEngine {
         }))
     }
 
-    fn compile(&self, label: &str, bytes: &[u8], digest: &str) -> Result<Component, PolicyError> {
+    /// How many components this engine has compiled (rather than loaded precompiled).
+    pub fn compilations(&self) -> u64 {
+        self.compilations.load(Ordering::Relaxed)
+    }
+
+    fn compile(
+        &self,
+        label: &str,
+        bytes: &[u8],
+        digest: &str,
+        precompiled: Option<&[u8]>,
+    ) -> Result<Component, PolicyError> {
         let mut compiled = self.compiled.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(component) = compiled.get(digest) {
             return Ok(component.clone());
+        }
+        if let Some(artifact) = precompiled {
+            // SAFETY: the artifact is the one `build.rs` precompiled from these very bytes with
+            // the same engine configuration and wasmtime; wasmtime checks its header and
+            // compatibility with this engine and host before use.
+            match unsafe { Component::deserialize(&self.engine, artifact) } {
+                Ok(component) => {
+                    compiled.insert(digest.to_string(), component.clone());
+                    return Ok(component);
+                }
+                Err(e) => tracing::debug!(
+                    "the embedded precompiled policy does not suit this host: {e:#}"
+                ),
+            }
         }
         let component = self.compile_or_load_artifact(label, bytes, digest)?;
         compiled.insert(digest.to_string(), component.clone());
@@ -138,8 +173,12 @@ impl PolicyEngine {
             policy: label.to_string(),
             reason: format!("{e:#}"),
         };
+        let compile = || {
+            self.compilations.fetch_add(1, Ordering::Relaxed);
+            Component::new(&self.engine, bytes).map_err(invalid)
+        };
         let Some(path) = self.artifact_path(digest) else {
-            return Component::new(&self.engine, bytes).map_err(invalid);
+            return compile();
         };
         // Read into memory rather than mapping the file: a file changed under a live mapping
         // would crash the host.
@@ -154,7 +193,7 @@ impl PolicyEngine {
                 }
             }
         }
-        let component = Component::new(&self.engine, bytes).map_err(invalid)?;
+        let component = compile()?;
         if let Err(e) = store_artifact(&path, &component) {
             tracing::warn!(path = %path.display(), "could not cache compiled policy: {e:#}");
         }

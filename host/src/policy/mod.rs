@@ -4,6 +4,7 @@
 pub mod bindings;
 pub mod conformance;
 mod engine;
+mod engine_config;
 mod guest_output;
 mod instance;
 mod runtime;
