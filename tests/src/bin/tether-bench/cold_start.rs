@@ -2,14 +2,10 @@
 //! first `tools/list` answered and to the first one listing the upstream's tools, against the
 //! fixture alone (start → initialize → `tools/list`) measured in the same run.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use rmcp::ServiceExt;
-use tokio::process::Command;
-
 use crate::stats::{Samples, ms};
-use crate::util::{self, Agent, fixture, scratch, table, tether_serve, tool_names};
+use crate::util::{self, Agent, scratch, table, tether_serve, tool_names};
 
 #[derive(clap::Parser)]
 pub struct Args {
@@ -22,17 +18,8 @@ pub struct Args {
 pub async fn fixture_start(name: &str) -> Duration {
     let state = scratch(name);
     let start = Instant::now();
-    let mut child = Command::new(fixture())
-        .args(["--transport", "stdio", "--state-dir"])
-        .arg(&state)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("fixture starts");
-    let io = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
-    let client = Agent::default().serve(io).await.expect("MCP over stdio");
+    let mut child = util::spawn_stdio_fixture(&state);
+    let client = util::serve_over_stdio(&mut child, Agent::default()).await;
     assert!(!tool_names(client.peer()).await.is_empty());
     let took = start.elapsed();
     let _ = client.cancel().await;
@@ -48,8 +35,7 @@ async fn tether_start(name: &str, cache: &std::path::Path) -> (Duration, Duratio
     let cache = cache.display().to_string();
     let start = Instant::now();
     let mut tether = tether_serve(&dir, &config, &["--cache-dir", &cache], "info", false);
-    let io = (tether.stdout.take().unwrap(), tether.stdin.take().unwrap());
-    let client = Agent::default().serve(io).await.expect("MCP over stdio");
+    let client = util::serve_over_stdio(&mut tether, Agent::default()).await;
     let mut first = None;
     loop {
         let names = tool_names(client.peer()).await;

@@ -105,17 +105,8 @@ async fn direct(transport: Transport, name: &str) -> Setup {
     let state = scratch(name);
     match transport {
         Transport::Stdio => {
-            let mut child = Command::new(fixture())
-                .args(["--transport", "stdio", "--state-dir"])
-                .arg(&state)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .kill_on_drop(true)
-                .spawn()
-                .expect("fixture starts");
-            let io = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
-            let client = Agent::default().serve(io).await.expect("MCP over stdio");
+            let mut child = util::spawn_stdio_fixture(&state);
+            let client = util::serve_over_stdio(&mut child, Agent::default()).await;
             Setup {
                 client,
                 tool: "echo".into(),
@@ -158,8 +149,7 @@ async fn through_tether(transport: Transport, name: &str) -> Setup {
         Transport::Stdio => {
             let config = util::stdio_config(&dir, &state);
             let mut tether = tether_serve(&dir, &config, &[], "info", false);
-            let io = (tether.stdout.take().unwrap(), tether.stdin.take().unwrap());
-            let client = Agent::default().serve(io).await.expect("MCP over stdio");
+            let client = util::serve_over_stdio(&mut tether, Agent::default()).await;
             Setup {
                 client,
                 tool: "up__echo".into(),

@@ -6,8 +6,6 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rmcp::ServiceExt;
-
 use crate::stats::{Samples, ms};
 use crate::util::{
     self, Agent, FAST_POLICY, echo_ok, scratch, signal, table, tether_serve, tool_names,
@@ -76,9 +74,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     // Per run: kill time, client stamps (withdrawal list_changed, tools-back list_changed, first ok call).
     let runs: Vec<(f64, f64, f64, f64)> = rt.block_on(async {
         let mut tether = tether_serve(&dir, &config, &[], "tether=info", false);
-        let io = (tether.stdout.take().unwrap(), tether.stdin.take().unwrap());
         let agent = Agent::default();
-        let client = agent.clone().serve(io).await.expect("MCP over stdio");
+        let client = util::serve_over_stdio(&mut tether, agent.clone()).await;
         let peer = client.peer().clone();
         let wait_tools = async |present: bool| {
             let deadline = Instant::now() + Duration::from_secs(30);

@@ -5,8 +5,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use rmcp::model::CallToolRequestParams;
-use rmcp::service::{NotificationContext, Peer};
-use rmcp::{ClientHandler, RoleClient};
+use rmcp::service::{NotificationContext, Peer, RunningService};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -90,6 +90,31 @@ pub fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// Writes an `mcpServers` config with one stdio fixture server `up`.
+/// `mcp-fixture` on stdio with its stdin/stdout piped for a client.
+pub fn spawn_stdio_fixture(state: &Path) -> Child {
+    Command::new(fixture())
+        .args(["--transport", "stdio", "--state-dir"])
+        .arg(state)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("fixture starts")
+}
+
+/// An MCP client session over a child's piped stdin/stdout.
+pub async fn serve_over_stdio<H: ClientHandler>(
+    child: &mut Child,
+    handler: H,
+) -> RunningService<RoleClient, H> {
+    let io = (
+        child.stdout.take().expect("stdout piped"),
+        child.stdin.take().expect("stdin piped"),
+    );
+    handler.serve(io).await.expect("MCP over stdio")
+}
+
 pub fn stdio_config(dir: &Path, state: &Path) -> PathBuf {
     let path = dir.join("servers.json");
     let config = serde_json::json!({"mcpServers": {"up": {
