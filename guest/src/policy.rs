@@ -302,8 +302,9 @@ impl Policy {
             match effective {
                 Ok(_) => {
                     self.servers.insert(name.clone(), server);
+                    // The state change below is the operator's line; this one is for debugging.
                     self.log(
-                        LogLevel::Info,
+                        LogLevel::Debug,
                         format!("server {name:?} configured; connecting"),
                     );
                     out.push(change(
@@ -401,7 +402,7 @@ impl Policy {
         self.publish(&name, out);
         if changed {
             let detail = format!("session established ({server_info}); not yet proven");
-            self.log(LogLevel::Info, format!("server {name:?}: {detail}"));
+            self.log(LogLevel::Debug, format!("server {name:?}: {detail}"));
             out.push(change(&name, ServerState::Connected, detail));
         }
     }
@@ -511,12 +512,12 @@ impl Policy {
         match transition {
             Some(Transition::Opened { for_ms, reason }) => {
                 let detail = words::breaker_opened_detail(for_ms, reason);
-                self.log(LogLevel::Warn, format!("server {name:?}: {detail}"));
+                self.log(LogLevel::Debug, format!("server {name:?}: {detail}"));
                 out.push(change(&name, state, detail));
             }
             Some(Transition::Closed) => {
                 let detail = "circuit breaker closed: its test call was answered".to_string();
-                self.log(LogLevel::Info, format!("server {name:?}: {detail}"));
+                self.log(LogLevel::Debug, format!("server {name:?}: {detail}"));
                 out.push(change(&name, state, detail));
             }
             None => {}
@@ -636,7 +637,7 @@ impl Policy {
         }
         if server.enter(ServerState::Healthy, now) {
             let detail = format!("session proven by {how}");
-            self.log(LogLevel::Info, format!("server {name:?}: {detail}"));
+            self.log(LogLevel::Debug, format!("server {name:?}: {detail}"));
             out.push(change(name, ServerState::Healthy, detail));
         }
     }
@@ -681,7 +682,7 @@ impl Policy {
             "attempt {attempt} of {limit} failed: {fault}; next attempt in {}",
             words::secs(delay)
         );
-        self.log(LogLevel::Info, format!("server {name:?}: {detail}"));
+        self.log(LogLevel::Debug, format!("server {name:?}: {detail}"));
         out.push(change(name, ServerState::BackingOff, detail));
         out.extend(self.arm(name, delay));
     }
@@ -717,7 +718,7 @@ impl Policy {
             words::secs(delay)
         );
         server.park_reason = Some(reason);
-        self.log(LogLevel::Warn, format!("server {name:?} {detail}"));
+        self.log(LogLevel::Debug, format!("server {name:?} {detail}"));
         out.push(change(name, ServerState::Parked, detail));
         out.extend(self.arm(name, delay));
         self.reoffer(freed, out);
@@ -763,7 +764,7 @@ impl Policy {
         // Invalidates any pending timer of this server.
         server.wake = None;
         server.enter(ServerState::Connecting, now);
-        self.log(LogLevel::Info, format!("server {name:?}: {detail}"));
+        self.log(LogLevel::Debug, format!("server {name:?}: {detail}"));
         out.push(change(name, ServerState::Connecting, detail));
         out.push(Action::Connect(name.to_string()));
     }

@@ -124,7 +124,12 @@ impl Supervisor {
         if session.is_none() {
             // Found dead before dispatch: nothing was sent, so one call on a fresh session is safe.
             self.reconnect_if_current(&server, current.as_ref(), &sessions);
-            session = wait_for_live(sessions.clone(), spec.timeouts.reconnect_wait).await;
+            session = wait_for_fresh(
+                sessions.clone(),
+                current.as_ref(),
+                spec.timeouts.reconnect_wait,
+            )
+            .await;
         }
         let Some(first) = session else {
             self.report(
@@ -145,7 +150,8 @@ impl Supervisor {
         if let Err(CallFailure::NotSent(_)) = &result {
             // The session died between the check and the send: the call certainly did not run.
             self.reconnect_if_current(&server, Some(&first), &sessions);
-            if let Some(fresh) = wait_for_live(sessions.clone(), spec.timeouts.reconnect_wait).await
+            if let Some(fresh) =
+                wait_for_fresh(sessions.clone(), Some(&first), spec.timeouts.reconnect_wait).await
             {
                 result = fresh
                     .call(&route.tool.original, arguments_copy.clone(), &spec.timeouts)
@@ -158,7 +164,9 @@ impl Supervisor {
             let lost = fault.clone();
             self.report(&server, call_id, CallOutcome::TransportError(lost), started);
             self.reconnect_if_current(&server, Some(&first), &sessions);
-            if let Some(fresh) = wait_for_live(sessions, spec.timeouts.reconnect_wait).await {
+            if let Some(fresh) =
+                wait_for_fresh(sessions, Some(&first), spec.timeouts.reconnect_wait).await
+            {
                 let retry_id = shared.next_call_id();
                 let retried = fresh
                     .call(&route.tool.original, arguments_copy, &spec.timeouts)
@@ -262,12 +270,17 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// Waits up to `within` for a live session.
-async fn wait_for_live(
+/// Waits up to `within` for a live session other than `failed`: a retry must go to a session
+/// opened after the failure, never to the stale one that may still look alive for a moment.
+async fn wait_for_fresh(
     mut sessions: watch::Receiver<Option<Arc<Session>>>,
+    failed: Option<&Arc<Session>>,
     within: Duration,
 ) -> Option<Arc<Session>> {
-    let wait = sessions.wait_for(|s| s.as_ref().is_some_and(|s| s.is_alive()));
+    let wait = sessions.wait_for(|s| {
+        s.as_ref()
+            .is_some_and(|s| s.is_alive() && failed.is_none_or(|failed| !Arc::ptr_eq(s, failed)))
+    });
     match tokio::time::timeout(within, wait).await {
         Ok(Ok(session)) => session.clone(),
         _ => None,
@@ -284,6 +297,10 @@ fn outcome(result: &Result<CallToolResult, CallFailure>) -> CallOutcome {
         }
         // The server answered: it works; the request was wrong.
         Err(CallFailure::Protocol(message)) => CallOutcome::ToolError(message.clone()),
+        // The server answered too; only its answer could not be taken.
+        Err(CallFailure::TooLarge { .. }) => {
+            CallOutcome::ToolError("the answer was larger than max_message".into())
+        }
     }
 }
 
@@ -326,6 +343,11 @@ fn answer(
         )),
         Err(CallFailure::Protocol(message)) => refusal(format!(
             "Server \"{server}\" rejected the call: {message}. Fix the arguments before retrying."
+        )),
+        Err(CallFailure::TooLarge { size, limit }) => refusal(format!(
+            "Server \"{server}\" ran the call, but its answer{} is larger than Tether's limit of {} (max_message), so it was dropped unread. Do not retry it as is: ask for less (narrower arguments, fewer items), or have the operator raise max_message for this server.",
+            if size > 0 { format!(" ({})", crate::transport::limit::describe_size(size)) } else { String::new() },
+            crate::transport::limit::describe_size(limit)
         )),
     }
 }

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -57,7 +58,8 @@ enum Command {
 #[derive(Subcommand)]
 enum PolicyCommand {
     /// Run the conformance suite against a policy component (default: the embedded policy).
-    /// Exits 0 when every scenario passes, 1 when one fails, 2 when the component cannot load.
+    /// Exits 0 when every scenario passes, 1 when one fails, 2 when the component cannot be used
+    /// (it cannot load, or it refuses the settings).
     Check {
         /// The component (.wasm) to check.
         file: Option<PathBuf>,
@@ -129,6 +131,23 @@ pub struct ServeArgs {
     /// Cache for compiled policy components (default: the user's cache directory).
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
+    /// Also accept browser requests from ORIGIN over HTTP (`https://app.example.com`, a port,
+    /// or `:*` for any port). Loopback origins and requests without an Origin always pass;
+    /// others get 403. Repeatable.
+    #[arg(
+        long = "allow-origin",
+        value_name = "ORIGIN",
+        requires = "http",
+        value_parser = crate::gateway::parse_allowed_origin
+    )]
+    pub allow_origin: Vec<String>,
+    /// A file holding the bearer token every MCP request over HTTP must carry (or set
+    /// TETHER_MCP_TOKEN). Requests without it get 401.
+    #[arg(long, value_name = "PATH", requires = "http")]
+    pub mcp_token_file: Option<PathBuf>,
+    /// How long calls in flight may take to finish once shutdown starts (e.g. "30s", "2m").
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub drain_timeout: Duration,
 }
 
 pub fn main() -> ExitCode {
@@ -185,17 +204,21 @@ async fn admin_command(command: Command) -> ExitCode {
 fn init_logging(default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    // Colours only on a terminal: stderr redirected to a file gets plain text.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }
 
 fn policy_check(file: Option<PathBuf>, settings: &str, json: bool) -> ExitCode {
     let source = file.map_or(PolicySource::Embedded, PolicySource::File);
-    // Loading errors (not a component, incompatible version) are reported once, not per scenario.
+    // Loading errors (not a component, incompatible version) and settings the policy refuses
+    // are reported once, not per scenario.
     let engine = match crate::policy::PolicyEngine::new(None)
-        .and_then(|engine| engine.load(&source).map(|_| engine))
+        .map_err(|error| error.to_string())
+        .and_then(|engine| conformance::preflight(&engine, &source, settings).map(|()| engine))
     {
         Ok(engine) => engine,
         Err(error) => {

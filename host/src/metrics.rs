@@ -6,7 +6,8 @@
 //!   `tether_tool_calls_total{server,outcome}` and `tether_tool_call_duration_seconds{server}`;
 //! - everything else, read from the supervisor and the policy runtime at scrape time
 //!   ([`Metrics::render`]): per-server state, tools, reconnects, parks and breaker state, and the
-//!   policy runtime's counters.
+//!   policy runtime's counters, and what hostile upstreams sent that was dropped (notifications
+//!   over the rate, oversized messages, invalid tools).
 //!
 //! The breaker is exposed as its current state (`tether_server_breaker{server,state}`), not as a
 //! count of openings: the policy owns the breaker and reports only its state, so a count sampled
@@ -383,6 +384,29 @@ impl Metrics {
             "registry_generation",
             "Changes of the visible tool set so far",
             counter(supervisor.registry().generation()),
+        );
+
+        // What hostile or broken upstreams sent that Tether would not take.
+        registry.register(
+            "upstream_notifications_dropped",
+            "Upstream notifications dropped because a server sent more than the rate allows",
+            counter(crate::transport::gate::dropped_notifications()),
+        );
+        let (oversized_answers, oversized_dropped) = crate::transport::limit::oversized_counts();
+        registry.register(
+            "upstream_oversized_answers",
+            "Upstream answers larger than max_message, failed as too large",
+            counter(oversized_answers),
+        );
+        registry.register(
+            "upstream_oversized_dropped",
+            "Other upstream messages larger than max_message, dropped",
+            counter(oversized_dropped),
+        );
+        registry.register(
+            "upstream_invalid_tools",
+            "Tools skipped from tools/list answers because they were invalid (no or empty name)",
+            counter(crate::upstream::invalid_tools_skipped()),
         );
 
         let mut text = String::new();

@@ -100,6 +100,10 @@ enum Command {
     },
     /// Close the session and end the task (removal, shutdown).
     Stop(oneshot::Sender<()>),
+    /// The policy could not take the session that just opened (its answer to `connected`
+    /// failed): close it and report the failure as a failed connect, so the server is never
+    /// left "connecting" without a fault.
+    PolicyRefusedSession(String),
 }
 
 struct ServerHandle {
@@ -198,6 +202,19 @@ impl Supervisor {
                 spec.name
             ));
         }
+        let valid_name = !spec.name.is_empty()
+            && spec.name.len() <= ServerSpec::MAX_NAME_LEN
+            && spec
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid_name {
+            return Err(format!(
+                "invalid server name {:?}: use 1 to {} letters, digits, `_` and `-`",
+                spec.name,
+                ServerSpec::MAX_NAME_LEN
+            ));
+        }
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let (session_tx, session) = watch::channel(None);
         let view = Arc::new(Mutex::new(ServerView {
@@ -213,6 +230,7 @@ impl Supervisor {
         }));
         let task = ServerTask {
             spec: spec.clone(),
+            own_commands: commands.downgrade(),
             feeder: self.shared.feeder.clone(),
             log_dir: self.shared.log_dir.clone(),
             session_tx,
@@ -429,9 +447,10 @@ impl Shared {
             view.detail = change.detail.clone();
         }
         drop(servers);
+        // One line per lifecycle step (the policy logs these at debug only).
         match change.state {
             ServerState::Parked => {
-                tracing::warn!(server = %change.server, "parked: {}", change.detail)
+                tracing::warn!(server = %change.server, "{}", change.detail)
             }
             _ => {
                 tracing::info!(server = %change.server, state = ?change.state, "{}", change.detail)
@@ -473,6 +492,11 @@ struct Feeder {
 
 impl Feeder {
     fn feed(&self, kind: EventKind) {
+        self.feed_or(kind, |_| {});
+    }
+
+    /// Like `feed`, and runs `failed` with the reason when the policy could not decide.
+    fn feed_or(&self, kind: EventKind, failed: impl FnOnce(String) + Send + 'static) {
         let clock = self.clock;
         let decided = self.decided.clone();
         self.policy.handle_then(
@@ -481,6 +505,9 @@ impl Feeder {
                 kind,
             },
             move |outcome| {
+                if let Err(error) = &outcome {
+                    failed(error.to_string());
+                }
                 let _ = decided.send(outcome);
             },
         );
@@ -490,6 +517,9 @@ impl Feeder {
 /// One server's task: owns its session and timer, runs its connection attempts and keepalives.
 struct ServerTask {
     spec: ServerSpec,
+    /// For reports back to this task from policy callbacks; weak, so the task still ends
+    /// when the supervisor drops its handle.
+    own_commands: mpsc::WeakUnboundedSender<Command>,
     feeder: Feeder,
     log_dir: PathBuf,
     session_tx: watch::Sender<Option<Arc<Session>>>,
@@ -516,7 +546,7 @@ impl ServerTask {
         }
     }
 
-    fn attempt(&self, notices: mpsc::UnboundedSender<UpstreamNotice>) -> Attempt {
+    fn attempt(&self, notices: mpsc::Sender<UpstreamNotice>) -> Attempt {
         let spec = self.spec.clone();
         let mut flavor = self.flavor;
         let log_dir = self.log_dir.clone();
@@ -537,6 +567,11 @@ impl ServerTask {
         .boxed()
     }
 
+    fn refresh(&self, live: Arc<Session>) -> BoxFuture<'static, Result<Vec<Tool>, Fault>> {
+        let timeouts = self.spec.timeouts.clone();
+        async move { live.list_tools(&timeouts).await }.boxed()
+    }
+
     async fn close_session(&self, session: &mut Option<Arc<Session>>) {
         if let Some(old) = session.take() {
             let _ = self.session_tx.send(None);
@@ -552,8 +587,10 @@ impl ServerTask {
         let mut wake: Option<(Instant, u64)> = None;
         let mut keepalive: Option<BoxFuture<'static, Result<(), Fault>>> = None;
         let mut refresh: Option<BoxFuture<'static, Result<Vec<Tool>, Fault>>> = None;
+        // A list change that came while a refresh was in flight: one more refresh after it.
+        let mut refresh_pending = false;
         let mut next_keepalive = Instant::now();
-        let mut notices = mpsc::unbounded_channel().1;
+        let mut notices = mpsc::channel(1).1;
         loop {
             let live = session.clone();
             tokio::select! {
@@ -562,8 +599,9 @@ impl ServerTask {
                         self.close_session(&mut session).await;
                         keepalive = None;
                         refresh = None;
+                        refresh_pending = false;
                         // A fresh channel: notices from the old session are moot.
-                        let (notices_tx, fresh) = mpsc::unbounded_channel();
+                        let (notices_tx, fresh) = mpsc::channel(1);
                         notices = fresh;
                         attempt = Some(self.attempt(notices_tx));
                         let mut view = self.view.lock().unwrap_or_else(|e| e.into_inner());
@@ -577,6 +615,16 @@ impl ServerTask {
                     }
                     Some(Command::WakeAt { at_ms, token }) => {
                         wake = Some((self.feeder.clock.instant_at(at_ms), token));
+                    }
+                    Some(Command::PolicyRefusedSession(reason)) => {
+                        keepalive = None;
+                        refresh = None;
+                        self.close_session(&mut session).await;
+                        tracing::error!(server = %name, "the policy could not take the new session: {reason}");
+                        let fault = self.fault(Fault::HandshakeFailed(format!(
+                            "the policy could not take the session ({reason})"
+                        )));
+                        self.feed(EventKind::ConnectFailed(fault));
                     }
                     Some(Command::Stop(done)) => {
                         self.close_session(&mut session).await;
@@ -610,7 +658,12 @@ impl ServerTask {
                             // the retry budget) without waiting a whole interval.
                             next_keepalive = Instant::now()
                                 + self.spec.keepalive_interval().min(Timeouts::KEEPALIVE_FLOOR);
-                            self.feed(EventKind::Connected(info));
+                            let refused = self.own_commands.clone();
+                            self.feeder.feed_or(EventKind::Connected(info), move |reason| {
+                                if let Some(commands) = refused.upgrade() {
+                                    let _ = commands.send(Command::PolicyRefusedSession(reason));
+                                }
+                            });
                         }
                         Err(fault) => {
                             tracing::debug!(server = %name, "connection attempt failed: {fault}");
@@ -648,25 +701,49 @@ impl ServerTask {
                         Ok(()) => self.feed(EventKind::KeepaliveOk(name.clone())),
                         Err(fault) => {
                             tracing::warn!(server = %name, "{fault}; closing the session");
-                            let fault = self.fault(fault);
-                            self.feed(EventKind::KeepaliveFailed(fault.clone()));
+                            // What ended the session (HTTP 404, 401/403) says more than the
+                            // keepalive's failure, and decides whether the policy parks at once.
+                            let ended = session.as_ref().and_then(|s| s.recorded_end());
+                            let keepalive_fault = self.fault(fault);
+                            self.feed(EventKind::KeepaliveFailed(keepalive_fault.clone()));
                             refresh = None;
                             self.close_session(&mut session).await;
+                            let fault = match ended {
+                                Some(ended) => self.fault(ended),
+                                None => keepalive_fault,
+                            };
                             self.feed(EventKind::Disconnected(fault));
                         }
                     }
                 }
-                Some(UpstreamNotice::ToolsChanged) = notices.recv(), if live.is_some() && refresh.is_none() => {
-                    let lister = live.clone().expect("guarded by live.is_some()");
-                    let timeouts = self.spec.timeouts.clone();
-                    refresh = Some(async move { lister.list_tools(&timeouts).await }.boxed());
+                Some(UpstreamNotice::ToolsChanged) = notices.recv(), if live.is_some() => {
+                    // At most one refresh in flight and one pending, however many notices come.
+                    if refresh.is_some() {
+                        refresh_pending = true;
+                    } else {
+                        refresh = Some(self.refresh(live.clone().expect("guarded by live.is_some()")));
+                    }
                 }
                 result = poll_option(&mut refresh) => {
                     refresh = None;
                     match result {
-                        Ok(tools) => self.feed(EventKind::ToolsChanged(ServerTools { server: name.clone(), tools })),
+                        Ok(tools) => {
+                            let view = self.view.clone();
+                            let server = name.clone();
+                            self.feeder.feed_or(EventKind::ToolsChanged(ServerTools { server: name.clone(), tools }), move |reason| {
+                                tracing::error!(server = %server, "the policy could not take the new tool list; the last one stays: {reason}");
+                                view.lock().unwrap_or_else(|e| e.into_inner()).last_fault =
+                                    Some(format!("the policy could not take the new tool list: {reason}"));
+                            });
+                        }
                         // A failed refresh keeps the last list; the session's end, if it ended, comes separately.
-                        Err(fault) => tracing::warn!(server = %name, "refreshing tools failed: {fault}"),
+                        Err(fault) => {
+                            tracing::warn!(server = %name, "refreshing tools failed: {fault}");
+                            self.fault(fault);
+                        }
+                    }
+                    if std::mem::take(&mut refresh_pending) && let Some(live) = session.clone() {
+                        refresh = Some(self.refresh(live));
                     }
                 }
             }

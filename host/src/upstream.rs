@@ -6,18 +6,23 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+#[allow(deprecated)] // sampling types: see `UpstreamHandler::create_message`
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ErrorCode,
-    Implementation, JsonObject, ListToolsRequest, PaginatedRequestParams, PingRequest,
-    ServerResult,
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest,
+    CreateMessageRequestParams, CreateMessageResult, ErrorCode, ErrorData, Implementation,
+    JsonObject, ListToolsRequest, PaginatedRequestParams, PingRequest, ServerResult,
 };
-use rmcp::service::{PeerRequestOptions, RunningService, ServiceError};
+use rmcp::service::{PeerRequestOptions, RequestContext, RunningService, ServiceError};
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::{ServerSpec, Timeouts, TransportSpec};
 use crate::policy::{Fault, Tool, TransportKind};
-use crate::transport::http::{self, HttpFlavor, HttpOptions, SessionEnd};
+use crate::transport::SessionEnd;
+use crate::transport::gate::Guarded;
+use crate::transport::http::{self, HttpFlavor, HttpOptions};
+use crate::transport::limit::{self, BoundedReader};
 use crate::transport::stdio::{self, ChildProcess};
 
 /// Something an upstream server told us outside a request.
@@ -30,12 +35,28 @@ pub enum UpstreamNotice {
 /// The client side of a session: forwards server notifications to the supervisor.
 #[derive(Clone)]
 pub struct UpstreamHandler {
-    notices: mpsc::UnboundedSender<UpstreamNotice>,
+    /// Holds at most one notice: a flood of list changes coalesces into one pending refresh.
+    notices: mpsc::Sender<UpstreamNotice>,
 }
 
 impl ClientHandler for UpstreamHandler {
     async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
-        let _ = self.notices.send(UpstreamNotice::ToolsChanged);
+        let _ = self.notices.try_send(UpstreamNotice::ToolsChanged);
+    }
+
+    /// Tether has no model to sample from and does not pass sampling on to its clients:
+    /// the server gets a clear refusal instead of waiting for an answer.
+    #[allow(deprecated)] // sampling is deprecated (SEP-2577), but servers still ask for it
+    async fn create_message(
+        &self,
+        _params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        Err(ErrorData::new(
+            ErrorCode::METHOD_NOT_FOUND,
+            "sampling/createMessage is not supported through Tether: it has no model to sample from",
+            None,
+        ))
     }
 
     fn get_info(&self) -> rmcp::model::ClientConfig {
@@ -56,6 +77,9 @@ pub enum CallFailure {
     NotSent(Fault),
     /// The server answered with a JSON-RPC error (e.g. unknown tool, invalid params).
     Protocol(String),
+    /// The server answered, but the answer was larger than `max_message` (its size in bytes
+    /// when known, and the limit): it was dropped unread. The call did run.
+    TooLarge { size: u64, limit: u64 },
 }
 
 /// An initialized session.
@@ -68,8 +92,11 @@ pub struct Session {
     transport: TransportKind,
     server_info: String,
     ping_unsupported: AtomicBool,
-    /// Why an HTTP session ended (e.g. HTTP 404: the server forgot the session).
-    http_end: Option<SessionEnd>,
+    /// Why the transport ended the session, when it knows (e.g. HTTP 404: the server forgot
+    /// the session; 401/403: credentials revoked).
+    end: SessionEnd,
+    is_http: bool,
+    max_message: usize,
 }
 
 impl Session {
@@ -78,12 +105,12 @@ impl Session {
     pub async fn open(
         spec: &ServerSpec,
         flavor: &mut Option<HttpFlavor>,
-        notices: mpsc::UnboundedSender<UpstreamNotice>,
+        notices: mpsc::Sender<UpstreamNotice>,
         log_dir: &Path,
     ) -> Result<Session, Fault> {
         let handler = UpstreamHandler { notices };
         let deadline = spec.timeouts.connect;
-        let mut http_end = None;
+        let mut end = SessionEnd::new();
         let (service, process, transport) = match &spec.transport {
             TransportSpec::Stdio {
                 command,
@@ -93,7 +120,13 @@ impl Session {
             } => {
                 let (process, stdout, stdin) =
                     stdio::spawn(&spec.name, command, args, env, cwd.as_deref(), log_dir)?;
-                match tokio::time::timeout(deadline, handler.serve((stdout, stdin))).await {
+                // Lines are bounded before rmcp buffers them (see `limit`); rmcp's own cap
+                // stays above ours so it never drops a line silently.
+                let reader = BoundedReader::lines(stdout, spec.max_message);
+                let transport = AsyncRwTransport::new_client(reader, stdin)
+                    .with_max_line_length(spec.max_message.saturating_add(2));
+                let transport = Guarded::new(transport, end.clone());
+                match tokio::time::timeout(deadline, handler.serve(transport)).await {
                     Ok(Ok(service)) => (service, Some(process), TransportKind::Stdio),
                     Ok(Err(error)) => {
                         let fault = match process.wait_exit(Duration::from_millis(200)).await {
@@ -120,7 +153,7 @@ impl Session {
                     (None, false) => Some(HttpFlavor::Streamable),
                     (None, true) => None,
                 };
-                let options = http_options(headers, &spec.timeouts);
+                let options = http_options(headers, spec);
                 let session =
                     http::connect_session(url, wanted, &options, || handler.clone()).await?;
                 *flavor = Some(session.flavor);
@@ -128,20 +161,21 @@ impl Session {
                     HttpFlavor::Streamable => TransportKind::StreamableHttp,
                     HttpFlavor::Sse => TransportKind::Sse,
                 };
-                http_end = Some(session.end);
+                end = session.end;
                 (session.service, None, kind)
             }
             TransportSpec::Sse { url, headers } => {
-                let options = http_options(headers, &spec.timeouts);
+                let options = http_options(headers, spec);
                 let session =
                     http::connect_session(url, Some(HttpFlavor::Sse), &options, || handler.clone())
                         .await?;
-                http_end = Some(session.end);
+                end = session.end;
                 (session.service, None, TransportKind::Sse)
             }
         };
         let mut session = Self::from_service(&spec.name, service, process, transport);
-        session.http_end = http_end;
+        session.end = end;
+        session.max_message = spec.max_message;
         Ok(session)
     }
 
@@ -175,7 +209,9 @@ impl Session {
             transport,
             server_info,
             ping_unsupported: AtomicBool::new(false),
-            http_end: None,
+            end: SessionEnd::new(),
+            is_http: transport != TransportKind::Stdio,
+            max_message: ServerSpec::DEFAULT_MAX_MESSAGE,
         }
     }
 
@@ -216,8 +252,17 @@ impl Session {
         }
     }
 
-    /// Why the session ended, as a fault.
+    /// The fault the transport recorded when it ended the session, if it did.
+    pub fn recorded_end(&self) -> Option<Fault> {
+        self.end.fault()
+    }
+
+    /// Why the session ended, as a fault: what the transport recorded (HTTP 404, 401/403, a
+    /// broken stream), else the process's exit, else "the session ended".
     pub async fn end_fault(&self) -> Fault {
+        if let Some(fault) = self.end.fault() {
+            return fault;
+        }
         if let Some(process) = &self.process {
             // The pipe usually closes a moment before the process is reaped.
             if let Some(code) = process.wait_exit(Duration::from_millis(500)).await {
@@ -230,24 +275,60 @@ impl Session {
         ))
     }
 
-    /// The full tool list, following pagination up to `max_pages`.
+    /// The full tool list, following pagination up to `max_tool_pages`, in at most
+    /// `max_message` bytes in all. Invalid tools (no name, an empty name) are skipped with a
+    /// warning; the others are kept.
     pub async fn list_tools(&self, timeouts: &Timeouts) -> Result<Vec<Tool>, Fault> {
         let mut tools = Vec::new();
+        let mut total = 0usize;
         let mut cursor = None;
         for _ in 0..timeouts.max_tool_pages.max(1) {
             let mut params = PaginatedRequestParams::default();
             params.cursor = cursor;
             let request = ClientRequest::ListToolsRequest(ListToolsRequest::with_param(params));
             let page = match self.request(request, timeouts.keepalive_deadline).await {
-                Ok(ServerResult::ListToolsResult(page)) => page,
+                Ok(ServerResult::ListToolsResult(page)) => ToolPage {
+                    tools: page.tools.into_iter().map(Ok).collect(),
+                    next_cursor: page.next_cursor,
+                },
+                // One bad tool makes rmcp read the page as an untyped result: read it per tool.
+                Ok(ServerResult::CustomResult(raw)) => ToolPage::lenient(raw.0).ok_or_else(|| {
+                    Fault::HandshakeFailed("the answer to tools/list has no `tools` list".into())
+                })?,
                 Ok(_) => {
                     return Err(Fault::HandshakeFailed(
                         "unexpected answer to tools/list".into(),
                     ));
                 }
+                Err(ServiceError::McpError(error))
+                    if limit::too_large(error.code.0, error.data.as_ref()).is_some() =>
+                {
+                    return Err(Fault::HandshakeFailed(format!(
+                        "its tools/list answer is larger than max_message ({})",
+                        limit::describe_size(self.max_message as u64)
+                    )));
+                }
                 Err(error) => return Err(self.request_fault("tools/list", error).await),
             };
-            tools.extend(page.tools.into_iter().map(tool_from_rmcp));
+            for tool in page.tools {
+                match tool {
+                    Ok(tool) if tool.name.trim().is_empty() => self.skip_tool("it has an empty name"),
+                    Ok(tool) => {
+                        let tool = tool_from_rmcp(tool);
+                        total += tool.name.len()
+                            + tool.description.as_ref().map_or(0, String::len)
+                            + tool.input_schema.len();
+                        if total > self.max_message {
+                            return Err(Fault::HandshakeFailed(format!(
+                                "its tool list is larger than max_message ({}) in all",
+                                limit::describe_size(self.max_message as u64)
+                            )));
+                        }
+                        tools.push(tool);
+                    }
+                    Err(reason) => self.skip_tool(&reason),
+                }
+            }
             match page.next_cursor {
                 Some(next) if !next.is_empty() => cursor = Some(next),
                 _ => return Ok(tools),
@@ -255,6 +336,11 @@ impl Session {
         }
         tracing::warn!(server = %self.server, pages = timeouts.max_tool_pages, "tools/list has more pages than the cap; using the first ones");
         Ok(tools)
+    }
+
+    fn skip_tool(&self, reason: &str) {
+        INVALID_TOOLS.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(server = %self.server, "skipping an invalid tool in tools/list: {reason}");
     }
 
     /// Proves the session: `ping`, or `tools/list` for servers that do not implement ping.
@@ -311,7 +397,10 @@ impl Session {
                 "unexpected answer to tools/call".into(),
             )),
             Err(ServiceError::McpError(error)) => {
-                Err(CallFailure::Protocol(error.message.to_string()))
+                match limit::too_large(error.code.0, error.data.as_ref()) {
+                    Some((size, limit)) => Err(CallFailure::TooLarge { size, limit }),
+                    None => Err(CallFailure::Protocol(error.message.to_string())),
+                }
             }
             Err(ServiceError::Timeout { timeout }) => {
                 // A process that died during the call did not time out: say what happened.
@@ -341,7 +430,7 @@ impl Session {
     }
 
     async fn request_fault(&self, what: &str, error: ServiceError) -> Fault {
-        if self.http_end.is_some()
+        if self.is_http
             && let Some(fault) = http::classify_service_error(&error)
         {
             return fault;
@@ -388,12 +477,54 @@ fn describe_service_error(error: &ServiceError) -> String {
 
 fn http_options(
     headers: &std::collections::BTreeMap<String, String>,
-    timeouts: &Timeouts,
+    spec: &ServerSpec,
 ) -> HttpOptions {
     HttpOptions {
         headers: headers.clone(),
-        connect_timeout: timeouts.connect,
-        request_timeout: timeouts.keepalive_deadline,
+        connect_timeout: spec.timeouts.connect,
+        request_timeout: spec.timeouts.keepalive_deadline,
+        max_message: spec.max_message,
+    }
+}
+
+/// Tools skipped because they were invalid (no name, an empty name), since start.
+static INVALID_TOOLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Tools skipped from `tools/list` answers because they were invalid, since start.
+pub fn invalid_tools_skipped() -> u64 {
+    INVALID_TOOLS.load(Ordering::Relaxed)
+}
+
+/// One page of `tools/list`: each tool, or why it could not be read.
+struct ToolPage {
+    tools: Vec<Result<rmcp::model::Tool, String>>,
+    next_cursor: Option<String>,
+}
+
+impl ToolPage {
+    /// Reads a page that did not parse as a whole, tool by tool.
+    fn lenient(raw: serde_json::Value) -> Option<ToolPage> {
+        let serde_json::Value::Object(mut page) = raw else {
+            return None;
+        };
+        let serde_json::Value::Array(items) = page.remove("tools")? else {
+            return None;
+        };
+        let tools = items
+            .into_iter()
+            .map(|item| {
+                serde_json::from_value::<rmcp::model::Tool>(item).map_err(|error| {
+                    let mut reason = error.to_string();
+                    reason.truncate(200);
+                    reason
+                })
+            })
+            .collect();
+        let next_cursor = page
+            .get("nextCursor")
+            .and_then(|cursor| cursor.as_str())
+            .map(str::to_string);
+        Some(ToolPage { tools, next_cursor })
     }
 }
 

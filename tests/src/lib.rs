@@ -3,6 +3,8 @@
 //!
 //! This library holds what the tests share.
 
+pub mod chaos;
+
 use std::path::PathBuf;
 
 use tether::policy::{

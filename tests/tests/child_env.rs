@@ -1,15 +1,26 @@
-//! A secret in the host's environment never reaches a child; configured env does. (Its own test
-//! binary: it sets the host environment, which must not race other tests' process spawns.)
+//! Secrets stay where they belong: one in the host's environment never reaches a child
+//! (configured env does), and the per-server logs are private and never hold the arguments.
+//! (Its own test binary: it sets the host environment, which must not race other tests' process
+//! spawns.)
 
 mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 
 use common::*;
 use serde_json::json;
 
+/// Sets the host secret, once, before any test here spawns a process.
+fn set_host_secret() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: every test calls this first, so no thread spawns a process meanwhile.
+    ONCE.call_once(|| unsafe { std::env::set_var("TETHER_TEST_HOST_SECRET", "hunter2") });
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_secrets_never_reach_a_child_but_configured_env_does() {
-    // SAFETY: this binary's only test; set before any thread spawns a process.
-    unsafe { std::env::set_var("TETHER_TEST_HOST_SECRET", "hunter2") };
+    set_host_secret();
     let host = Host::fast();
     let state = host.state_dir("envy");
     let spec = with_env(
@@ -32,5 +43,52 @@ async fn host_secrets_never_reach_a_child_but_configured_env_does() {
     assert!(!env.contains("TETHER_TEST_HOST_SECRET"), "{env}");
     assert!(env.contains("given-on-purpose"), "{env}");
     assert!(env.contains("PATH"), "allowlisted variables pass: {env}");
+    host.supervisor.shutdown().await;
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_logs_are_private_and_never_hold_the_arguments() {
+    set_host_secret();
+    let host = Host::fast();
+    let state = host.state_dir("private");
+    // Unknown tool names are ignored, so the fixture takes the secret without a word.
+    let secret = "sk-live-0123456789abcdef";
+    let tools = format!("--tools=echo,{secret}");
+    host.supervisor
+        .add_server(stdio_fixture("private", &state, &[&tools]))
+        .unwrap();
+    wait_until("tools visible", || !host.tools("private").is_empty()).await;
+    let logs = host.dir.path().join("logs");
+    let log = logs.join("private.log");
+    assert_eq!(mode(&logs), 0o700, "a new log dir is private");
+    assert_eq!(mode(&log), 0o600, "a new log file is private");
+
+    // Modes an older run left looser are tightened at the next start.
+    set_mode(&logs, 0o755);
+    set_mode(&log, 0o644);
+    kill(state.pid().unwrap(), 9);
+    wait_until("the server restarted", || {
+        state.starts() == 2 && !host.tools("private").is_empty()
+    })
+    .await;
+    assert_eq!(mode(&logs), 0o700);
+    assert_eq!(mode(&log), 0o600);
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.matches("tether starting private").count(), 2, "{text}");
+    assert!(text.contains("mcp-fixture with 5 args"), "{text}");
+    assert!(!text.contains(secret), "{text}");
+    assert!(
+        !text.contains(state.path_str()),
+        "no expanded argument: {text}"
+    );
     host.supervisor.shutdown().await;
 }

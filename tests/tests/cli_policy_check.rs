@@ -77,3 +77,32 @@ fn results_are_available_as_json_for_scripts() {
             .any(|r| r["name"] == "state-survives-snapshot-and-restore")
     );
 }
+
+#[test]
+fn settings_the_policy_refuses_are_one_clear_error_before_any_scenario() {
+    for json in [false, true] {
+        let mut args = vec!["--settings", r#"{"frob":1}"#];
+        if json {
+            args.push("--json");
+        }
+        let (code, stdout, stderr) = policy_check(&args);
+        assert_eq!(code, Some(2), "{stdout}\n{stderr}");
+        // No scenario ran: nothing about scenarios on stdout, one error on stderr.
+        assert!(stdout.trim().is_empty(), "{stdout}");
+        let errors: Vec<_> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(errors.len(), 1, "{stderr}");
+        // It names the settings and carries the policy's own refusal.
+        assert!(
+            errors[0].contains("refused the settings") && errors[0].contains(r#"{"frob":1}"#),
+            "{stderr}"
+        );
+        assert!(errors[0].contains("unknown setting `frob`"), "{stderr}");
+    }
+    // Settings the policy accepts still run the suite.
+    let (code, stdout, stderr) = policy_check(&["--settings", r#"{"reconnect_budget":9}"#]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("ok    exactly-one-half-open-probe"),
+        "{stdout}"
+    );
+}

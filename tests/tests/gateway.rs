@@ -6,12 +6,15 @@ mod common;
 
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use common::*;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -48,9 +51,10 @@ fn one_upstream() -> (tempfile::TempDir, StateDir, std::path::PathBuf) {
     (dir, state, config)
 }
 
-/// Runs `tether serve`; its stderr goes to `stderr_to`, or to a pipe the caller must drain.
-fn serve(dir: &Path, config: &Path, extra: &[&str], stderr_to: Option<&Path>) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_tether-cli"))
+/// `tether serve` on `config` with this test's state file, log dir and fast policy, not started.
+fn serve_command(dir: &Path, config: &Path, extra: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tether-cli"));
+    command
         .arg("serve")
         .arg("--config")
         .arg(config)
@@ -61,15 +65,22 @@ fn serve(dir: &Path, config: &Path, extra: &[&str], stderr_to: Option<&Path>) ->
         .args(["--policy-settings", FAST_POLICY])
         .args(extra)
         .env("RUST_LOG", "tether=debug")
+        .env_remove("TETHER_MCP_TOKEN")
+        .env_remove("TETHER_ADMIN_TOKEN")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(match stderr_to {
-            Some(path) => Stdio::from(std::fs::File::create(path).unwrap()),
-            None => Stdio::piped(),
-        })
-        .kill_on_drop(true)
-        .spawn()
-        .expect("tether serve starts")
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+/// Runs `tether serve`; its stderr goes to `stderr_to`, or to a pipe the caller must drain.
+fn serve(dir: &Path, config: &Path, extra: &[&str], stderr_to: Option<&Path>) -> Child {
+    let mut command = serve_command(dir, config, extra);
+    if let Some(path) = stderr_to {
+        command.stderr(Stdio::from(std::fs::File::create(path).unwrap()));
+    }
+    command.spawn().expect("tether serve starts")
 }
 
 async fn tool_names(client: &RunningService<RoleClient, Agent>) -> Vec<String> {
@@ -193,23 +204,53 @@ async fn an_agent_on_stdio_follows_an_upstream_through_death_park_and_revival() 
     assert!(!process_exists(child), "the upstream is reaped on shutdown");
 }
 
-/// Starts `tether serve --http` and returns it with its MCP URL (read from its stderr).
-async fn serve_http(dir: &Path, config: &Path) -> (Child, String) {
-    let mut tether = serve(dir, config, &["--http", "127.0.0.1:0"], None);
+/// A running `tether serve --http`.
+struct HttpGateway {
+    tether: Child,
+    /// The MCP URL it announced, on a loopback address.
+    url: String,
+    /// Everything it wrote to stderr so far.
+    stderr: Arc<Mutex<String>>,
+}
+
+/// Starts `command` (a `tether serve --http`) and waits for it to announce its MCP URL.
+async fn start_http(mut command: Command) -> HttpGateway {
+    let mut tether = command.spawn().expect("tether serve starts");
     let mut lines = BufReader::new(tether.stderr.take().unwrap()).lines();
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let seen = stderr.clone();
     let url = tokio::time::timeout(PATIENCE, async {
         while let Ok(Some(line)) = lines.next_line().await {
+            seen.lock().unwrap().push_str(&format!("{line}\n"));
             if let Some(rest) = line.split("serving MCP at ").nth(1) {
                 return rest.split_whitespace().next().unwrap().to_string();
             }
         }
-        panic!("tether serve ended without announcing its address");
+        panic!(
+            "tether serve ended without announcing its address:\n{}",
+            seen.lock().unwrap()
+        );
     })
     .await
     .expect("tether announces its MCP address");
     // Keep draining stderr so the gateway never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (tether, url)
+    let seen = stderr.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            seen.lock().unwrap().push_str(&format!("{line}\n"));
+        }
+    });
+    HttpGateway {
+        tether,
+        url: url.replace("://0.0.0.0:", "://127.0.0.1:"),
+        stderr,
+    }
+}
+
+/// Starts `tether serve --http` on loopback and returns it with its MCP URL.
+async fn serve_http(dir: &Path, config: &Path) -> (Child, String) {
+    let gateway = start_http(serve_command(dir, config, &["--http", "127.0.0.1:0"])).await;
+    (gateway.tether, gateway.url)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -275,6 +316,46 @@ async fn config_errors_name_the_file_the_server_and_the_key() {
     assert!(output.stdout.is_empty(), "nothing but MCP may go to stdout");
 }
 
+/// Per-server policy overrides, over-long server names and invalid filters are found when the
+/// config is read: `serve` refuses to start, naming the file, the server and the reason.
+#[tokio::test]
+async fn invalid_server_names_and_policy_overrides_stop_serve_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = "n".repeat(300);
+    for (name, server, words) in [
+        (
+            "override.json",
+            json!({"files": {"command": FIXTURE, "policy": {"breaker": {"failure_threshold": "three"}}}}),
+            vec!["files", "the policy refuses its configuration", "failure_threshold"],
+        ),
+        (
+            "unknown-key.json",
+            json!({"files": {"command": FIXTURE, "policy": {"frob": 1}}}),
+            vec!["files", "the policy refuses its configuration", "frob"],
+        ),
+        (
+            "long.json",
+            json!({long.clone(): {"command": FIXTURE}}),
+            vec!["invalid server name", "at most 48 characters"],
+        ),
+    ] {
+        let config = dir.path().join(name);
+        std::fs::write(&config, json!({"mcpServers": server}).to_string()).unwrap();
+        let started = Instant::now();
+        let output = serve(dir.path(), &config, &[], None)
+            .wait_with_output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{name}: {stderr}");
+        assert!(stderr.contains(name), "{name}: {stderr}");
+        for word in words {
+            assert!(stderr.contains(word), "{name}: no {word:?} in {stderr}");
+        }
+        assert!(started.elapsed() < PATIENCE);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_the_config_without_touching_unchanged_servers() {
     let (dir, state, config) = one_upstream();
@@ -309,5 +390,522 @@ async fn sighup_reloads_the_config_without_touching_unchanged_servers() {
         "the unchanged server keeps its process"
     );
     assert_eq!(state.starts(), 1);
+    assert!(terminate(tether).await.success());
+}
+
+/// A Streamable HTTP client transport for `url` sending `token` as a bearer token and, if
+/// given, an `Origin` header (as a browser would).
+fn http_transport(
+    url: &str,
+    token: Option<&str>,
+    origin: Option<&str>,
+) -> StreamableHttpClientTransport<reqwest::Client> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url);
+    if let Some(token) = token {
+        config = config.auth_header(token);
+    }
+    if let Some(origin) = origin {
+        config = config.custom_headers(
+            [(
+                reqwest::header::ORIGIN,
+                reqwest::header::HeaderValue::from_str(origin).unwrap(),
+            )]
+            .into(),
+        );
+    }
+    StreamableHttpClientTransport::from_config(config)
+}
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+
+/// POSTs one JSON-RPC message to the MCP endpoint the way an MCP client (or a browser page)
+/// would, with extra `headers`.
+async fn post_mcp(url: &str, headers: &[(&str, &str)], body: &str) -> reqwest::Response {
+    let mut request = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(body.to_string());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.expect("the gateway answers HTTP")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_origins_get_403_before_any_session_and_loopback_or_allowed_ones_pass() {
+    let (dir, state, config) = one_upstream();
+    let gateway = start_http(serve_command(
+        dir.path(),
+        &config,
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--allow-origin",
+            "https://app.example.com",
+        ],
+    ))
+    .await;
+    let url = gateway.url.as_str();
+    // A real MCP client from a page on this machine.
+    let client = Agent::default()
+        .serve(http_transport(url, None, Some("http://localhost:5173")))
+        .await
+        .expect("MCP over HTTP with a loopback Origin");
+    wait_for_tools(&client, "the upstream's tools are listed", |t| {
+        t.contains(&"up__echo".to_string())
+    })
+    .await;
+    assert_eq!(
+        text(&call(&client, "up__echo", json!({"text": "hi"})).await),
+        "hi"
+    );
+
+    for origin in [
+        "https://evil.example",
+        "http://localhost.evil.example",
+        "http://127.0.0.1.nip.io:8080",
+        "null",
+        "https://app.example.com:8443",
+        "http://app.example.com",
+    ] {
+        let response = post_mcp(url, &[("origin", origin)], INITIALIZE).await;
+        assert_eq!(response.status(), 403, "Origin {origin}");
+    }
+    for origin in [
+        None,
+        Some("http://localhost"),
+        Some("http://127.0.0.1:8080"),
+        Some("https://[::1]:3000"),
+        Some("https://app.example.com"),
+        Some("https://app.example.com:443"),
+    ] {
+        let headers: Vec<(&str, &str)> = origin.iter().map(|o| ("origin", *o)).collect();
+        let response = post_mcp(url, &headers, INITIALIZE).await;
+        assert_eq!(response.status(), 200, "Origin {origin:?}");
+    }
+
+    // With a live session's id, a foreign page's call still never reaches the session.
+    let response = post_mcp(url, &[], INITIALIZE).await;
+    assert_eq!(response.status(), 200);
+    let session = response
+        .headers()
+        .get("mcp-session-id")
+        .expect("a session id")
+        .to_str()
+        .unwrap()
+        .to_string();
+    drop(response);
+    let headers = [("mcp-session-id", session.as_str())];
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    assert!(
+        post_mcp(url, &headers, initialized)
+            .await
+            .status()
+            .is_success()
+    );
+    let echo = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"up__echo","arguments":{"text":"from a page"}}}"#;
+    let foreign = [
+        ("mcp-session-id", session.as_str()),
+        ("origin", "https://evil.example"),
+    ];
+    let response = post_mcp(url, &foreign, echo).await;
+    assert_eq!(response.status(), 403);
+    assert_eq!(state.calls_of("echo"), 1, "the foreign call never ran");
+    let local = [
+        ("mcp-session-id", session.as_str()),
+        ("origin", "http://localhost:5173"),
+    ];
+    let response = post_mcp(url, &local, echo).await;
+    assert_eq!(response.status(), 200);
+    let body = tokio::time::timeout(PATIENCE, response.text())
+        .await
+        .expect("the call is answered")
+        .unwrap();
+    assert!(body.contains("from a page"), "{body}");
+    assert_eq!(state.calls_of("echo"), 2);
+
+    let stderr = gateway.stderr.lock().unwrap().clone();
+    assert!(
+        !stderr.contains("WARNING"),
+        "loopback is not exposed: {stderr}"
+    );
+    drop(client);
+    assert!(terminate(gateway.tether).await.success());
+}
+
+/// Writes `token` to a 0600 file in `dir`.
+fn token_file(dir: &Path, token: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("mcp-token");
+    std::fs::write(&path, format!("{token}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+/// Without the token (or with a wrong one, or another scheme) the endpoint answers 401.
+async fn assert_token_required(url: &str, token: &str) {
+    let wrong = format!("Bearer {token}x");
+    let basic = format!("Basic {token}");
+    for authorization in [None, Some(wrong.as_str()), Some(basic.as_str())] {
+        let headers: Vec<(&str, &str)> = authorization
+            .iter()
+            .map(|a| ("authorization", *a))
+            .collect();
+        let response = post_mcp(url, &headers, INITIALIZE).await;
+        assert_eq!(response.status(), 401, "{authorization:?}");
+        let challenge = response.headers()["www-authenticate"].to_str().unwrap();
+        assert!(challenge.starts_with("Bearer"), "{challenge}");
+    }
+    let right = format!("Bearer {token}");
+    let response = post_mcp(url, &[("authorization", right.as_str())], INITIALIZE).await;
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_file_guards_the_endpoint_and_a_network_bind_is_warned_about() {
+    let (dir, _state, config) = one_upstream();
+    let token = "mcp-test-token-8c1e2a";
+    let file = token_file(dir.path(), token);
+    let gateway = start_http(serve_command(
+        dir.path(),
+        &config,
+        &[
+            "--http",
+            "0.0.0.0:0",
+            "--mcp-token-file",
+            file.to_str().unwrap(),
+        ],
+    ))
+    .await;
+    let url = gateway.url.as_str();
+    {
+        let stderr = gateway.stderr.lock().unwrap();
+        let warning = stderr
+            .lines()
+            .find(|l| l.starts_with("tether: WARNING:"))
+            .unwrap_or_else(|| panic!("no warning line on stderr:\n{stderr}"));
+        assert!(
+            warning.contains("0.0.0.0") && warning.contains("served to the network"),
+            "{warning}"
+        );
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.contains("WARN") && l.contains("serving MCP to the network")),
+            "the log warns too:\n{stderr}"
+        );
+    }
+    assert_token_required(url, token).await;
+    // An MCP client without the token cannot even start.
+    assert!(
+        Agent::default()
+            .serve(http_transport(url, None, None))
+            .await
+            .is_err()
+    );
+    let client = Agent::default()
+        .serve(http_transport(url, Some(token), None))
+        .await
+        .expect("MCP over HTTP with the token");
+    wait_for_tools(&client, "the upstream's tools are listed", |t| {
+        t.contains(&"up__echo".to_string())
+    })
+    .await;
+    assert_eq!(
+        text(&call(&client, "up__echo", json!({"text": "hi"})).await),
+        "hi"
+    );
+    drop(client);
+    assert!(terminate(gateway.tether).await.success());
+    let stderr = gateway.stderr.lock().unwrap().clone();
+    assert!(!stderr.contains(token), "the token is never logged");
+}
+
+/// Runs `tether serve` to its end; answers its exit code and stderr.
+async fn serve_to_end(mut command: Command) -> (Option<i32>, String) {
+    let output = tokio::time::timeout(PATIENCE, command.output())
+        .await
+        .expect("tether serve ends")
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_may_come_from_the_environment_and_bad_tokens_or_origins_are_refused() {
+    let (dir, _state, config) = one_upstream();
+    let token = "env-token-5a9d";
+    let mut command = serve_command(dir.path(), &config, &["--http", "127.0.0.1:0"]);
+    command.env("TETHER_MCP_TOKEN", token);
+    let gateway = start_http(command).await;
+    assert_token_required(&gateway.url, token).await;
+    let client = Agent::default()
+        .serve(http_transport(&gateway.url, Some(token), None))
+        .await
+        .expect("MCP over HTTP with the token");
+    assert!(client.peer().list_all_tools().await.is_ok());
+    drop(client);
+    assert!(terminate(gateway.tether).await.success());
+    assert!(!gateway.stderr.lock().unwrap().contains(token));
+
+    // A token that is there but unusable is an error, not an open endpoint.
+    let empty = token_file(dir.path(), "  ");
+    let (code, stderr) = serve_to_end(serve_command(
+        dir.path(),
+        &config,
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--mcp-token-file",
+            empty.to_str().unwrap(),
+        ],
+    ))
+    .await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("MCP token") && stderr.contains(empty.to_str().unwrap()),
+        "{stderr}"
+    );
+    let mut command = serve_command(dir.path(), &config, &["--http", "127.0.0.1:0"]);
+    command.env("TETHER_MCP_TOKEN", "");
+    let (code, stderr) = serve_to_end(command).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("TETHER_MCP_TOKEN"), "{stderr}");
+    // Origins must be origins; HTTP-only flags need --http.
+    let (code, stderr) = serve_to_end(serve_command(
+        dir.path(),
+        &config,
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--allow-origin",
+            "https://x.example/path",
+        ],
+    ))
+    .await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--allow-origin"), "{stderr}");
+    let (code, stderr) = serve_to_end(serve_command(
+        dir.path(),
+        &config,
+        &["--allow-origin", "https://x.example"],
+    ))
+    .await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--http"), "{stderr}");
+}
+
+/// Runs the real `tether status` against a state file.
+async fn status(state_file: &Path) -> (Option<i32>, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_tether-cli"))
+        .arg("status")
+        .arg("--state-file")
+        .arg(state_file)
+        .env_remove("TETHER_ADMIN_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_gateway_on_the_same_state_file_is_refused_and_a_crashed_ones_is_not() {
+    let (dir, state, config) = one_upstream();
+    let state_file = dir.path().join("state.json");
+    let (mut first, url) = serve_http(dir.path(), &config).await;
+    let first_pid = first.id().unwrap();
+    wait_until("the first gateway started its server", || {
+        state.pid().is_some()
+    })
+    .await;
+    let written = std::fs::read(&state_file).expect("the first gateway wrote its state file");
+
+    let (code, stderr) = serve_to_end(serve_command(
+        dir.path(),
+        &config,
+        &["--http", "127.0.0.1:0"],
+    ))
+    .await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("already running")
+            && stderr.contains(state_file.to_str().unwrap())
+            && stderr.contains(&format!("pid {first_pid}")),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(&state_file).unwrap(),
+        written,
+        "the first gateway's state file is untouched"
+    );
+    assert_eq!(state.starts(), 1, "the refused gateway started no servers");
+    let (code, stdout, stderr) = status(&state_file).await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.lines().any(|l| l.starts_with("up ")), "{stdout}");
+    let client = Agent::default()
+        .serve(http_transport(&url, None, None))
+        .await
+        .expect("the first gateway still serves MCP");
+    wait_for_tools(&client, "the first gateway's tools", |t| {
+        t.contains(&"up__echo".to_string())
+    })
+    .await;
+    drop(client);
+
+    // A crashed gateway leaves its files behind, but not its lock.
+    first.start_kill().unwrap();
+    first.wait().await.unwrap();
+    assert!(state_file.exists());
+    let (third, _) = serve_http(dir.path(), &config).await;
+    let (code, stdout, stderr) = status(&state_file).await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let owner: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&state_file).unwrap()).unwrap();
+    assert_eq!(owner["pid"], third.id().unwrap());
+    assert!(terminate(third).await.success());
+    assert!(
+        !state_file.exists(),
+        "a clean shutdown removes the state file"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_a_hung_call_drains_once_within_the_drain_timeout() {
+    const DRAIN: Duration = Duration::from_secs(2);
+    let (dir, state, config) = one_upstream();
+    let gateway = start_http(serve_command(
+        dir.path(),
+        &config,
+        &["--http", "127.0.0.1:0", "--drain-timeout", "2s"],
+    ))
+    .await;
+    let mut tether = gateway.tether;
+    let client = Agent::default()
+        .serve(http_transport(&gateway.url, None, None))
+        .await
+        .unwrap();
+    wait_for_tools(&client, "tools listed", |t| {
+        t.contains(&"up__hang".to_string())
+    })
+    .await;
+    let child = state.pid().unwrap();
+    let hung = tokio::spawn(async move {
+        let result = client
+            .peer()
+            .call_tool(CallToolRequestParams::new("up__hang"))
+            .await;
+        (client, result)
+    });
+    wait_until("the hung call reached the upstream", || {
+        state.calls_of("hang") == 1
+    })
+    .await;
+
+    let signalled = Instant::now();
+    kill(tether.id().unwrap(), 15);
+    let status = tokio::time::timeout(DRAIN + Duration::from_secs(10), tether.wait())
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "tether still running {:?} after SIGTERM:\n{}",
+                DRAIN + Duration::from_secs(10),
+                gateway.stderr.lock().unwrap()
+            )
+        })
+        .unwrap();
+    let took = signalled.elapsed();
+    assert!(status.success(), "{status:?}");
+    assert!(took >= DRAIN, "the drain waited for the call: {took:?}");
+    let (_client, result) = tokio::time::timeout(PATIENCE, hung).await.unwrap().unwrap();
+    let result = result.expect("the hung call is answered, not cut off");
+    assert!(
+        is_error(&result) && text(&result).contains("\"up\""),
+        "the answer says what happened: {result:?}"
+    );
+    assert!(!process_exists(child), "the upstream is reaped");
+    let stderr = gateway.stderr.lock().unwrap().clone();
+    assert_eq!(
+        stderr.matches("draining in-flight calls").count(),
+        1,
+        "one drain:\n{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("calls still in flight after").count(),
+        1,
+        "one drain:\n{stderr}"
+    );
+}
+
+/// A client of protocol 2026-07-28 (no `initialize`: `server/discover`, per-request metadata)
+/// calls tools through the gateway — results carry `resultType` — and hears of tool list
+/// changes on its `subscriptions/listen` stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_07_28_client_calls_tools_and_hears_list_changes_on_its_subscription() {
+    use rmcp::model::{ProtocolVersion, ResultType, ServerNotification, SubscriptionFilter};
+    use rmcp::{ClientLifecycleMode, ClientServiceExt};
+
+    let (dir, state, config) = one_upstream();
+    let (tether, url) = serve_http(dir.path(), &config).await;
+    let client = ()
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_uri(url),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("a 2026-07-28 session");
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let tools = client.peer().list_all_tools().await.unwrap_or_default();
+        if tools.iter().any(|t| t.name == "up__echo") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no tools: {tools:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut subscription = client
+        .peer()
+        .listen(SubscriptionFilter::builder().tools_list_changed().build())
+        .await
+        .expect("subscriptions/listen is served");
+    assert_eq!(subscription.acknowledged().tools_list_changed, Some(true));
+
+    let params = CallToolRequestParams::new("up__echo")
+        .with_arguments(args(json!({"text": "new generation"})).unwrap());
+    let result = client.peer().call_tool(params).await.expect("the call");
+    assert_eq!(text(&result), "new generation");
+    assert_eq!(result.result_type, Some(ResultType::COMPLETE));
+
+    // The upstream dies: the withdrawal reaches the subscription.
+    let _ = client
+        .peer()
+        .call_tool(
+            CallToolRequestParams::new("up__exit_now")
+                .with_arguments(args(json!({"code": 9})).unwrap()),
+        )
+        .await;
+    let notification = tokio::time::timeout(PATIENCE, subscription.next())
+        .await
+        .expect("a notification in time")
+        .expect("the subscription stays open")
+        .expect("a notification");
+    assert!(
+        matches!(notification, ServerNotification::ToolListChangedNotification(_)),
+        "{notification:?}"
+    );
+    let _ = state;
     assert!(terminate(tether).await.success());
 }

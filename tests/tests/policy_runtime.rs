@@ -5,8 +5,9 @@ use std::sync::{Arc, OnceLock};
 
 use tether::policy::{
     Action, Admission, BreakerState, CallOutcome, CallReport, CallRequest, DEFAULT_INLINE_FUEL,
-    Event, EventKind, Fault, PolicyEngine, PolicyError, PolicyFault, PolicyNotice, PolicyRuntime,
-    PolicySource, RuntimeOptions, ServerState, conformance,
+    Event, EventKind, Fault, Limits, PolicyEngine, PolicyError, PolicyFault, PolicyNotice,
+    PolicyRuntime, PolicySource, RuntimeOptions, ServerState, ServerTools, SessionInfo, TimerFired,
+    Tool, conformance,
 };
 use tether_tests::{
     component, components, configured, connect_failed, connected, disconnected, has_connect,
@@ -554,4 +555,357 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     found
+}
+
+// ----- tool data: the sandbox is sized from the data it holds -----
+
+const MB: usize = 1 << 20;
+
+/// A tool whose description is `bytes` long, as text with the quotes, tabs and newlines real
+/// descriptions have (each escaped in JSON), and a real schema.
+fn big_tool(name: &str, bytes: usize) -> Tool {
+    let line = format!("{name}: reads \"the thing\" and returns\tits contents.\n");
+    let mut description = line.repeat(bytes / line.len() + 1);
+    description.truncate(bytes);
+    Tool {
+        name: name.into(),
+        description: Some(description),
+        input_schema: format!(
+            r#"{{"type":"object","properties":{{"path":{{"type":"string","description":"what {name} reads"}}}},"required":["path"]}}"#
+        ),
+        read_only: true,
+    }
+}
+
+/// `count` tools named `{prefix}_{i}`, each with a description of `bytes`.
+fn big_tools(prefix: &str, count: usize, bytes: usize) -> Vec<Tool> {
+    (0..count)
+        .map(|i| big_tool(&format!("{prefix}_{i}"), bytes))
+        .collect()
+}
+
+fn session(server: &str, tools: Vec<Tool>) -> EventKind {
+    EventKind::Connected(SessionInfo {
+        server: server.into(),
+        server_info: "big 1.0".into(),
+        tools,
+    })
+}
+
+fn tools_changed(server: &str, tools: Vec<Tool>) -> EventKind {
+    EventKind::ToolsChanged(ServerTools {
+        server: server.into(),
+        tools,
+    })
+}
+
+/// Asserts that `actions` publish exactly `tools` for `server`, descriptions and schemas intact.
+fn assert_publishes(actions: &[Action], server: &str, tools: &[Tool]) {
+    let publication = actions
+        .iter()
+        .rev()
+        .find_map(|a| match a {
+            Action::PublishTools(p) if p.server == server => Some(p),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{server}'s tools were not published"));
+    assert_eq!(publication.tools.len(), tools.len(), "{server}");
+    for tool in tools {
+        let published = publication
+            .tools
+            .iter()
+            .find(|p| p.original == tool.name)
+            .unwrap_or_else(|| panic!("{} was not published", tool.name));
+        assert!(
+            published.description == tool.description
+                && published.input_schema == tool.input_schema,
+            "{} was published altered",
+            tool.name
+        );
+    }
+}
+
+/// Asserts that nothing went wrong in the sandbox: no fault, no recovery, no fallback.
+fn assert_no_faults(rt: &PolicyRuntime, rx: &mut tokio::sync::broadcast::Receiver<PolicyNotice>) {
+    let seen = notices(rx);
+    assert!(
+        !seen.iter().any(|n| matches!(
+            n,
+            PolicyNotice::Fault { .. }
+                | PolicyNotice::Recovered { .. }
+                | PolicyNotice::FellBack { .. }
+        )),
+        "{seen:?}"
+    );
+    assert_eq!(
+        rt.stats().faults.load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+}
+
+/// The `wake-at` in `actions`, as the timer event it asks for.
+fn timer_of(actions: &[Action]) -> (u64, EventKind) {
+    actions
+        .iter()
+        .find_map(|a| match a {
+            Action::WakeAt(w) => Some((
+                w.at,
+                EventKind::Timer(TimerFired {
+                    server: w.server.clone(),
+                    token: w.token,
+                }),
+            )),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no timer armed: {actions:?}"))
+}
+
+#[test]
+fn fourteen_tools_of_a_megabyte_each_connect_and_are_published() {
+    let rt = start(PolicySource::Embedded, "{}", 64, true);
+    let mut rx = rt.notices();
+    event(&rt, 1, configured("big")).unwrap();
+    let tools = big_tools("t", 14, MB);
+    let actions = event(&rt, 2, session("big", tools.clone())).expect("answered");
+    assert_publishes(&actions, "big", &tools);
+    assert_eq!(server_status(&rt, "big").state, ServerState::Connected);
+    assert_eq!(server_status(&rt, "big").published_tools, 14);
+    assert_no_faults(&rt, &mut rx);
+}
+
+#[test]
+fn a_reconnect_with_ten_megabytes_of_tools_is_published() {
+    let rt = start(PolicySource::Embedded, "{}", 64, true);
+    let mut rx = rt.notices();
+    event(&rt, 1, configured("big")).unwrap();
+    let first = big_tools("first", 14, MB);
+    assert_publishes(
+        &event(&rt, 2, session("big", first)).unwrap(),
+        "big",
+        &big_tools("first", 14, MB),
+    );
+    event(&rt, 3, EventKind::KeepaliveOk("big".into())).unwrap();
+    let mut now = 4;
+    for round in 0..2 {
+        let actions = event(&rt, now, disconnected("big")).unwrap();
+        let (at, timer) = timer_of(&actions);
+        now = at.max(now + 1);
+        assert!(has_connect(&event(&rt, now, timer).unwrap(), "big"));
+        let tools = big_tools(&format!("again{round}"), 10, MB);
+        now += 1;
+        let actions = event(&rt, now, session("big", tools.clone())).expect("answered");
+        assert_publishes(&actions, "big", &tools);
+        now += 1;
+        event(&rt, now, EventKind::KeepaliveOk("big".into())).unwrap();
+        now += 1;
+    }
+    assert_eq!(server_status(&rt, "big").state, ServerState::Healthy);
+    assert_no_faults(&rt, &mut rx);
+}
+
+#[test]
+fn five_servers_of_three_megabytes_each_are_published() {
+    let rt = start(PolicySource::Embedded, "{}", 64, true);
+    let mut rx = rt.notices();
+    for (i, server) in ["s1", "s2", "s3", "s4", "s5"].into_iter().enumerate() {
+        let now = 10 * i as u64;
+        event(&rt, now + 1, configured(server)).unwrap();
+        let tools = big_tools(server, 3, MB);
+        let actions = event(&rt, now + 2, session(server, tools.clone())).expect("answered");
+        assert_publishes(&actions, server, &tools);
+    }
+    let status = rt.status().wait().unwrap();
+    assert_eq!(status.len(), 5);
+    assert!(
+        status
+            .iter()
+            .all(|s| s.state == ServerState::Connected && s.published_tools == 3),
+        "{status:?}"
+    );
+    assert_no_faults(&rt, &mut rx);
+}
+
+#[test]
+fn a_tool_list_growing_through_tools_changed_is_republished() {
+    let rt = start(PolicySource::Embedded, "{}", 64, true);
+    let mut rx = rt.notices();
+    event(&rt, 1, configured("grows")).unwrap();
+    let tools = big_tools("t", 2, MB);
+    assert_publishes(
+        &event(&rt, 2, session("grows", tools.clone())).unwrap(),
+        "grows",
+        &tools,
+    );
+    for (step, count) in [5, 9, 14].into_iter().enumerate() {
+        let tools = big_tools("t", count, MB);
+        let actions =
+            event(&rt, 3 + step as u64, tools_changed("grows", tools.clone())).expect("answered");
+        assert_publishes(&actions, "grows", &tools);
+    }
+    assert_eq!(server_status(&rt, "grows").published_tools, 14);
+    assert_no_faults(&rt, &mut rx);
+}
+
+/// Five servers of 3 MB each, proven: 15 MB of tool data in the policy's state.
+fn load_five_servers(rt: &PolicyRuntime) {
+    for (i, server) in ["s1", "s2", "s3", "s4", "s5"].into_iter().enumerate() {
+        let now = 10 * i as u64;
+        event(rt, now + 1, configured(server)).unwrap();
+        event(rt, now + 2, session(server, big_tools(server, 3, MB))).unwrap();
+        event(rt, now + 3, EventKind::KeepaliveOk(server.into())).unwrap();
+    }
+}
+
+#[test]
+fn swaps_and_snapshots_carry_that_much_data_into_fresh_instances() {
+    // A checkpoint after every input: each one snapshots 15 MB of tools.
+    let rt = start(PolicySource::Embedded, "{}", 1, true);
+    let mut rx = rt.notices();
+    load_five_servers(&rt);
+    let before = rt.status().wait().unwrap();
+    let snapshot = rt.snapshot().wait().expect("snapshot");
+    assert!(snapshot.len() > 15 * MB, "{}", snapshot.len());
+    // A swap restores the snapshot into a fresh instance (of the same component, then another).
+    rt.swap_blocking(&PolicySource::Embedded).expect("swap");
+    assert_eq!(rt.status().wait().unwrap(), before);
+    rt.swap_blocking(&component(components::HOSTILE))
+        .expect("swap to another component");
+    assert_eq!(rt.status().wait().unwrap(), before);
+    // Still working with all that data: a server reconnects with a fresh 3 MB list.
+    let actions = event(&rt, 100, disconnected("s3")).unwrap();
+    let (at, timer) = timer_of(&actions);
+    assert!(has_connect(&event(&rt, at, timer).unwrap(), "s3"));
+    let tools = big_tools("s3_again", 3, MB);
+    assert_publishes(
+        &event(&rt, at + 1, session("s3", tools.clone())).unwrap(),
+        "s3",
+        &tools,
+    );
+    assert_no_faults(&rt, &mut rx);
+}
+
+#[test]
+fn recovery_restores_that_much_data_into_a_fresh_instance() {
+    // A checkpoint every 4 inputs: recovery restores a snapshot of 12 MB, then replays 3 MB.
+    // The hostile component runs the default logic and panics on its 16th event.
+    let rt = hostile(r#""panic_on_event":16"#, 4, true);
+    let mut rx = rt.notices();
+    load_five_servers(&rt); // events 1..=15
+    let before = rt.status().wait().unwrap();
+    let actions = event(&rt, 100, disconnected("s2")).expect("contained"); // 16: panics
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::WithdrawTools(s) if s == "s2")),
+        "{actions:?}"
+    );
+    let seen = notices(&mut rx);
+    assert!(
+        seen.iter()
+            .any(|n| matches!(n, PolicyNotice::Recovered { .. })),
+        "{seen:?}"
+    );
+    assert!(
+        !seen
+            .iter()
+            .any(|n| matches!(n, PolicyNotice::FellBack { .. })),
+        "{seen:?}"
+    );
+    assert_eq!(
+        rt.stats().faults.load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "{seen:?}"
+    );
+    assert!(rt.running().label.contains("tether_policy_hostile"));
+    let after = rt.status().wait().unwrap();
+    for (b, a) in before.iter().zip(&after) {
+        if a.server != "s2" {
+            assert_eq!(a, b);
+        }
+    }
+}
+
+#[test]
+fn snapshots_beyond_wasmtimes_default_transfer_limit_are_taken() {
+    // Five servers of 15 MB: a snapshot carries some 160 MB, more than the 128 MiB wasmtime lets
+    // one call hand the host by default.
+    let rt = start(PolicySource::Embedded, "{}", 64, true);
+    let mut rx = rt.notices();
+    for (i, server) in ["s1", "s2", "s3", "s4", "s5"].into_iter().enumerate() {
+        let now = 10 * i as u64;
+        event(&rt, now + 1, configured(server)).unwrap();
+        let tools = big_tools(server, 15, MB);
+        assert_publishes(
+            &event(&rt, now + 2, session(server, tools.clone())).unwrap(),
+            server,
+            &tools,
+        );
+    }
+    let before = rt.status().wait().unwrap();
+    let snapshot = rt.snapshot().wait().expect("snapshot");
+    assert!(snapshot.len() > 128 * MB, "{}", snapshot.len());
+    drop(snapshot);
+    rt.swap_blocking(&PolicySource::Embedded).expect("swap");
+    assert_eq!(rt.status().wait().unwrap(), before);
+    assert_no_faults(&rt, &mut rx);
+}
+
+/// The memory limit a fault notice names, in bytes.
+fn memory_limit_in(seen: &[PolicyNotice]) -> usize {
+    seen.iter()
+        .find_map(|n| match n {
+            PolicyNotice::Fault { error, .. } => error
+                .split("memory limit of ")
+                .nth(1)
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|n| n.parse().ok()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no memory fault: {seen:?}"))
+}
+
+#[test]
+fn a_leaking_policy_still_hits_a_cap_that_follows_the_data() {
+    // With 14 MB of tools held, a leak on the 3rd event runs into a cap sized from that data.
+    // (A checkpoint after every input: the recovered instance counts its events from zero.)
+    let rt = hostile(r#""grow_on_event":3"#, 1, true);
+    let mut rx = rt.notices();
+    event(&rt, 1, configured("big")).unwrap();
+    let tools = big_tools("t", 14, MB);
+    assert_publishes(
+        &event(&rt, 2, session("big", tools)).unwrap(),
+        "big",
+        &big_tools("t", 14, MB),
+    );
+    event(&rt, 3, EventKind::KeepaliveOk("big".into())).expect("contained");
+    let seen = notices(&mut rx);
+    let limit = memory_limit_in(&seen);
+    assert!(
+        limit > 32 * MB + 14 * MB && limit < 1024 * MB,
+        "a cap of {limit} bytes for 14 MB of tools"
+    );
+    assert!(
+        seen.iter()
+            .any(|n| matches!(n, PolicyNotice::Recovered { .. })),
+        "{seen:?}"
+    );
+    assert!(
+        !seen
+            .iter()
+            .any(|n| matches!(n, PolicyNotice::FellBack { .. })),
+        "{seen:?}"
+    );
+    assert!(rt.running().label.contains("tether_policy_hostile"));
+    assert_eq!(server_status(&rt, "big").state, ServerState::Healthy);
+
+    // Once the server is removed, its data no longer counts: the cap is the base again.
+    let rt = hostile(r#""grow_on_event":4"#, 1, true);
+    let mut rx = rt.notices();
+    event(&rt, 1, configured("big")).unwrap();
+    event(&rt, 2, session("big", big_tools("t", 14, MB))).unwrap();
+    event(&rt, 3, EventKind::ServerRemoved("big".into())).unwrap();
+    let actions = event(&rt, 4, configured("small")).expect("contained");
+    assert!(has_connect(&actions, "small"), "{actions:?}");
+    let seen = notices(&mut rx);
+    assert_eq!(memory_limit_in(&seen), Limits::default().memory_bytes);
 }

@@ -99,3 +99,40 @@ async fn an_sse_only_server_configured_as_http_falls_back_and_remembers_it() {
     host.supervisor.shutdown().await;
     server.kill().await;
 }
+
+/// A server that ends a live session (HTTP 404: it forgot the session; 401: the credentials
+/// were revoked) is reported with that cause, not as a closed connection: a revoked token parks
+/// the server at once instead of costing another attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_ended_by_the_server_is_reported_with_its_cause() {
+    for (status, words) in [
+        (404, "the server no longer knows the session"),
+        (401, "the server requires authorization (HTTP 401)"),
+    ] {
+        let host = Host::start(PARKED_STAYS_PARKED);
+        let state = host.state_dir("web");
+        let server = HttpFixture::start("http", &state, "127.0.0.1:0", &[]).await;
+        let mut spec = http_spec("web", format!("http://{}/mcp", server.addr), streamable());
+        spec.timeouts.keepalive_interval = Duration::from_millis(100);
+        host.supervisor.add_server(spec).unwrap();
+        wait_until("tools visible", || !host.tools("web").is_empty()).await;
+        let mut lifecycle = host.supervisor.lifecycle();
+        state.control(json!({"http_reject_sessions": status}));
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        let first = loop {
+            let event = tokio::time::timeout_at(deadline, lifecycle.recv())
+                .await
+                .expect("a lifecycle event in time")
+                .expect("the lifecycle stream");
+            if event.state != tether::policy::ServerState::Healthy {
+                break event;
+            }
+        };
+        assert!(first.detail.contains(words), "{status}: {first:?}");
+        if status == 401 {
+            assert_eq!(first.state, tether::policy::ServerState::Parked, "{first:?}");
+        }
+        host.supervisor.shutdown().await;
+        server.kill().await;
+    }
+}

@@ -37,6 +37,7 @@ fn options() -> HttpOptions {
         headers: BTreeMap::new(),
         connect_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(10),
+        max_message: tether::config::ServerSpec::DEFAULT_MAX_MESSAGE,
     }
 }
 

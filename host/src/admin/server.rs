@@ -72,11 +72,11 @@ pub enum AdminError {
     BadToken,
     #[error("cannot generate an admin token: {0}")]
     Token(String),
-    #[error("cannot listen for the admin API on {addr}: {source}")]
+    // The cause is in the message, not a `source`, so chained reports say it once.
+    #[error("cannot listen for the admin API on {addr}: {cause}")]
     Bind {
         addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 
@@ -137,10 +137,10 @@ pub async fn start(
     };
     let listener = tokio::net::TcpListener::bind(bind)
         .await
-        .map_err(|source| AdminError::Bind { addr: bind, source })?;
+        .map_err(|cause| AdminError::Bind { addr: bind, cause })?;
     let addr = listener
         .local_addr()
-        .map_err(|source| AdminError::Bind { addr: bind, source })?;
+        .map_err(|cause| AdminError::Bind { addr: bind, cause })?;
     let (shutdown, stopping) = watch::channel(false);
     let app = App {
         ctx: Arc::new(ctx),

@@ -4,11 +4,17 @@
 //! directory created 0700, and replaced atomically (write a temp file, then rename) so a reader
 //! never sees half of it. It also records the gateway's pid, so the CLI can tell a stale file
 //! from a running gateway.
+//!
+//! One gateway owns a state file at a time: [`lock`] takes an exclusive `flock` on
+//! `<state file>.lock` (the state file itself is replaced on every write, so it cannot carry
+//! the lock) and holds it for the life of the gateway. A second gateway is refused instead of
+//! overwriting the first one's file; the kernel drops the lock of a process that dies, so a
+//! crashed gateway's leftovers never block the next one.
 
-use std::fs::{DirBuilder, OpenOptions};
-use std::io::{self, Write};
+use std::fs::{DirBuilder, File, OpenOptions, TryLockError};
+use std::io::{self, Read, Write};
 use std::net::SocketAddr;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// What the state file says.
@@ -31,14 +37,20 @@ pub fn default_path() -> PathBuf {
         .join("serve.json")
 }
 
-/// Writes the state file for this process: 0600, parent directories created 0700, replaced
-/// atomically.
-pub fn write(path: &Path, addr: SocketAddr, token: &str) -> io::Result<()> {
+/// The directory a state file lives in, created 0700 if missing.
+fn create_dir(path: &Path) -> io::Result<&Path> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
     DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    Ok(dir)
+}
+
+/// Writes the state file for this process: 0600, parent directories created 0700, replaced
+/// atomically.
+pub fn write(path: &Path, addr: SocketAddr, token: &str) -> io::Result<()> {
+    let dir = create_dir(path)?;
     let contents = serde_json::to_vec_pretty(&StateFile {
         addr,
         token: token.to_string(),
@@ -104,6 +116,125 @@ pub fn remove(path: &Path) {
     }
 }
 
+/// Why [`lock`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error(
+        "another tether gateway{} is already running with the state file {}; stop it first, or give this one its own --state-file",
+        pid.map(|pid| format!(" (pid {pid})")).unwrap_or_default(),
+        state_file.display()
+    )]
+    Held {
+        state_file: PathBuf,
+        /// The running gateway's pid, when it could be read.
+        pid: Option<u32>,
+    },
+    #[error("cannot lock the state file {}: {error}", lock_file.display())]
+    Io {
+        lock_file: PathBuf,
+        error: io::Error,
+    },
+}
+
+/// This process's exclusive claim on a state file, held until dropped. Dropping it removes the
+/// lock file (while still holding the lock) and releases the lock.
+#[derive(Debug)]
+pub struct StateLock {
+    /// Open for as long as the lock is held: closing it releases the lock.
+    _file: File,
+    path: PathBuf,
+}
+
+impl Drop for StateLock {
+    fn drop(&mut self) {
+        // Whoever opened this file before the unlink finds, once it holds the lock, that the
+        // path no longer names its file, and starts over on a fresh one (see `lock`).
+        if let Err(error) = std::fs::remove_file(&self.path)
+            && error.kind() != io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %self.path.display(), "cannot remove the lock file: {error}");
+        }
+        // Closing `_file` (next) releases the lock.
+    }
+}
+
+/// `<state file>.lock`, beside the state file.
+pub fn lock_path(state_file: &Path) -> PathBuf {
+    let mut name = state_file
+        .file_name()
+        .map(std::ffi::OsStr::to_os_string)
+        .unwrap_or_default();
+    name.push(".lock");
+    state_file.with_file_name(name)
+}
+
+/// Claims `state_file` for this process: an exclusive, non-blocking `flock` on
+/// [`lock_path`], which then records this process's pid. Fails with [`LockError::Held`] (naming
+/// the holder's pid when it can) if a live gateway holds it.
+pub fn lock(state_file: &Path) -> Result<StateLock, LockError> {
+    let path = lock_path(state_file);
+    let io_error = |error| LockError::Io {
+        lock_file: path.clone(),
+        error,
+    };
+    if state_file.file_name().is_none() {
+        return Err(io_error(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the path names no file",
+        )));
+    }
+    create_dir(&path).map_err(io_error)?;
+    // A holder may remove the file between our open and our lock; then try again on the new one.
+    for _ in 0..16 {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false) // it may hold the running gateway's pid
+            .mode(0o600)
+            .open(&path)
+            .map_err(io_error)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(LockError::Held {
+                    state_file: state_file.to_path_buf(),
+                    pid: holder_pid(&mut file).or_else(|| read(state_file).ok().map(|s| s.pid)),
+                });
+            }
+            Err(TryLockError::Error(error)) => return Err(io_error(error)),
+        }
+        let ours = file.metadata().map_err(io_error)?;
+        match std::fs::metadata(&path) {
+            Ok(named) if named.dev() == ours.dev() && named.ino() == ours.ino() => {}
+            Ok(_) => continue,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
+            Err(error) => return Err(io_error(error)),
+        }
+        let recorded = (|| {
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+            file.set_len(0)?;
+            writeln!(file, "{}", std::process::id())?;
+            file.sync_all()
+        })();
+        if let Err(error) = recorded {
+            let _ = std::fs::remove_file(&path);
+            return Err(io_error(error));
+        }
+        return Ok(StateLock { _file: file, path });
+    }
+    Err(io_error(io::Error::other(
+        "the lock file kept being replaced; is another gateway starting and stopping?",
+    )))
+}
+
+/// The pid a lock holder recorded (none while it is still writing it).
+fn holder_pid(file: &mut File) -> Option<u32> {
+    let mut text = String::new();
+    file.read_to_string(&mut text).ok()?;
+    text.trim().parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,5 +242,54 @@ mod tests {
     #[test]
     fn the_default_path_ends_in_tether_serve_json() {
         assert!(default_path().ends_with("tether/serve.json"));
+    }
+
+    #[test]
+    fn the_lock_file_sits_beside_the_state_file() {
+        assert_eq!(
+            lock_path(Path::new("/run/tether/serve.json")),
+            Path::new("/run/tether/serve.json.lock")
+        );
+    }
+
+    #[test]
+    fn one_lock_at_a_time_and_released_on_drop() {
+        let dir = tempfile_dir();
+        let state = dir.join("sub").join("serve.json");
+        let first = lock(&state).unwrap();
+        let text = std::fs::read_to_string(lock_path(&state)).unwrap();
+        assert_eq!(text.trim(), std::process::id().to_string());
+        let mode = std::fs::metadata(lock_path(&state))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // flock locks belong to the open file description: a second open conflicts, even in
+        // the same process.
+        match lock(&state) {
+            Err(LockError::Held { state_file, pid }) => {
+                assert_eq!(state_file, state);
+                assert_eq!(pid, Some(std::process::id()));
+            }
+            other => panic!("expected Held, got {other:?}"),
+        }
+        drop(first);
+        assert!(!lock_path(&state).exists());
+        // A stale lock file nobody holds does not block.
+        std::fs::write(lock_path(&state), "999999999\n").unwrap();
+        let again = lock(&state).unwrap();
+        drop(again);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "tether-state-lock-test-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 }

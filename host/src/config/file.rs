@@ -17,6 +17,7 @@
 //! | `include`, `exclude` | yes | yes | yes | tool name globs |
 //! | `timeouts` | yes | yes | yes | table of durations, see below |
 //! | `policy` | yes | yes | yes | per-server policy settings (an object, passed through) |
+//! | `max_message` | yes | yes | yes | largest message accepted from the server, see below |
 //!
 //! A server has exactly one of `command` (stdio) and `url` (HTTP). `type`: `"stdio"`; `"sse"`
 //! (legacy HTTP+SSE); `"http"` is Streamable HTTP — without SSE fallback in the mcpServers and
@@ -31,9 +32,14 @@
 //! raised to it with a warning. A `call` longer than the default `call_max` raises `call_max`
 //! unless `call_max` is given (then `call` must not exceed it).
 //!
+//! `max_message` is a size: integer bytes or a string such as `"16 MiB"`, `"512KiB"`, `"2MB"`
+//! (at least 1 KiB, at most 1 GiB; default 16 MiB). It bounds every message Tether buffers
+//! from the server (an answer, a notification, an SSE event) and the whole tool list.
+//!
 //! Top-level keys: `mcpServers` (mcpServers JSON), `servers` (VS Code JSON and TOML; may be
-//! absent in TOML), `inputs` (VS Code JSON; ignored, with a warning when non-empty) and
-//! `policy` (all formats: the global policy settings object). Unknown keys anywhere are
+//! absent in TOML), `inputs` (VS Code JSON; ignored, with a warning when non-empty),
+//! `max_message` (the default for every server) and `policy` (all formats: the global policy
+//! settings object). Unknown keys anywhere are
 //! warnings, not errors; JSON `null` counts as an absent key.
 //!
 //! Strings in `command`, `args`, `env` values, `envFile`, `cwd`, `url` and `headers` values are
@@ -133,12 +139,10 @@ impl fmt::Display for Place {
 /// Why a config file could not be loaded. Every message starts with the file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{file}: cannot read the config file: {source}")]
-    Read {
-        file: String,
-        #[source]
-        source: std::io::Error,
-    },
+    // The cause is in the message and deliberately not a `source`: error reports that print
+    // the chain would say it twice.
+    #[error("{file}: cannot read the config file: {cause}")]
+    Read { file: String, cause: std::io::Error },
     #[error("{file}: unknown config file type: expected a `.json` or `.toml` file")]
     UnknownExtension { file: String },
     #[error("{file}:{line}:{column}: invalid {language}: {message}")]
@@ -168,8 +172,10 @@ pub enum ConfigError {
         expected: &'static str,
     },
     #[error(
-        "{file}: server {server:?}: invalid server name: use only letters, digits, `_` and `-` \
-         (tools are advertised as `<server>__<tool>` and the name names the server's log file)"
+        "{file}: server {server:?}: invalid server name: use only letters, digits, `_` and `-`, \
+         at most {max} characters (tools are advertised as `<server>__<tool>` and the name names \
+         the server's log file)",
+        max = ServerSpec::MAX_NAME_LEN
     )]
     InvalidName { file: String, server: String },
     #[error("{file}: server `{server}`: {message}")]
@@ -259,9 +265,9 @@ pub fn load(path: &Path) -> Result<LoadedConfig, ConfigError> {
         Some("json") => false,
         _ => return Err(ConfigError::UnknownExtension { file }),
     };
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Read {
         file: file.clone(),
-        source,
+        cause,
     })?;
     let base_dir = std::path::absolute(path)
         .ok()
@@ -324,8 +330,11 @@ fn parse_text(text: &str, format: Format, file: &str) -> Result<Raw, ConfigError
 /// Keys every format accepts on a server.
 const SERVER_KEYS: &[&str] = &[
     "command", "args", "env", "cwd", "url", "headers", "type", "disabled", "include", "exclude",
-    "timeouts", "policy",
+    "timeouts", "policy", "max_message",
 ];
+/// Bounds of `max_message`: smaller answers nothing useful; larger defeats the point.
+const MIN_MAX_MESSAGE: u64 = 1 << 10;
+const MAX_MAX_MESSAGE: u64 = 1 << 30;
 const STDIO_ONLY_KEYS: &[&str] = &["args", "env", "envFile", "cwd"];
 const HTTP_ONLY_KEYS: &[&str] = &["headers"];
 /// Durations are capped so that deadline arithmetic on `Instant` cannot overflow.
@@ -386,9 +395,9 @@ impl<'a> Loader<'a> {
             });
         };
         let (servers_key, top_keys): (&str, &[&str]) = match self.format {
-            Format::McpServersJson => ("mcpServers", &["mcpServers", "policy"]),
-            Format::VsCodeJson => ("servers", &["servers", "inputs", "policy"]),
-            Format::Toml => ("servers", &["servers", "policy"]),
+            Format::McpServersJson => ("mcpServers", &["mcpServers", "policy", "max_message"]),
+            Format::VsCodeJson => ("servers", &["servers", "inputs", "policy", "max_message"]),
+            Format::Toml => ("servers", &["servers", "policy", "max_message"]),
         };
         for (key, _) in root {
             if !top_keys.contains(&key.as_str()) {
@@ -398,6 +407,10 @@ impl<'a> Loader<'a> {
         let policy_settings = match table_get(root, "policy") {
             Some(v) => Some(self.json_object(v, Place::top("policy"))?),
             None => None,
+        };
+        let default_max_message = match table_get(root, "max_message") {
+            Some(v) => self.size(v, Place::top("max_message"))?,
+            None => ServerSpec::DEFAULT_MAX_MESSAGE,
         };
         if self.format == Format::VsCodeJson
             && let Some(inputs) = table_get(root, "inputs")
@@ -450,7 +463,12 @@ impl<'a> Loader<'a> {
                     server: name.clone(),
                 });
             }
-            specs.push(self.server(name, table)?);
+            let mut spec = self.server(name, table)?;
+            spec.max_message = match table_get(table, "max_message") {
+                Some(v) => self.size(v, Place::key(name, "max_message"))?,
+                None => default_max_message,
+            };
+            specs.push(spec);
         }
         Ok(LoadedConfig {
             servers: specs,
@@ -774,6 +792,28 @@ impl<'a> Loader<'a> {
         Ok(out)
     }
 
+    /// A byte size: integer bytes, or a string with a unit (`"16 MiB"`, `"512KiB"`, `"2MB"`).
+    fn size(&self, value: &Raw, place: Place) -> Result<usize, ConfigError> {
+        let bytes = match value {
+            Raw::Int(n) if *n > 0 => *n as u64,
+            Raw::Int(_) => return Err(self.invalid(place, "must be greater than zero")),
+            Raw::Str(text) => match text.trim().parse::<bytesize::ByteSize>() {
+                Ok(size) => size.as_u64(),
+                Err(_) => {
+                    return Err(self.invalid(
+                        place,
+                        "not a size: write bytes, or a number with a unit such as \"16 MiB\"",
+                    ));
+                }
+            },
+            other => return Err(self.wrong(place, "a size (bytes, or a string like \"16 MiB\")", other)),
+        };
+        if !(MIN_MAX_MESSAGE..=MAX_MAX_MESSAGE).contains(&bytes) {
+            return Err(self.invalid(place, "must be between 1 KiB and 1 GiB"));
+        }
+        Ok(bytes as usize)
+    }
+
     fn duration(&self, value: &Raw, place: Place) -> Result<Duration, ConfigError> {
         let duration = match value {
             Raw::Int(ms) if *ms <= 0 => {
@@ -983,9 +1023,10 @@ impl<'a> Loader<'a> {
     }
 }
 
-/// Non-empty, `[A-Za-z0-9_-]` only.
+/// Non-empty, at most [`ServerSpec::MAX_NAME_LEN`] characters, `[A-Za-z0-9_-]` only.
 fn valid_server_name(name: &str) -> bool {
     !name.is_empty()
+        && name.len() <= ServerSpec::MAX_NAME_LEN
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')

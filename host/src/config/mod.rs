@@ -22,6 +22,10 @@ pub struct ServerSpec {
     /// Per-server policy settings overrides (a JSON object), if any.
     pub policy_settings: Option<serde_json::Value>,
     pub timeouts: Timeouts,
+    /// The largest message accepted from this server, in bytes: one answer, one notification,
+    /// one event, and a whole (paginated) tool list. What is larger fails with a fault naming
+    /// the server, what was too large and this limit.
+    pub max_message: usize,
 }
 
 /// How to reach a server.
@@ -100,6 +104,12 @@ impl Default for Timeouts {
 }
 
 impl ServerSpec {
+    /// 16 MiB: what rmcp's HTTP client accepts by default, so stdio, HTTP and SSE agree.
+    pub const DEFAULT_MAX_MESSAGE: usize = 16 << 20;
+    /// Longest server name: it prefixes every advertised tool name (at most 64 characters)
+    /// and names the server's log file.
+    pub const MAX_NAME_LEN: usize = 48;
+
     /// A stdio server with default settings.
     pub fn stdio(name: &str, command: impl Into<String>, args: &[&str]) -> Self {
         Self::new(
@@ -121,6 +131,7 @@ impl ServerSpec {
             exclude: Vec::new(),
             policy_settings: None,
             timeouts: Timeouts::default(),
+            max_message: Self::DEFAULT_MAX_MESSAGE,
         }
     }
 

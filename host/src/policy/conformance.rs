@@ -1,6 +1,6 @@
 //! The conformance suite: scripted scenarios (events in, expected actions and admissions out)
 //! that any policy component must pass, run through the real runtime. `tether policy check`
-//! runs them.
+//! runs them, after [`preflight`] has made sure the component can be used at all.
 //!
 //! Scenarios check DESIGN.md's invariants, not one policy's parameters: they use the policy's
 //! own default settings (or the settings given), drive virtual time forward freely and fire
@@ -13,6 +13,7 @@ use super::bindings::{
 };
 use std::sync::Arc;
 
+use super::PolicyError;
 use super::engine::{PolicyEngine, PolicySource};
 use super::runtime::{PolicyRuntime, RuntimeOptions};
 
@@ -99,6 +100,43 @@ pub fn scenarios() -> Vec<(&'static str, Steps)> {
     ]
 }
 
+/// Starts `source` with `settings` once, as every scenario does, and says why it cannot be used
+/// at all: not loadable, built for an incompatible contract, settings it refuses (in its own
+/// words), a fault while starting. Checked before [`run`], so that such a component gets one
+/// clear error instead of every scenario failing for the same reason.
+pub fn preflight(
+    engine: &Arc<PolicyEngine>,
+    source: &PolicySource,
+    settings: &str,
+) -> Result<(), String> {
+    match start_runtime(engine, source, settings) {
+        Ok(_) => Ok(()),
+        Err(PolicyError::Refused {
+            policy,
+            what: "the settings",
+            reason,
+        }) => Err(format!(
+            "policy {policy} refused the settings {}: {reason}",
+            settings.trim()
+        )),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+fn start_runtime(
+    engine: &Arc<PolicyEngine>,
+    source: &PolicySource,
+    settings: &str,
+) -> Result<PolicyRuntime, PolicyError> {
+    PolicyRuntime::start(RuntimeOptions {
+        engine: Some(engine.clone()),
+        source: source.clone(),
+        settings: settings.to_string(),
+        fallback_to_default: false,
+        ..RuntimeOptions::default()
+    })
+}
+
 /// Runs every scenario against `source`, each in a fresh runtime with `settings`. Failures of
 /// the component (traps, refusals) are scenario failures, never papered over by a fallback.
 pub fn run(
@@ -135,14 +173,7 @@ impl Script {
         source: &PolicySource,
         settings: &str,
     ) -> Result<Self, String> {
-        let runtime = PolicyRuntime::start(RuntimeOptions {
-            engine: Some(engine.clone()),
-            source: source.clone(),
-            settings: settings.to_string(),
-            fallback_to_default: false,
-            ..RuntimeOptions::default()
-        })
-        .map_err(|e| e.to_string())?;
+        let runtime = start_runtime(engine, source, settings).map_err(|e| e.to_string())?;
         Ok(Self {
             runtime,
             source: source.clone(),

@@ -1,10 +1,32 @@
 //! One sandboxed policy instance: a wasmtime `Store` with a fuel budget on every call, a memory
 //! cap, a WASI context with nothing in it, and guest output captured into the host log.
 //!
+//! The limits follow the data. A policy keeps the tools it is told about (names, descriptions,
+//! schemas), and servers make those as large as their messages (16 MiB by default). So each
+//! call's memory cap is the configured base, [`Limits::memory_bytes`] (for the policy's own
+//! state), plus [`Limits::memory_per_data_byte`] times the tool data the instance holds or is
+//! being handed: the weight ([`tool_data`]) of each server's latest list from `connected` or
+//! `tools-changed` (released when the server is removed), plus the list an event brings, or the
+//! snapshot `restore` is given. Fuel grows the same way ([`Limits::fuel_per_data_byte`]), and so
+//! does what a call may hand back to the host (wasmtime's "hostcall fuel", 128 MiB by default,
+//! which a snapshot of 64 MB of tools exceeds). A policy that leaks or loops still runs into
+//! them: they are never more than the base plus a multiple of the data, and the memory cap never
+//! above wasm32's 4 GiB. (The lasting fix, descriptions and schemas kept in the host, needs a
+//! contract change.)
+//!
+//! The bound: the default policy needs up to 8 bytes of linear memory per byte of tool data
+//! (measured; see [`DEFAULT_MEMORY_PER_DATA_BYTE`]), so one instance holds at most about 500 MB
+//! of tool data across all its servers (24 servers of 14 MB each were checked to work). The cap
+//! keeps its full margin up to (4 GiB - base) / multiple, about 254 MB with the defaults (some
+//! 15 servers at the 16 MiB message limit); beyond that it is the 4 GiB itself. A list's weight
+//! is about its size on the wire (up to ~9x for lists of tiny tools, whose per-tool overhead
+//! dominates, so a single 16 MiB list of tiny tools weighs up to ~150 MB).
+//!
 //! Calls here are synchronous. The runtime makes them on its policy thread, or inline on a
 //! caller's thread; on a tokio worker a guest's WASI call panics (wasmtime-wasi's sync bindings
 //! block on tokio), which the runtime catches and answers on its thread instead.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use wasmtime::component::ResourceTable;
@@ -12,7 +34,8 @@ use wasmtime::{Store, StoreLimits, StoreLimitsBuilder, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::{
-    Action, Admission, CallRequest, Event, LogLevel, PolicyComponent, PolicyInfo, ServerStatus,
+    Action, Admission, CallRequest, Event, EventKind, LogLevel, PolicyComponent, PolicyInfo,
+    ServerStatus, Tool,
 };
 use super::engine::LoadedPolicy;
 use super::guest_output::GuestOutput;
@@ -21,22 +44,169 @@ use super::{PolicyError, PolicyFault};
 /// Resource limits applied to every policy instance.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Linear memory cap per instance, in bytes.
+    /// Linear memory cap per instance for the policy's own state, in bytes: the whole cap of an
+    /// instance that holds no tool data.
     pub memory_bytes: usize,
+    /// Linear memory allowed on top of `memory_bytes` per byte of tool data the instance holds
+    /// or is being handed ([`tool_data`]; for `restore`, per byte of the snapshot).
+    pub memory_per_data_byte: usize,
     /// Fuel (roughly wasm instructions) allowed per call; an endless loop runs out of it.
     pub fuel_per_call: u64,
+    /// Fuel allowed on top of `fuel_per_call` per byte of tool data the instance holds or is
+    /// being handed (reading, planning, snapshotting and restoring data is work in proportion).
+    pub fuel_per_data_byte: u64,
     /// Most actions accepted from one `handle` call.
     pub max_actions: usize,
 }
+
+/// The default [`Limits::memory_per_data_byte`]. Measured with the default policy: peak linear
+/// memory (less the 1.2 MB of a fresh instance) per byte of tool data was 2.8 for a `connected`
+/// of 14 x 1 MB, 3.5 for a reconnect of 10 MB over 14 MB, 5.9 for a `tools-changed` list growing
+/// to 14 MB, 8.0 for five servers of 3 MB each (the snapshot after each input: JSON next to the
+/// state, which holds each tool twice, the session's and the publication), 2.0 per snapshot byte
+/// for `restore` into a fresh instance and 6.1 for its next snapshot, 7.4 for 200 000 tiny tools,
+/// 5.5 for descriptions of control characters, 6.0 for non-ASCII text. 16 leaves a margin of 2
+/// over the worst (allocator slack, buffers doubling, other policies' layouts).
+pub const DEFAULT_MEMORY_PER_DATA_BYTE: usize = 16;
+
+/// The default [`Limits::fuel_per_data_byte`]. Measured with the default policy: at most 2 fuel
+/// per byte for a `connected` of large descriptions and 62 for snapshots of them; 110 for a
+/// `connected` of 200 000 tiny tools and 176 to restore them (per-tool work dominates). 384
+/// leaves a margin of 2 over the worst; a 16 MiB list then gets ~6.4 billion extra fuel.
+pub const DEFAULT_FUEL_PER_DATA_BYTE: u64 = 384;
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
             memory_bytes: 32 << 20,
+            memory_per_data_byte: DEFAULT_MEMORY_PER_DATA_BYTE,
             fuel_per_call: 2_000_000_000,
+            fuel_per_data_byte: DEFAULT_FUEL_PER_DATA_BYTE,
             max_actions: 10_000,
         }
     }
+}
+
+/// The most linear memory a wasm32 instance can have (65536 pages of 64 KiB).
+const WASM32_MAX_MEMORY: u64 = 1 << 32;
+
+/// What a tool costs beyond its strings: its records, map entries and advertised name in the
+/// policy's state, and its fields in snapshots.
+const TOOL_OVERHEAD: usize = 256;
+
+/// The weight of tool data, in bytes: each string as long as it is escaped in JSON (how
+/// snapshots carry it), plus `TOOL_OVERHEAD` (256 bytes) per tool.
+pub fn tool_data(tools: &[Tool]) -> usize {
+    tools.iter().fold(0usize, |sum, tool| {
+        sum.saturating_add(TOOL_OVERHEAD)
+            .saturating_add(json_len(&tool.name))
+            .saturating_add(tool.description.as_deref().map_or(0, json_len))
+            .saturating_add(json_len(&tool.input_schema))
+    })
+}
+
+/// The length of `text` as a JSON string's contents.
+fn json_len(text: &str) -> usize {
+    text.len()
+        + text
+            .bytes()
+            .map(|b| match b {
+                b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1,
+                0..0x20 => 5,
+                _ => 0,
+            })
+            .sum::<usize>()
+}
+
+/// The tool data an event hands over: the server whose list it replaces, and its weight.
+fn handed_over(event: &Event) -> Option<(&str, usize)> {
+    match &event.kind {
+        EventKind::Connected(session) => Some((
+            &session.server,
+            tool_data(&session.tools)
+                .saturating_add(session.server.len())
+                .saturating_add(session.server_info.len()),
+        )),
+        EventKind::ToolsChanged(change) => Some((
+            &change.server,
+            tool_data(&change.tools).saturating_add(change.server.len()),
+        )),
+        _ => None,
+    }
+}
+
+/// [`tool_data`] of the list `event` hands over, without the escapes: quick, and at most the
+/// real weight.
+pub(crate) fn rough_tool_data(event: &Event) -> usize {
+    let tools = match &event.kind {
+        EventKind::Connected(session) => &session.tools,
+        EventKind::ToolsChanged(change) => &change.tools,
+        _ => return 0,
+    };
+    tools.iter().fold(0usize, |sum, tool| {
+        sum.saturating_add(TOOL_OVERHEAD)
+            .saturating_add(tool.name.len())
+            .saturating_add(tool.description.as_deref().map_or(0, str::len))
+            .saturating_add(tool.input_schema.len())
+    })
+}
+
+/// The tool data an instance's state holds, as handed over.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct HeldData {
+    /// Per server, its latest tool list (from `connected` or `tools-changed`).
+    servers: BTreeMap<String, usize>,
+    /// Restored from a snapshot without an account per server: the snapshot's size.
+    restored: usize,
+}
+
+impl HeldData {
+    fn total(&self) -> usize {
+        self.servers
+            .values()
+            .fold(self.restored, |sum, bytes| sum.saturating_add(*bytes))
+    }
+
+    /// Accounts for `event`, which the policy has handled; `handed` is [`handed_over`]`(event)`.
+    fn note(&mut self, event: &Event, handed: Option<(&str, usize)>) {
+        if let Some((server, bytes)) = handed {
+            self.servers.insert(server.to_string(), bytes);
+        } else if let EventKind::ServerRemoved(server) = &event.kind {
+            self.servers.remove(server);
+        }
+    }
+}
+
+/// The bytes a guest call may hand the host (its results) when it holds no tool data:
+/// wasmtime's default "hostcall fuel".
+const HOSTCALL_BYTES: usize = 128 << 20;
+
+/// The bytes a guest call may hand the host per byte of tool data on top of [`HOSTCALL_BYTES`]:
+/// a snapshot carries each tool about twice (the session's list and the publication), actions
+/// republish at most what is held.
+const HOSTCALL_BYTES_PER_DATA_BYTE: usize = 4;
+
+/// The fuel of a call, given the tool data held or handed over.
+fn fuel_budget(limits: &Limits, data: usize) -> u64 {
+    let data = u64::try_from(data).unwrap_or(u64::MAX);
+    limits
+        .fuel_per_call
+        .saturating_add(data.saturating_mul(limits.fuel_per_data_byte))
+}
+
+/// The memory cap of a call, given the tool data held or handed over.
+fn memory_cap(limits: &Limits, data: usize) -> usize {
+    let cap = limits
+        .memory_bytes
+        .saturating_add(data.saturating_mul(limits.memory_per_data_byte));
+    usize::try_from(WASM32_MAX_MEMORY).map_or(cap, |max| cap.min(max))
+}
+
+fn store_limits(memory_bytes: usize) -> StoreLimits {
+    StoreLimitsBuilder::new()
+        .memory_size(memory_bytes)
+        .trap_on_grow_failure(true)
+        .build()
 }
 
 /// The state a policy `Store` carries.
@@ -77,8 +247,14 @@ pub struct PolicyInstance {
     bindings: PolicyComponent,
     policy: Arc<LoadedPolicy>,
     limits: Limits,
-    /// Fuel for the next guest call (normally `limits.fuel_per_call`).
+    /// At most this much fuel per guest call, when set (an inline decision's smaller budget).
+    fuel_cap: Option<u64>,
+    /// The fuel of the current (or last) guest call.
     fuel_budget: u64,
+    /// The tool data the guest's state holds.
+    held: HeldData,
+    /// The memory cap in force (in the store's `StoreLimits`).
+    memory_cap: usize,
 }
 
 impl PolicyInstance {
@@ -97,10 +273,7 @@ impl PolicyInstance {
         let state = StoreState {
             wasi,
             table: ResourceTable::new(),
-            limits: StoreLimitsBuilder::new()
-                .memory_size(limits.memory_bytes)
-                .trap_on_grow_failure(true)
-                .build(),
+            limits: store_limits(memory_cap(limits, 0)),
             label,
         };
         let mut store = Store::new(policy.engine(), state);
@@ -108,16 +281,20 @@ impl PolicyInstance {
         store
             .set_fuel(limits.fuel_per_call)
             .map_err(|e| policy.fault("instantiation", PolicyFault::Trap(format!("{e:#}"))))?;
-        let bindings = policy
-            .pre()
-            .instantiate(&mut store)
-            .map_err(|e| policy.fault("instantiation", classify(&e, limits)))?;
+        let memory_cap = memory_cap(limits, 0);
+        let bindings = policy.pre().instantiate(&mut store).map_err(|e| {
+            let fault = classify(&e, limits.fuel_per_call, memory_cap);
+            policy.fault("instantiation", fault)
+        })?;
         Ok(Self {
             store,
             bindings,
             policy: policy.clone(),
             limits: limits.clone(),
+            fuel_cap: None,
             fuel_budget: limits.fuel_per_call,
+            held: HeldData::default(),
+            memory_cap,
         })
     }
 
@@ -128,24 +305,52 @@ impl PolicyInstance {
 
     /// Runs `f` with every guest call limited to `fuel` (at most the configured budget).
     pub fn with_fuel<R>(&mut self, fuel: u64, f: impl FnOnce(&mut Self) -> R) -> R {
-        self.fuel_budget = fuel.min(self.limits.fuel_per_call);
+        self.fuel_cap = Some(fuel.min(self.limits.fuel_per_call));
         let result = f(self);
-        self.fuel_budget = self.limits.fuel_per_call;
+        self.fuel_cap = None;
         result
     }
 
-    /// Runs one guest call with a fresh fuel budget, turning traps into [`PolicyFault`]s.
+    /// The tool data the guest's state holds, as handed over.
+    pub(crate) fn held(&self) -> &HeldData {
+        &self.held
+    }
+
+    /// The memory cap of the latest guest call, in bytes (the next one's follows the data).
+    pub fn memory_cap(&self) -> usize {
+        self.memory_cap
+    }
+
+    /// Runs one guest call with fuel and a memory cap sized for the data held plus `incoming`
+    /// bytes handed over, turning traps into [`PolicyFault`]s.
     fn call<R>(
         &mut self,
         during: &'static str,
+        incoming: usize,
         f: impl FnOnce(&PolicyComponent, &mut Store<StoreState>) -> wasmtime::Result<R>,
     ) -> Result<R, PolicyError> {
+        let data = self.held.total().saturating_add(incoming);
+        let fuel = fuel_budget(&self.limits, data);
+        self.fuel_budget = self.fuel_cap.map_or(fuel, |cap| cap.min(fuel));
+        // What the guest hands back (a snapshot, publications) is data too: wasmtime's limit on
+        // it (128 MiB by default) would refuse a snapshot of 64 MB of tools.
+        self.store.set_hostcall_fuel(
+            HOSTCALL_BYTES.saturating_add(data.saturating_mul(HOSTCALL_BYTES_PER_DATA_BYTE)),
+        );
+        let cap = memory_cap(&self.limits, data);
+        if cap != self.memory_cap {
+            // The limiter hands wasmtime `&mut state.limits`: replacing it moves the cap.
+            self.store.data_mut().limits = store_limits(cap);
+            self.memory_cap = cap;
+        }
         self.store.set_fuel(self.fuel_budget).map_err(|e| {
             self.policy
                 .fault(during, PolicyFault::Trap(format!("{e:#}")))
         })?;
-        f(&self.bindings, &mut self.store)
-            .map_err(|e| self.policy.fault(during, classify(&e, &self.limits)))
+        f(&self.bindings, &mut self.store).map_err(|e| {
+            let fault = classify(&e, self.fuel_budget, self.memory_cap);
+            self.policy.fault(during, fault)
+        })
     }
 
     fn exports(bindings: &PolicyComponent) -> &super::bindings::PolicyExports {
@@ -153,24 +358,32 @@ impl PolicyInstance {
     }
 
     pub fn info(&mut self) -> Result<PolicyInfo, PolicyError> {
-        self.call("info", |b, s| Self::exports(b).call_info(s))
+        self.call("info", 0, |b, s| Self::exports(b).call_info(s))
     }
 
     /// Initializes the guest with settings; a refusal is an error naming the policy, not a fault.
     pub fn init(&mut self, settings: &str) -> Result<(), PolicyError> {
-        let answer = self.call("init", |b, s| Self::exports(b).call_init(s, settings))?;
-        answer.map_err(|reason| self.policy.refused("the settings", reason))
+        let answer = self.call("init", 0, |b, s| Self::exports(b).call_init(s, settings))?;
+        answer.map_err(|reason| self.policy.refused("the settings", reason))?;
+        // `init` forgets all state.
+        self.held = HeldData::default();
+        Ok(())
     }
 
     pub fn set_settings(&mut self, settings: &str) -> Result<(), PolicyError> {
-        let answer = self.call("set-settings", |b, s| {
+        let answer = self.call("set-settings", 0, |b, s| {
             Self::exports(b).call_set_settings(s, settings)
         })?;
         answer.map_err(|reason| self.policy.refused("the settings", reason))
     }
 
     pub fn handle(&mut self, event: &Event) -> Result<Vec<Action>, PolicyError> {
-        let actions = self.call("handle", |b, s| Self::exports(b).call_handle(s, event))?;
+        let handed = handed_over(event);
+        let incoming = handed.map_or(0, |(_, bytes)| bytes);
+        let actions = self.call("handle", incoming, |b, s| {
+            Self::exports(b).call_handle(s, event)
+        })?;
+        self.held.note(event, handed);
         if actions.len() > self.limits.max_actions {
             return Err(self.policy.fault(
                 "handle",
@@ -185,43 +398,53 @@ impl PolicyInstance {
     }
 
     pub fn admit(&mut self, request: &CallRequest) -> Result<Admission, PolicyError> {
-        self.call("admit", |b, s| Self::exports(b).call_admit(s, request))
+        self.call("admit", 0, |b, s| Self::exports(b).call_admit(s, request))
     }
 
     pub fn status(&mut self) -> Result<Vec<ServerStatus>, PolicyError> {
-        self.call("status", |b, s| Self::exports(b).call_status(s))
+        self.call("status", 0, |b, s| Self::exports(b).call_status(s))
     }
 
     pub fn snapshot(&mut self) -> Result<Vec<u8>, PolicyError> {
-        self.call("snapshot", |b, s| Self::exports(b).call_snapshot(s))
+        self.call("snapshot", 0, |b, s| Self::exports(b).call_snapshot(s))
     }
 
+    /// Restores a snapshot. The data it carries is accounted as the snapshot's size; the runtime,
+    /// which knows each server's share, uses `restore_holding`.
     pub fn restore(&mut self, snapshot: &[u8]) -> Result<(), PolicyError> {
-        let answer = self.call("restore", |b, s| Self::exports(b).call_restore(s, snapshot))?;
-        answer.map_err(|reason| self.policy.refused("the saved state", reason))
+        let held = HeldData {
+            servers: BTreeMap::new(),
+            restored: snapshot.len(),
+        };
+        self.restore_holding(snapshot, held)
+    }
+
+    /// Restores a snapshot of an instance that held `held` when it was taken.
+    pub(crate) fn restore_holding(
+        &mut self,
+        snapshot: &[u8],
+        held: HeldData,
+    ) -> Result<(), PolicyError> {
+        // Sized for the larger of the snapshot and the data it carries, as accounted.
+        let incoming = snapshot.len().max(held.total());
+        let answer = self.call("restore", incoming, |b, s| {
+            Self::exports(b).call_restore(s, snapshot)
+        })?;
+        answer.map_err(|reason| self.policy.refused("the saved state", reason))?;
+        self.held = held;
+        Ok(())
     }
 }
 
-/// Names what stopped a guest call.
-fn classify(error: &wasmtime::Error, limits: &Limits) -> PolicyFault {
+/// Names what stopped a guest call made with `fuel` and a memory cap of `memory_cap` bytes.
+fn classify(error: &wasmtime::Error, fuel: u64, memory_cap: usize) -> PolicyFault {
+    let text = format!("{error:#}");
+    let memory = text.contains("forcing trap when growing memory");
     match error.downcast_ref::<Trap>() {
-        Some(Trap::OutOfFuel) => PolicyFault::OutOfFuel(limits.fuel_per_call),
-        Some(Trap::AllocationTooLarge) => PolicyFault::Memory(limits.memory_bytes),
-        Some(trap) => {
-            let text = format!("{error:#}");
-            if text.contains("forcing trap when growing memory") {
-                PolicyFault::Memory(limits.memory_bytes)
-            } else {
-                PolicyFault::Trap(format!("{trap}: {text}"))
-            }
-        }
-        None => {
-            let text = format!("{error:#}");
-            if text.contains("forcing trap when growing memory") {
-                PolicyFault::Memory(limits.memory_bytes)
-            } else {
-                PolicyFault::Trap(text)
-            }
-        }
+        Some(Trap::OutOfFuel) => PolicyFault::OutOfFuel(fuel),
+        Some(Trap::AllocationTooLarge) => PolicyFault::Memory(memory_cap),
+        _ if memory => PolicyFault::Memory(memory_cap),
+        Some(trap) => PolicyFault::Trap(format!("{trap}: {text}")),
+        None => PolicyFault::Trap(text),
     }
 }

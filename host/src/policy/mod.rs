@@ -16,7 +16,9 @@ pub use bindings::{
     Tool, TransportKind, Wake,
 };
 pub use engine::{EMBEDDED_DEFAULT_POLICY, LoadedPolicy, PolicyEngine, PolicySource};
-pub use instance::{Limits, PolicyInstance};
+pub use instance::{
+    DEFAULT_FUEL_PER_DATA_BYTE, DEFAULT_MEMORY_PER_DATA_BYTE, Limits, PolicyInstance, tool_data,
+};
 pub use runtime::{DEFAULT_INLINE_FUEL, PolicyNotice, PolicyRuntime, RuntimeOptions, RuntimeStats};
 
 /// What stopped a guest call.

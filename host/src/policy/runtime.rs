@@ -1,5 +1,6 @@
 //! The policy runtime: one policy instance, fed events and admissions in order. Decisions run
-//! inline on the caller's thread when nothing is queued and the instance is free: a decision
+//! inline on the caller's thread when nothing is queued, the instance is free and the input hands
+//! over little tool data (a large tool list is work for the policy thread): a decision
 //! takes well under a microsecond, while waking a sleeping thread and being woken back costs tens
 //! of microseconds on a small VM. Everything else (and any input that finds the queue busy) goes
 //! through a FIFO to a dedicated policy thread. It contains every guest failure:
@@ -34,7 +35,7 @@ use super::bindings::{
     Action, Admission, CallRequest, Event, EventKind, PolicyInfo, ServerConfig, ServerStatus,
 };
 use super::engine::{LoadedPolicy, PolicyEngine, PolicySource};
-use super::instance::{Limits, PolicyInstance};
+use super::instance::{HeldData, Limits, PolicyInstance, rough_tool_data};
 use super::{PolicyError, PolicyFault};
 
 /// How to start a [`PolicyRuntime`].
@@ -236,7 +237,15 @@ impl PolicyRuntime {
         answer: impl FnOnce(Result<Output, PolicyError>) + Send + 'static,
     ) {
         if let Some(mut worker) = self.inline_worker() {
-            match worker.step_inline(make()) {
+            let input = make();
+            if input.is_heavy() {
+                // Straight to the policy thread (queued while holding the worker, so nothing
+                // overtakes it): inline, it would run out of its budget and leave an instance
+                // to rebuild, which costs far more than the hand-off.
+                self.queue(move |w| answer(w.step(input)));
+                return;
+            }
+            match worker.step_inline(input) {
                 Ok(outcome) => answer(outcome),
                 // Queued while still holding the worker, so nothing decided later overtakes it.
                 Err(missed) => self.queue(move |w| {
@@ -304,6 +313,35 @@ impl PolicyRuntime {
         })
     }
 
+    /// Whether the running policy accepts a server's configuration (its per-server settings
+    /// and tool filters), asked of a scratch instance with the current settings: the live one
+    /// is not touched. A policy refuses a configuration by parking the server the moment it is
+    /// configured; `Some(reason)` is that refusal. Lets a config file be checked when it is
+    /// read, instead of a server parking later.
+    pub fn check_server(&self, config: ServerConfig) -> Reply<Option<String>> {
+        self.ask(move |w| {
+            let mut scratch = PolicyInstance::instantiate(&w.policy, &w.limits)?;
+            scratch.init(&w.settings)?;
+            let name = config.name.clone();
+            let event = Event {
+                now: w.last_now,
+                kind: EventKind::ServerConfigured(config),
+            };
+            Ok(scratch
+                .handle(&event)?
+                .into_iter()
+                .find_map(|action| match action {
+                    Action::StateChanged(change)
+                        if change.server == name
+                            && change.state == super::bindings::ServerState::Parked =>
+                    {
+                        Some(change.detail)
+                    }
+                    _ => None,
+                }))
+        })
+    }
+
     /// A snapshot of the running policy's state.
     pub fn snapshot(&self) -> Reply<Vec<u8>> {
         self.ask(move |w| {
@@ -354,7 +392,17 @@ enum Input {
     Status,
 }
 
+/// Events handing over more tool data than this are decided on the policy thread: a decision
+/// costs up to ~110 fuel per byte of it (a list of tiny tools), and the inline budget
+/// ([`DEFAULT_INLINE_FUEL`]) is meant for the decisions that take a few thousand.
+const INLINE_TOOL_DATA: usize = 16 << 10;
+
 impl Input {
+    /// Whether deciding the input is work for the policy thread, whatever the queue.
+    fn is_heavy(&self) -> bool {
+        matches!(self, Input::Event(event) if rough_tool_data(event) > INLINE_TOOL_DATA)
+    }
+
     /// Whether the input can change the policy's state (and so belongs in the replay journal).
     fn changes_state(&self) -> bool {
         !matches!(self, Input::Status)
@@ -405,6 +453,9 @@ struct Worker {
     settings: String,
     /// The state after the inputs before `journal`.
     last_good: Vec<u8>,
+    /// The tool data `last_good` holds, per server: sizes the memory cap of an instance it is
+    /// restored into (and removing a server afterwards releases its share).
+    last_good_held: HeldData,
     journal: Vec<Input>,
     /// What the host has told the policy about its servers, to re-teach a fresh default policy.
     configured: BTreeMap<String, ServerConfig>,
@@ -444,6 +495,7 @@ impl Worker {
             instance,
             settings: options.settings.clone(),
             last_good,
+            last_good_held: HeldData::default(),
             journal: Vec::new(),
             configured: BTreeMap::new(),
             pending_actions: Vec::new(),
@@ -657,7 +709,7 @@ impl Worker {
     }
 
     fn restore_into(&self, instance: &mut PolicyInstance) -> Result<(), PolicyError> {
-        instance.restore(&self.last_good)?;
+        instance.restore_holding(&self.last_good, self.last_good_held.clone())?;
         for input in &self.journal {
             Self::apply(instance, &self.configured, input)?;
         }
@@ -739,6 +791,7 @@ impl Worker {
         match self.instance.snapshot() {
             Ok(snapshot) => {
                 self.last_good = snapshot;
+                self.last_good_held = self.instance.held().clone();
                 self.journal.clear();
             }
             Err(error) => {

@@ -22,9 +22,9 @@ use http::{HeaderName, HeaderValue};
 use rmcp::{
     ClientHandler, RoleClient, ServiceError, ServiceExt,
     model::{ClientJsonRpcMessage, ClientRequest, RequestId, ServerJsonRpcMessage},
-    service::{ClientInitializeError, RunningService, RxJsonRpcMessage, TxJsonRpcMessage},
+    service::{ClientInitializeError, RunningService},
     transport::{
-        StreamableHttpClientTransport, Transport,
+        StreamableHttpClientTransport,
         common::client_side_sse::SseRetryPolicy,
         streamable_http_client::{
             SseError, StreamableHttpClient, StreamableHttpClientTransportConfig,
@@ -33,10 +33,10 @@ use rmcp::{
     },
 };
 use sse_stream::Sse;
-use tokio::sync::watch;
 use url::Url;
 
-use super::{Fault, sse::SseTransport};
+pub use super::SessionEnd;
+use super::{Fault, gate::Guarded, limit, sse::SseTransport};
 
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
@@ -50,6 +50,8 @@ pub struct HttpOptions {
     /// answering with JSON holds it open for the whole call, so its deadline is the caller's
     /// (`PeerRequestOptions::timeout`, or dropping the call; either cancels the POST).
     pub request_timeout: Duration,
+    /// The largest JSON answer or event accepted (see [`limit`]).
+    pub max_message: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,45 +66,6 @@ pub struct HttpSession<H: ClientHandler> {
     pub flavor: HttpFlavor,
     /// Why the transport ended the session, once it has.
     pub end: SessionEnd,
-}
-
-/// Why the transport ended a session: set once, by the first fault that ends it.
-///
-/// When [`RunningService::waiting`] resolves, [`SessionEnd::fault`] tells a server that forgot
-/// the session (`Some(Fault::SessionExpired)`, an HTTP 404 on a session request) from a lost
-/// connection or stream (`Some(Fault::TransportClosed(_))`) and revoked credentials
-/// (`Some(Fault::AuthRequired(_))`). `None` means the transport recorded no fault: the service
-/// was closed locally, or its worker stopped without a classified cause.
-#[derive(Debug, Clone)]
-pub struct SessionEnd(Arc<watch::Sender<Option<Fault>>>);
-
-impl SessionEnd {
-    pub(crate) fn new() -> Self {
-        Self(Arc::new(watch::channel(None).0))
-    }
-
-    /// Records `fault` unless an earlier one already ended the session.
-    pub(crate) fn set(&self, fault: Fault) {
-        self.0.send_if_modified(|current| {
-            if current.is_some() {
-                return false;
-            }
-            tracing::debug!(?fault, "http session ends");
-            *current = Some(fault);
-            true
-        });
-    }
-
-    pub fn fault(&self) -> Option<Fault> {
-        self.0.borrow().clone()
-    }
-
-    /// Resolves once a fault has ended the session.
-    pub async fn ended(&self) {
-        let mut changes = self.0.subscribe();
-        // The sender lives in `self`, so this only returns once a fault is set.
-        let _ = changes.wait_for(Option::is_some).await;
-    }
 }
 
 /// Failures of the HTTP transports, described without bodies, URLs or header values.
@@ -460,12 +423,14 @@ async fn streamable<H: ClientHandler>(
     let mut config = StreamableHttpClientTransportConfig::with_uri(url.url.as_str())
         .custom_headers(header_map(&opts.headers)?)
         .reinit_on_expired_session(false)
-        .control_request_timeout(opts.request_timeout);
+        .control_request_timeout(opts.request_timeout)
+        .max_json_response_size(opts.max_message)
+        .max_sse_event_size(opts.max_message);
     config.retry_config = Arc::new(StreamRetry { end: end.clone() });
-    let transport = EndOnFault {
-        inner: StreamableHttpClientTransport::with_client(client, config),
-        end: end.clone(),
-    };
+    let transport = Guarded::new(
+        StreamableHttpClientTransport::with_client(client, config),
+        end.clone(),
+    );
     let service = match tokio::time::timeout(opts.connect_timeout, handler.serve(transport)).await {
         Err(_) => return Err(Failure::new(Fault::HandshakeTimedOut)),
         Ok(Err(error)) => return Err(init_failure(&error, url)),
@@ -492,12 +457,13 @@ async fn legacy<H: ClientHandler>(
             url.url.clone(),
             headers,
             opts.request_timeout,
+            opts.max_message,
             end.clone(),
         )
         .await
         .map_err(|error| error.handshake_failure(url))?;
         handler
-            .serve(transport)
+            .serve(Guarded::new(transport, end.clone()))
             .await
             .map_err(|error| init_failure(&error, url))
     };
@@ -728,6 +694,10 @@ impl StreamableHttpClient for GuardedClient {
             None => post.await,
         };
         let result = match answer {
+            // An answer over the limit fails its request at once, as "too large".
+            Err(StreamableHttpError::ResponseBodyTooLarge { max_size }) if request_id.is_some() => {
+                Ok(too_large_answer(request_id.as_ref(), max_size))
+            }
             Err(error) => Err(convert(error)),
             Ok(answer) => match uncorrelated(&answer, request_id.as_ref()) {
                 Some(error) => Err(StreamableHttpError::Client(error)),
@@ -854,6 +824,21 @@ fn uncorrelated(
     }
 }
 
+/// The "too large" error (see [`limit::TOO_LARGE`]) answering `request`.
+fn too_large_answer(request: Option<&RequestId>, limit_bytes: usize) -> StreamableHttpPostResponse {
+    let error = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": request,
+        "error": {
+            "code": limit::TOO_LARGE,
+            "message": format!("the answer is larger than the limit ({})", limit::describe_size(limit_bytes as u64)),
+            "data": {"tetherTooLarge": {"size": 0, "limit": limit_bytes}},
+        }
+    });
+    let message = serde_json::from_value(error).expect("a JSON-RPC error");
+    StreamableHttpPostResponse::Json(message, None)
+}
+
 /// Whether an answer's id names the request; some servers echo numeric ids as strings.
 fn same_id(request: &RequestId, answer: &RequestId) -> bool {
     request == answer
@@ -896,36 +881,6 @@ fn convert(error: StreamableHttpError<reqwest::Error>) -> Rejected {
         other => HttpError::Other(category(&other)),
     };
     E::Client(ours)
-}
-
-/// Ends `receive()` (and so the rmcp service, failing its pending requests) as soon as the
-/// session has ended, even while rmcp's worker would keep waiting.
-struct EndOnFault<T> {
-    inner: T,
-    end: SessionEnd,
-}
-
-impl<T: Transport<RoleClient>> Transport<RoleClient> for EndOnFault<T> {
-    type Error = T::Error;
-
-    fn send(
-        &mut self,
-        item: TxJsonRpcMessage<RoleClient>,
-    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        self.inner.send(item)
-    }
-
-    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
-        tokio::select! {
-            biased;
-            message = self.inner.receive() => message,
-            () = self.end.ended() => None,
-        }
-    }
-
-    async fn close(&mut self) -> Result<(), Self::Error> {
-        self.inner.close().await
-    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! `GET url` opens an event stream whose first `endpoint` event names the URL to POST
 //! messages to; every `message` event is a JSON-RPC message from the server. The stream *is*
 //! the session: when it ends, [`SseTransport::receive`] returns `None`, rmcp fails the pending
-//! requests, and [`SessionEnd`] says why.
+//! requests, and [`SessionEnd`] says why. Events are bounded by `max_message` before parsing.
 
 use std::time::Duration;
 
@@ -22,6 +22,7 @@ use url::Url;
 use super::{
     Fault,
     http::{HttpError, SessionEnd},
+    limit::BoundedEvents,
 };
 
 type Events = BoxStream<'static, Result<Sse, sse_stream::Error>>;
@@ -47,6 +48,7 @@ impl SseTransport {
         url: Url,
         headers: HeaderMap,
         request_timeout: Duration,
+        max_message: usize,
         end: SessionEnd,
     ) -> Result<Self, HttpError> {
         let response = client
@@ -71,7 +73,10 @@ impl SseTransport {
                 content_type.chars().take(100).collect::<String>()
             )));
         }
-        let mut events: Events = SseStream::from_bytes_stream(response.bytes_stream()).boxed();
+        // Events are bounded before they are parsed: an event without end cannot grow past
+        // `max_message`, and an oversized answer fails its request (see `limit`).
+        let body = BoundedEvents::new(response.bytes_stream().boxed(), max_message);
+        let mut events: Events = SseStream::from_bytes_stream(body).boxed();
         let endpoint = loop {
             match events.next().await {
                 None => {
@@ -206,11 +211,9 @@ impl Transport<RoleClient> for SseTransport {
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
-        tokio::select! {
-            biased;
-            message = self.inbox.recv() => message,
-            () = self.end.ended() => None,
-        }
+        // The reader's end closes the inbox; a POST that ended the session ends it through
+        // `SessionEnd`, which the `gate::Guarded` wrapper watches.
+        self.inbox.recv().await
     }
 
     async fn close(&mut self) -> Result<(), HttpError> {

@@ -2,11 +2,13 @@
 //!
 //! Every child gets its own process group (so grandchildren die with it), a minimal environment
 //! (an allowlist of the host's plus what the config sets: host secrets never leak), its stderr
-//! appended to a per-server log file, and a death signal tied to the host. A reaper task owns the
-//! `Child` and publishes its exit status, so no child is ever left a zombie.
+//! appended to a private per-server log file, and on Linux a guard process (`mod guard`) that
+//! takes the whole group down with the host even when the host is SIGKILLed. A reaper task owns
+//! the `Child` and publishes its exit status, so no child is ever left a zombie.
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -24,6 +26,7 @@ const ENV_ALLOWLIST: &[&str] = &[
 /// A running (or exited, not yet forgotten) child process.
 #[derive(Debug)]
 pub struct ChildProcess {
+    /// The server's own pid (what operators see and may signal), also its process group's id.
     pid: u32,
     exit: watch::Receiver<Option<Option<i32>>>,
 }
@@ -52,7 +55,8 @@ impl ChildProcess {
     }
 
     /// Stops the process group: the caller has already closed stdin; wait `grace`, then SIGTERM,
-    /// wait `grace`, then SIGKILL. Returns once the leader is reaped.
+    /// wait `grace`, then SIGKILL. Returns once the process (on Linux, its guard) is reaped, and
+    /// with it everything left in its group.
     pub async fn terminate(&self, grace: Duration) {
         if self.wait_exit(grace).await.is_none() {
             signal_group(self.pid, libc::SIGTERM);
@@ -61,8 +65,6 @@ impl ChildProcess {
                 let _ = self.wait_exit(Duration::from_secs(5)).await;
             }
         }
-        // The leader is gone; take any processes it left in its group with it.
-        signal_group(self.pid, libc::SIGKILL);
     }
 }
 
@@ -76,8 +78,11 @@ impl Drop for ChildProcess {
 }
 
 fn signal_group(pid: u32, signal: libc::c_int) {
-    if let Ok(pgid) = libc::pid_t::try_from(pid) {
-        // SAFETY: killpg only sends a signal; the group is the child's own (process_group(0)).
+    // Never group 0: that would be Tether's own.
+    if let Ok(pgid) = libc::pid_t::try_from(pid)
+        && pgid > 0
+    {
+        // SAFETY: killpg only sends a signal; the group is the child's own.
         unsafe {
             libc::killpg(pgid, signal);
         }
@@ -101,7 +106,7 @@ pub fn spawn(
             dir.display()
         )));
     }
-    let stderr = open_log(server, command, args, log_dir).map_err(|e| {
+    let stderr = open_log(server, command, args.len(), log_dir).map_err(|e| {
         Fault::SpawnFailed(format!(
             "cannot open the log file in {}: {e}",
             log_dir.display()
@@ -115,34 +120,319 @@ pub fn spawn(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(stderr))
+        // Its own group (on Linux the guard's; the server then makes its own).
         .process_group(0)
         .kill_on_drop(false);
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
     }
-    let host_pid = std::process::id();
-    // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            // Die with the host even if it is SIGKILLed.
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            if libc::getppid() as u32 != host_pid {
-                libc::_exit(1);
-            }
-            Ok(())
-        });
+    // The guard reports the server's pid on this pipe (both ends close-on-exec).
+    #[cfg(target_os = "linux")]
+    let (mut report, report_tx) =
+        std::io::pipe().map_err(|e| Fault::SpawnFailed(format!("cannot start {command}: {e}")))?;
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let host = std::process::id() as libc::pid_t;
+        let report_fd = report_tx.as_raw_fd();
+        // SAFETY: the closure runs between fork and exec, where `guard::split` belongs; it
+        // makes async-signal-safe calls only.
+        unsafe {
+            cmd.pre_exec(move || guard::split(host, report_fd));
+        }
     }
     let mut child = cmd.spawn().map_err(|e| spawn_fault(command, &e))?;
-    let pid = child.id().unwrap_or_default();
+    #[cfg(target_os = "linux")]
+    let pid = {
+        // spawn() returned, so the guard has written the pid (or died): no wait here.
+        drop(report_tx);
+        guard::server_pid(&mut report).or(child.id())
+    };
+    #[cfg(not(target_os = "linux"))]
+    let pid = child.id();
+    let pid = pid.unwrap_or_default();
     let stdin = child.stdin.take().expect("stdin is piped");
     let stdout = child.stdout.take().expect("stdout is piped");
     let (exit_tx, exit_rx) = watch::channel(None);
     tokio::spawn(async move {
         // `code()` is None when a signal ended the process.
         let code = child.wait().await.ok().and_then(|status| status.code());
+        // The group never outlives its leader (on Linux the guard saw to it already, unless it
+        // was killed itself).
+        signal_group(pid, libc::SIGKILL);
         let _ = exit_tx.send(Some(code));
     });
     Ok((ChildProcess { pid, exit: exit_rx }, stdout, stdin))
+}
+
+/// Linux: a guard process between Tether and the server, so the server's process group dies
+/// with Tether even when Tether is SIGKILLed (a death signal only reaches a direct child, and
+/// `npx` → `node` style servers leave the real work to a grandchild).
+///
+/// Tether → guard (what Tether spawned and reaps) → server (the command; leads its own process
+/// group, whose id is the pid Tether reports and signals) → the server's children.
+///
+/// The guard is Tether's forked child; after std has set up the pipes, `split` forks again in
+/// `pre_exec`. The server returns from it to exec the command, with a death signal tied to the
+/// guard. The guard stays outside the server's group, so it outlives any signal to the group;
+/// it never execs: it closes every fd, then waits for signals with everything blocked, using
+/// async-signal-safe calls only (it is a fork of a multithreaded process):
+/// - its own death signal (Tether died): SIGKILL the server's group;
+/// - SIGTERM/SIGINT/SIGHUP sent to the guard: pass them on to the server's group;
+/// - SIGCHLD: once the server has exited, SIGKILL what it left in its group, reap (the guard is
+///   a subreaper, so orphans come to it too) and exit the way the server did (its code, or its
+///   signal), so Tether's view of the exit is the server's own.
+#[cfg(target_os = "linux")]
+mod guard {
+    use std::io::{self, Read};
+    use std::ptr;
+
+    use libc::{c_int, c_uint, c_ulong, pid_t, sigset_t};
+
+    /// The guard's death signal. Catchable, unlike SIGKILL, so the guard can act on it.
+    /// Checked against getppid(): it also comes when the Tether thread that forked the guard
+    /// exits (the guard then moves to another thread of Tether), or from a stray kill.
+    const HOST_DIED: c_int = libc::SIGUSR1;
+    const FORWARDED: [c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+    /// Runs in `pre_exec`, in Tether's forked child; returns only in the server process (which
+    /// then execs). `report` is the pipe on which the guard writes the server's pid.
+    ///
+    /// # Safety
+    /// Only between fork and exec (`pre_exec`): it makes async-signal-safe calls only.
+    pub unsafe fn split(host: pid_t, report: c_int) -> io::Result<()> {
+        // SAFETY: raw syscalls on local sigsets and plain integers; nothing allocates, locks
+        // or touches memory shared with Tether. `fork` in a single-threaded child is safe.
+        unsafe {
+            // Block everything before forking: the guard takes signals only through
+            // sigwaitinfo (handlers inherited from Tether must never run) and loses none.
+            let mut all: sigset_t = std::mem::zeroed();
+            let mut inherited: sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::sigprocmask(libc::SIG_SETMASK, &all, &mut inherited);
+            libc::prctl(libc::PR_SET_PDEATHSIG, HOST_DIED as c_ulong);
+            // Tether may have died before the death signal was armed.
+            if libc::getppid() != host {
+                libc::_exit(1);
+            }
+            let guard = libc::getpid();
+            match libc::fork() {
+                -1 => Err(io::Error::last_os_error()),
+                0 => {
+                    // Its own group, before anyone can signal it (the guard does it too).
+                    libc::setpgid(0, 0);
+                    libc::sigprocmask(libc::SIG_SETMASK, &inherited, ptr::null_mut());
+                    // The server dies with its guard, even a SIGKILLed one.
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as c_ulong);
+                    if libc::getppid() != guard {
+                        libc::_exit(1);
+                    }
+                    Ok(())
+                }
+                server => {
+                    libc::setpgid(server, server);
+                    watch(host, server, report)
+                }
+            }
+        }
+    }
+
+    /// The guard's whole life after the fork; never returns.
+    ///
+    /// # Safety
+    /// Only in the guard, right after `split` forked the server.
+    unsafe fn watch(host: pid_t, server: pid_t, report: c_int) -> ! {
+        // SAFETY: as in `split`: syscalls on local values only.
+        unsafe {
+            let bytes = server.to_ne_bytes();
+            libc::write(report, bytes.as_ptr().cast(), bytes.len());
+            libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as c_ulong);
+            // Its name in ps and top; it would otherwise show the forking thread's.
+            libc::prctl(libc::PR_SET_NAME, c"tether-guard".as_ptr() as c_ulong);
+            // Close every fd: the pipes are the server's business now, and std's exec-error
+            // socket must close here or spawn() would wait for it forever.
+            if libc::syscall(libc::SYS_close_range, 0 as c_uint, c_uint::MAX, 0 as c_uint) != 0 {
+                // Kernels before 5.9: std's socket is one of the lowest fds.
+                for fd in 0..1024 {
+                    libc::close(fd);
+                }
+            }
+            release_host_memory();
+            let mut waited: sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut waited);
+            for signal in FORWARDED.into_iter().chain([HOST_DIED, libc::SIGCHLD]) {
+                libc::sigaddset(&mut waited, signal);
+            }
+            loop {
+                let mut info: libc::siginfo_t = std::mem::zeroed();
+                match libc::sigwaitinfo(&waited, &mut info) {
+                    // The server's exit comes as SIGCHLD, next.
+                    HOST_DIED if libc::getppid() != host => {
+                        libc::killpg(server, libc::SIGKILL);
+                    }
+                    libc::SIGCHLD => {
+                        if exited(server) {
+                            // Its zombie still holds the group's id: no other group is hit.
+                            libc::killpg(server, libc::SIGKILL);
+                        }
+                        reap(server);
+                    }
+                    signal if FORWARDED.contains(&signal) => {
+                        libc::killpg(server, signal);
+                    }
+                    _ => {} // EINTR, or a stray HOST_DIED while Tether lives
+                }
+            }
+        }
+    }
+
+    /// Anonymous regions smaller than this are kept (a library's `.bss` tail, which libc may
+    /// use); heaps and other threads' stacks are far larger.
+    const KEEP_BELOW: usize = 256 << 10;
+
+    /// Unmaps the guard's copy of Tether's heaps and other threads' stacks, keeping the stack it
+    /// runs on. A forked child holds a private copy of every page its parent writes after the
+    /// fork: without this, each guard would grow to the size of Tether's heap at the fork.
+    ///
+    /// # Safety
+    /// Only in the guard, which from here on touches nothing but its own stack.
+    unsafe fn release_host_memory() {
+        let marker = 0u8;
+        let here = &marker as *const u8 as usize;
+        // SAFETY: open/read/close/munmap on local buffers; the ranges unmapped are the guard's
+        // own, and none holds what it still uses (its stack, code, libc's data).
+        unsafe {
+            let fd = libc::open(c"/proc/self/maps".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return;
+            }
+            // Ranges first: unmapping while reading would shift what is left to read.
+            let mut ranges = [(0usize, 0usize); 512];
+            let mut count = 0;
+            let mut chunk = [0u8; 4096];
+            let mut line = [0u8; 512];
+            let mut len = 0;
+            loop {
+                let n = libc::read(fd, chunk.as_mut_ptr().cast(), chunk.len());
+                if n <= 0 {
+                    break;
+                }
+                for &byte in &chunk[..n as usize] {
+                    if byte != b'\n' {
+                        if len < line.len() {
+                            line[len] = byte;
+                            len += 1;
+                        }
+                        continue;
+                    }
+                    if let Some(range) = releasable(&line[..len])
+                        && count < ranges.len()
+                        && !(range.0 <= here && here < range.1)
+                    {
+                        ranges[count] = range;
+                        count += 1;
+                    }
+                    len = 0;
+                }
+            }
+            libc::close(fd);
+            for &(start, end) in &ranges[..count] {
+                libc::munmap(start as *mut libc::c_void, end - start);
+            }
+        }
+    }
+
+    /// The range of a `/proc/self/maps` line naming a private, writable, anonymous region
+    /// (or the heap) of at least [`KEEP_BELOW`] bytes.
+    fn releasable(line: &[u8]) -> Option<(usize, usize)> {
+        let mut fields = line.split(|&b| b == b' ').filter(|field| !field.is_empty());
+        let range = fields.next()?;
+        let permissions = fields.next()?;
+        let (_offset, _device) = (fields.next()?, fields.next()?);
+        let inode = fields.next()?;
+        if permissions != b"rw-p" || inode != b"0" {
+            return None;
+        }
+        if fields.next().is_some_and(|path| path != b"[heap]") {
+            return None;
+        }
+        let dash = range.iter().position(|&b| b == b'-')?;
+        let (start, end) = (hex(&range[..dash])?, hex(&range[dash + 1..])?);
+        (end.checked_sub(start)? >= KEEP_BELOW).then_some((start, end))
+    }
+
+    fn hex(digits: &[u8]) -> Option<usize> {
+        digits.iter().try_fold(0usize, |value, &digit| {
+            let nibble = (digit as char).to_digit(16)? as usize;
+            value.checked_mul(16)?.checked_add(nibble)
+        })
+    }
+
+    /// Whether the server has exited (without reaping it).
+    ///
+    /// # Safety
+    /// Only in the guard.
+    unsafe fn exited(server: pid_t) -> bool {
+        // SAFETY: waitid writes only to `info`.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let options = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+            libc::waitid(libc::P_PID, server as libc::id_t, &mut info, options) == 0
+                && info.si_pid() == server
+        }
+    }
+
+    /// Reaps every exited child; once the server is among them, exits as it did.
+    ///
+    /// # Safety
+    /// Only in the guard.
+    unsafe fn reap(server: pid_t) {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid writes only to `status`.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if pid <= 0 {
+                return;
+            }
+            if pid == server {
+                // SAFETY: we are the guard (see the caller).
+                unsafe { exit_as(status) }
+            }
+        }
+    }
+
+    /// Exits with the server's code, or dies of the signal that killed it, so Tether still
+    /// tells "exited with N" from "killed".
+    ///
+    /// # Safety
+    /// Only in the guard.
+    unsafe fn exit_as(status: c_int) -> ! {
+        // SAFETY: syscalls on local values; the guard has no handlers to skip or state to lose.
+        unsafe {
+            if libc::WIFSIGNALED(status) {
+                let signal = libc::WTERMSIG(status);
+                // Dying of SIGSEGV/SIGABRT must not dump a core of Tether's memory.
+                libc::prctl(libc::PR_SET_DUMPABLE, 0 as c_ulong);
+                libc::signal(signal, libc::SIG_DFL);
+                let mut set: sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, signal);
+                libc::sigprocmask(libc::SIG_UNBLOCK, &set, ptr::null_mut());
+                libc::kill(libc::getpid(), signal);
+                libc::_exit(128 + signal); // not reached: only terminating signals kill
+            }
+            libc::_exit(libc::WEXITSTATUS(status))
+        }
+    }
+
+    /// The server's pid as the guard reported it; `None` if the guard died before forking.
+    pub fn server_pid(report: &mut io::PipeReader) -> Option<u32> {
+        let mut bytes = [0; size_of::<pid_t>()];
+        report.read_exact(&mut bytes).ok()?;
+        u32::try_from(pid_t::from_ne_bytes(bytes))
+            .ok()
+            .filter(|&pid| pid > 0)
+    }
 }
 
 fn spawn_fault(command: &str, error: &std::io::Error) -> Fault {
@@ -164,22 +454,42 @@ pub fn log_path(log_dir: &Path, server: &str) -> PathBuf {
     log_dir.join(format!("{server}.log"))
 }
 
+/// Opens the server's log for appending, private to the user (dir 0700, file 0600, whatever the
+/// umask or an earlier run left), and writes a start header. The header never holds expanded
+/// values (arguments and paths may carry secrets): the server's name, the command's file name
+/// and the number of arguments only.
 fn open_log(
     server: &str,
     command: &str,
-    args: &[String],
+    arg_count: usize,
     log_dir: &Path,
 ) -> std::io::Result<std::fs::File> {
-    std::fs::create_dir_all(log_dir)?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(log_dir)?;
+    let dir = std::fs::metadata(log_dir)?;
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    // Never someone else's directory, nor a shared sticky one like /tmp.
+    if dir.uid() == uid && dir.mode() & 0o1000 == 0 && dir.mode() & 0o777 != 0o700 {
+        std::fs::set_permissions(log_dir, std::fs::Permissions::from_mode(0o700))?;
+    }
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(log_path(log_dir, server))?;
+    if file.metadata()?.mode() & 0o777 != 0o600 {
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    let program = Path::new(command)
+        .file_name()
+        .map_or_else(|| "?".into(), |name| name.to_string_lossy());
     writeln!(
         file,
-        "=== {} tether starting {server}: {command} {} ===",
+        "=== {} tether starting {server}: {program} with {arg_count} args ===",
         humantime::format_rfc3339_seconds(std::time::SystemTime::now()),
-        args.join(" ")
     )?;
     Ok(file)
 }

@@ -1,5 +1,6 @@
 //! A minimal host for tests that must kill the host itself: supervises one stdio fixture
-//! server, prints `ready <child pid>` once its tools are visible, then runs until killed.
+//! server (with any extra fixture flags), prints `ready <child pid>` once its tools are visible,
+//! then runs until killed.
 
 use std::time::Duration;
 
@@ -12,16 +13,15 @@ async fn main() {
     let mut args = std::env::args().skip(1);
     let (Some(fixture), Some(state_dir), Some(log_dir)) = (args.next(), args.next(), args.next())
     else {
-        eprintln!("usage: host-harness FIXTURE STATE_DIR LOG_DIR");
+        eprintln!("usage: host-harness FIXTURE STATE_DIR LOG_DIR [FIXTURE_FLAG...]");
         std::process::exit(2);
     };
+    let extra: Vec<String> = args.collect();
     let policy = PolicyRuntime::start(RuntimeOptions::default()).expect("policy starts");
     let supervisor = Supervisor::start(policy, log_dir.into());
-    let spec = ServerSpec::stdio(
-        "child",
-        fixture,
-        &["--transport", "stdio", "--state-dir", &state_dir],
-    );
+    let mut fixture_args = vec!["--transport", "stdio", "--state-dir", &state_dir];
+    fixture_args.extend(extra.iter().map(String::as_str));
+    let spec = ServerSpec::stdio("child", fixture, &fixture_args);
     supervisor.add_server(spec).expect("new server");
     loop {
         if let Some(pid) = supervisor.views()[0].pid

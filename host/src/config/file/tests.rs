@@ -540,6 +540,9 @@ fn error_read_missing_file() {
     let err = load(&path).unwrap_err();
     assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
     assert_names(&err, &path.display().to_string(), None, None);
+    // Reported with its cause chain (as `tether serve` does), the cause appears once.
+    let chained = format!("{:#}", anyhow::Error::from(err));
+    assert_eq!(chained.matches("No such file or directory").count(), 1, "{chained}");
 }
 
 #[test]
@@ -617,7 +620,8 @@ fn error_missing_type_in_vscode() {
 
 #[test]
 fn error_invalid_server_name() {
-    for name in ["my server", "a.b", "", "ünï", "a/b"] {
+    let too_long = "a".repeat(ServerSpec::MAX_NAME_LEN + 1);
+    for name in ["my server", "a.b", "", "ünï", "a/b", too_long.as_str()] {
         let text = format!(r#"{{"mcpServers": {{"{name}": {{"command": "x"}}}}}}"#);
         let err = json_err(&text);
         assert!(matches!(err, ConfigError::InvalidName { .. }), "{err:?}");
@@ -627,6 +631,35 @@ fn error_invalid_server_name() {
         assert!(msg.contains(&format!("server {name:?}")), "{msg}");
     }
     assert!(json(r#"{"mcpServers": {"Ok_name-2": {"command": "x"}}}"#).is_ok());
+    let longest = "b".repeat(ServerSpec::MAX_NAME_LEN);
+    assert!(json(&format!(r#"{{"mcpServers": {{"{longest}": {{"command": "x"}}}}}}"#)).is_ok());
+}
+
+#[test]
+fn max_message_has_a_default_a_global_value_and_per_server_overrides() {
+    let config = json(r#"{"mcpServers": {"s": {"command": "x"}}}"#).unwrap();
+    assert_eq!(only(&config).max_message, 16 << 20);
+    let config = toml(
+        "max_message = \"2 MiB\"\n[servers.a]\ncommand = \"x\"\n\
+         [servers.b]\ncommand = \"x\"\nmax_message = 65536\n\
+         [servers.c]\ncommand = \"x\"\nmax_message = \"512KiB\"\n",
+    )
+    .unwrap();
+    let sizes: Vec<usize> = config.servers.iter().map(|s| s.max_message).collect();
+    assert_eq!(sizes, [2 << 20, 65536, 512 << 10]);
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+}
+
+#[test]
+fn error_bad_max_message() {
+    for value in ["0", "-1", "\"lots\"", "true", "100", "\"2 GiB\""] {
+        let err = json_err(&format!(
+            r#"{{"mcpServers": {{"s": {{"command": "x", "max_message": {value}}}}}}}"#
+        ));
+        assert_names(&err, JSON_FILE, Some("s"), Some("max_message"));
+    }
+    let err = json_err(r#"{"max_message": "huge", "mcpServers": {"s": {"command": "x"}}}"#);
+    assert_names(&err, JSON_FILE, None, Some("max_message"));
 }
 
 #[test]

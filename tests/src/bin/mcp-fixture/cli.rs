@@ -123,6 +123,10 @@ pub struct Behaviour {
     /// Ignore SIGTERM, and keep running after stdin closes (stdio): only SIGKILL stops it.
     #[arg(long)]
     pub stubborn: bool,
+    /// At startup, leave a long-lived child (`sleep 3600`, pid in `grandchild.pid`) that
+    /// outlives this process unless its process group is killed.
+    #[arg(long)]
+    pub spawn_grandchild: bool,
     /// Every tool call waits T ms before running.
     #[arg(long, value_name = "T", default_value_t = 0)]
     pub slow_ms: u64,
@@ -132,9 +136,18 @@ pub struct Behaviour {
     /// Offer the `env` tool (returns the process environment).
     #[arg(long)]
     pub print_env: bool,
+    /// Tool calls run (and are logged), but each answer is replaced by garbage: in turn, a
+    /// line that is not JSON, JSON that is not JSON-RPC, and an answer with an id no request
+    /// has (see garbage.rs). The caller must time out or fail the call cleanly.
+    #[arg(long)]
+    pub garbage: bool,
     /// Streamable HTTP answer to an unknown session id.
     #[arg(long, value_enum, default_value = "404")]
     pub http_unknown_session: UnknownSession,
+    /// Streamable HTTP: answer every request that carries a session id with this status, as a
+    /// server that forgot its sessions (404) or revoked the client's credentials (401, 403).
+    #[arg(long, value_name = "STATUS")]
+    pub http_reject_sessions: Option<u16>,
 }
 
 impl Behaviour {

@@ -164,6 +164,9 @@ impl ServerHandler for Handler {
             tokio::time::sleep(Duration::from_millis(settings.slow_ms)).await;
         }
         let result = tools::run(call, &context).await;
+        if crate::garbage::wanted(fixture.transport, &settings, &context) {
+            return Ok(crate::garbage::answer(fixture.transport).await.into());
+        }
         if settings.crash_after_answers.is_some_and(|n| number >= n) {
             fixture.exit_after_answer(exit_code::CRASH_AFTER_CALLS, "crash after answers");
         }

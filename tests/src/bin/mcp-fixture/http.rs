@@ -6,7 +6,7 @@ use std::{io::Write, net::SocketAddr, sync::Arc};
 
 use axum::{
     Router,
-    body::{Body, to_bytes},
+    body::to_bytes,
     extract::{Request, State},
     http::{Method, StatusCode, header},
     middleware::{self, Next},
@@ -70,6 +70,12 @@ pub async fn bind_and_announce(bind: SocketAddr) -> Result<tokio::net::TcpListen
 
 async fn guard(State(guard): State<Guard>, request: Request, next: Next) -> Response {
     let settings = guard.fixture.settings();
+    if let Some(status) = settings.http_reject_sessions
+        && request.headers().contains_key("mcp-session-id")
+    {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::NOT_FOUND);
+        return (status, "fixture: rejecting the session").into_response();
+    }
     if settings.http_unknown_session == UnknownSession::BadRequest
         && let Some(id) = request
             .headers()
@@ -106,8 +112,7 @@ async fn guard(State(guard): State<Guard>, request: Request, next: Next) -> Resp
         )
             .into_response();
     }
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+    crate::garbage::forward(&settings, parts, bytes, next).await
 }
 
 /// Whether a JSON-RPC body is (or, batched, contains) an `initialize` request.

@@ -8,6 +8,8 @@
 
 mod cli;
 mod fixture;
+mod garbage;
+mod grandchild;
 mod handler;
 mod http;
 mod sse;
@@ -57,6 +59,13 @@ fn main() -> ExitCode {
     // Checked after `starts` is bumped, so tests can count failed spawns too.
     if let Some(code) = fixture.settings().crash_at_startup {
         fixture::exit(code, "crash at startup");
+    }
+
+    if fixture.settings().spawn_grandchild
+        && let Err(error) = grandchild::spawn(&cli.state_dir)
+    {
+        eprintln!("mcp-fixture: --spawn-grandchild: {error}");
+        return ExitCode::from(exit_code::SERVE_FAILED);
     }
 
     if fixture.settings().stubborn {

@@ -100,6 +100,8 @@ async fn open_session(
     }
     .map(|message| {
         let json = serde_json::to_string(&message).expect("JSON-RPC messages serialize");
+        // `--garbage`: a marked answer goes out as garbage instead.
+        let json = crate::garbage::replacement(&json).unwrap_or(json);
         Ok(Event::default().event("message").data(json))
     });
     Sse::new(futures::stream::once(async { Ok(endpoint) }).chain(messages))

@@ -98,6 +98,7 @@ fn sse_options() -> HttpOptions {
         headers: Default::default(),
         connect_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(30),
+        max_message: tether::config::ServerSpec::DEFAULT_MAX_MESSAGE,
     }
 }
 

@@ -1,6 +1,7 @@
 //! Tether's benchmarks. Each subcommand measures Tether and, in the same run, a baseline, and
 //! prints a small table with the ratio. See docs/BENCHMARKS.md for the results and how to run.
 
+mod chaos;
 mod cold_start;
 mod gateway;
 mod policy;
@@ -33,6 +34,9 @@ enum Command {
     Swap(swap::Args),
     /// Process start to first `tools/list` answer.
     ColdStart(cold_start::Args),
+    /// Chaos soak: servers killed, hung, flapping, restarted and garbling while clients call;
+    /// checks invariants (exits 1 when one broke). Not part of `all`.
+    Chaos(chaos::Args),
     /// Everything with default settings.
     All,
 }
@@ -53,6 +57,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Scale(args) => scale::run(&args),
         Command::Swap(args) => swap::run(&args),
         Command::ColdStart(args) => cold_start::run(&args),
+        Command::Chaos(args) => chaos::run(&args),
         Command::All => {
             policy::run(&policy::Args::parse_from(["policy"]))?;
             gateway::run(&gateway::Args::parse_from(["gateway"]))?;

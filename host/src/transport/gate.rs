@@ -1,0 +1,159 @@
+//! The one wrapper around every upstream transport: it ends the session as soon as the transport
+//! recorded why it ended ([`SessionEnd`]), and it bounds what a chatty server can make Tether do.
+//!
+//! rmcp spawns a task for every notification it receives; a server flooding `notifications/message`
+//! would keep the host busy and its allocator bloated long after the flood. Notifications other
+//! than list changes pass a token bucket per session; the rest are dropped before rmcp sees them
+//! and counted ([`dropped_notifications`]). List changes always pass: the supervisor coalesces
+//! them (one refresh in flight, one pending).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rmcp::RoleClient;
+use rmcp::model::{JsonRpcMessage, ServerNotification};
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+
+use super::SessionEnd;
+
+/// Notifications a session may burst before the rate applies.
+const BURST: f64 = 200.0;
+/// Notifications per second a session may send in the long run.
+const RATE: f64 = 100.0;
+
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Notifications dropped over the rate, since start (all servers).
+pub fn dropped_notifications() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
+/// A token bucket: sans-IO, the caller passes the time.
+#[derive(Debug, Clone)]
+pub struct TokenBucket {
+    tokens: f64,
+    last: Instant,
+    burst: f64,
+    rate: f64,
+}
+
+impl TokenBucket {
+    pub fn new(burst: f64, rate: f64, now: Instant) -> Self {
+        Self {
+            tokens: burst,
+            last: now,
+            burst,
+            rate,
+        }
+    }
+
+    /// Takes one token if there is one.
+    pub fn take(&mut self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.last);
+        self.last = now;
+        self.tokens = (self.tokens + elapsed.as_secs_f64() * self.rate).min(self.burst);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Wraps a client transport: see the module documentation.
+pub struct Guarded<T> {
+    inner: T,
+    end: SessionEnd,
+    bucket: TokenBucket,
+    /// When the last "dropping" warning was logged (one per burst, not one per message).
+    warned: Option<Instant>,
+}
+
+impl<T> Guarded<T> {
+    pub fn new(inner: T, end: SessionEnd) -> Self {
+        Self {
+            inner,
+            end,
+            bucket: TokenBucket::new(BURST, RATE, Instant::now()),
+            warned: None,
+        }
+    }
+
+    fn admit(&mut self, message: &RxJsonRpcMessage<RoleClient>) -> bool {
+        let JsonRpcMessage::Notification(notification) = message else {
+            return true;
+        };
+        if matches!(
+            notification.notification,
+            ServerNotification::ToolListChangedNotification(_)
+                | ServerNotification::PromptListChangedNotification(_)
+                | ServerNotification::ResourceListChangedNotification(_)
+                | ServerNotification::CancelledNotification(_)
+        ) {
+            return true;
+        }
+        let now = Instant::now();
+        if self.bucket.take(now) {
+            return true;
+        }
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+        if self
+            .warned
+            .is_none_or(|at| now.duration_since(at) > Duration::from_secs(10))
+        {
+            self.warned = Some(now);
+            tracing::warn!(
+                "an upstream sends more than {RATE} notifications per second; dropping the excess"
+            );
+        }
+        false
+    }
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Guarded<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        loop {
+            let message = tokio::select! {
+                biased;
+                message = self.inner.receive() => message?,
+                () = self.end.ended() => return None,
+            };
+            if self.admit(&message) {
+                return Some(message);
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.inner.close().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bucket_allows_a_burst_then_the_rate() {
+        let start = Instant::now();
+        let mut bucket = TokenBucket::new(3.0, 10.0, start);
+        assert!((0..3).all(|_| bucket.take(start)));
+        assert!(!bucket.take(start));
+        // 10 per second: one more after 100 ms, never more than the burst after a long pause.
+        assert!(bucket.take(start + Duration::from_millis(100)));
+        assert!(!bucket.take(start + Duration::from_millis(100)));
+        let later = start + Duration::from_secs(60);
+        assert_eq!((0..10).filter(|_| bucket.take(later)).count(), 3);
+    }
+}

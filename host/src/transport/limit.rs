@@ -1,0 +1,506 @@
+//! Memory bounded by configuration, never by the upstream: the largest message (`max_message`)
+//! an upstream may make Tether buffer.
+//!
+//! [`FrameLimiter`] is a sans-IO filter over the bytes a server sends, framed as lines (stdio)
+//! or as server-sent events (legacy SSE). Frames within the limit pass unchanged. An oversized
+//! frame is cut off where it crosses the limit (what already passed is made unparsable, so the
+//! reader skips it) and dropped to its end; only its first and last bytes are kept. If it was
+//! the answer to one of our requests (its id is found in those bytes), the filter puts in its
+//! place a JSON-RPC error for that id that says "too large" ([`TOO_LARGE`]), so the one call
+//! waiting for it fails at once with a clear message instead of waiting for its deadline.
+//! Oversized notifications and requests from the server are dropped and counted.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures::Stream;
+use tokio::io::{AsyncRead, ReadBuf};
+
+/// The JSON-RPC error code of a synthesized "answer too large" error (implementation-defined
+/// server error range). Its `data` carries `{"tetherTooLarge": {"size": N, "limit": L}}`.
+pub const TOO_LARGE: i32 = -32099;
+
+/// How much of an oversized frame's start and end is kept to find its id.
+const KEEP: usize = 512;
+
+/// Messages dropped because they were over the limit and answered nothing of ours.
+static OVERSIZED_DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Answers replaced by a "too large" error.
+static OVERSIZED_ANSWERS: AtomicU64 = AtomicU64::new(0);
+
+/// (answers replaced by a "too large" error, other oversized messages dropped), since start.
+pub fn oversized_counts() -> (u64, u64) {
+    (
+        OVERSIZED_ANSWERS.load(Ordering::Relaxed),
+        OVERSIZED_DROPPED.load(Ordering::Relaxed),
+    )
+}
+
+/// The size and limit of a synthesized "too large" error, if `data` is one.
+pub fn too_large(code: i32, data: Option<&serde_json::Value>) -> Option<(u64, u64)> {
+    if code != TOO_LARGE {
+        return None;
+    }
+    let info = data?.get("tetherTooLarge")?;
+    Some((info.get("size")?.as_u64()?, info.get("limit")?.as_u64()?))
+}
+
+/// Sizes in words: "16 MiB", "512 KiB", "2.9 MiB".
+pub fn describe_size(bytes: u64) -> String {
+    match bytes {
+        0 => "0 B".into(),
+        b if b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => bytesize::ByteSize::b(b).display().iec().to_string(),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// Newline-delimited JSON-RPC (stdio).
+    Lines,
+    /// Server-sent events: lines, an empty line ends an event (legacy SSE).
+    SseEvents,
+}
+
+/// See the module documentation. Feed it bytes in order; it appends what to pass on.
+#[derive(Debug)]
+pub struct FrameLimiter {
+    framing: Framing,
+    limit: usize,
+    /// Bytes of the current frame seen so far (passed or dropped).
+    frame_len: usize,
+    /// The first [`KEEP`] bytes of the current frame.
+    head: Vec<u8>,
+    /// While dropping an oversized frame: its last [`KEEP`] bytes so far.
+    tail: Option<Vec<u8>>,
+    /// Whether the oversized frame was already answered (its id was at its start).
+    answered: bool,
+    /// The previous byte, for `\r\n` and for empty lines across chunks.
+    prev: u8,
+    /// SSE: whether the current line is empty so far.
+    line_empty: bool,
+}
+
+impl FrameLimiter {
+    pub fn new(framing: Framing, limit: usize) -> Self {
+        Self {
+            framing,
+            limit: limit.max(1),
+            frame_len: 0,
+            head: Vec::new(),
+            tail: None,
+            answered: false,
+            prev: b'\n',
+            line_empty: true,
+        }
+    }
+
+    /// Filters `chunk`, appending what the reader should see to `out`.
+    pub fn feed(&mut self, mut chunk: &[u8], out: &mut Vec<u8>) {
+        while !chunk.is_empty() {
+            let (piece, ends_frame) = match self.frame_end(chunk) {
+                Some(end) => (&chunk[..end], true),
+                None => (chunk, false),
+            };
+            chunk = &chunk[piece.len()..];
+            self.take(piece, out);
+            if ends_frame {
+                self.end_frame(out);
+            }
+        }
+    }
+
+    /// Where the current frame ends in `chunk` (exclusive), if it does.
+    fn frame_end(&mut self, chunk: &[u8]) -> Option<usize> {
+        match self.framing {
+            Framing::Lines => chunk.iter().position(|&b| b == b'\n').map(|i| i + 1),
+            Framing::SseEvents => {
+                for (i, &byte) in chunk.iter().enumerate() {
+                    let prev = std::mem::replace(&mut self.prev, byte);
+                    match byte {
+                        // The `\n` of a `\r\n` ends nothing new.
+                        b'\n' if prev == b'\r' => {}
+                        b'\r' | b'\n' => {
+                            if self.line_empty {
+                                // A `\r\n` ending the event belongs to it (when in this chunk).
+                                if byte == b'\r' && chunk.get(i + 1) == Some(&b'\n') {
+                                    self.prev = b'\n';
+                                    return Some(i + 2);
+                                }
+                                return Some(i + 1);
+                            }
+                            self.line_empty = true;
+                        }
+                        _ => self.line_empty = false,
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    fn take(&mut self, piece: &[u8], out: &mut Vec<u8>) {
+        if self.head.len() < KEEP {
+            let room = KEEP - self.head.len();
+            self.head.extend_from_slice(&piece[..piece.len().min(room)]);
+        }
+        if let Some(tail) = &mut self.tail {
+            keep_tail(tail, piece);
+        } else if self.frame_len + piece.len() > self.limit {
+            // Crossing the limit: spoil what already passed, drop the rest of the frame.
+            if self.frame_len > 0 {
+                out.extend_from_slice(match self.framing {
+                    Framing::Lines => b"\0\n",
+                    Framing::SseEvents => b"\ndata: \0\n\n",
+                });
+            }
+            let mut tail = Vec::new();
+            keep_tail(&mut tail, piece);
+            self.tail = Some(tail);
+            // With the id at its start, the waiting call fails now, not when (if ever) it ends.
+            if let Head::Answer(Some(id)) = read_head(&self.head) {
+                self.answered = true;
+                self.answer_too_large(id, 0, out);
+            }
+        } else {
+            out.extend_from_slice(piece);
+        }
+        self.frame_len += piece.len();
+    }
+
+    fn end_frame(&mut self, out: &mut Vec<u8>) {
+        if let Some(tail) = self.tail.take()
+            && !std::mem::take(&mut self.answered)
+        {
+            let id = match read_head(&self.head) {
+                Head::Answer(Some(id)) => Some(id),
+                Head::Answer(None) => id_at_end(&tail),
+                Head::FromServer => None,
+            };
+            match id {
+                Some(id) => self.answer_too_large(id, self.frame_len, out),
+                None => {
+                    OVERSIZED_DROPPED.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        size = self.frame_len,
+                        limit = self.limit,
+                        "dropped a message larger than max_message that answers no request"
+                    );
+                }
+            }
+        }
+        self.frame_len = 0;
+        self.head.clear();
+    }
+
+    /// Puts a "too large" error for `id` in the output; `size` 0: not known yet.
+    fn answer_too_large(&self, id: serde_json::Value, size: usize, out: &mut Vec<u8>) {
+        OVERSIZED_ANSWERS.fetch_add(1, Ordering::Relaxed);
+        let what = if size > 0 {
+            format!("the answer ({})", describe_size(size as u64))
+        } else {
+            "the answer".to_string()
+        };
+        let error = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {
+                "code": TOO_LARGE,
+                "message": format!("{what} is larger than the limit ({})", describe_size(self.limit as u64)),
+                "data": {"tetherTooLarge": {"size": size, "limit": self.limit}},
+            }
+        });
+        let json = error.to_string();
+        match self.framing {
+            Framing::Lines => {
+                out.extend_from_slice(json.as_bytes());
+                out.push(b'\n');
+            }
+            Framing::SseEvents => {
+                out.extend_from_slice(b"event: message\ndata: ");
+                out.extend_from_slice(json.as_bytes());
+                out.extend_from_slice(b"\n\n");
+            }
+        }
+    }
+}
+
+fn keep_tail(tail: &mut Vec<u8>, piece: &[u8]) {
+    if piece.len() >= KEEP {
+        tail.clear();
+        tail.extend_from_slice(&piece[piece.len() - KEEP..]);
+    } else {
+        tail.extend_from_slice(piece);
+        if tail.len() > KEEP {
+            tail.drain(..tail.len() - KEEP);
+        }
+    }
+}
+
+/// What the start of an oversized frame says about it.
+enum Head {
+    /// A top-level `method`: a request or notification from the server, not an answer.
+    FromServer,
+    /// An answer; its id when the start names it.
+    Answer(Option<serde_json::Value>),
+}
+
+/// Serializers put the top-level `id` either before `result`/`error`
+/// (`{"jsonrpc":"2.0","id":7,"result":…`) or last (`{"result":…,"jsonrpc":"2.0","id":7}`);
+/// top-level keys are those before the first nested value opens.
+fn read_head(head: &[u8]) -> Head {
+    let Some(start) = head.iter().position(|&b| b == b'{') else {
+        return Head::Answer(None);
+    };
+    let top = &head[start + 1..];
+    let nested = top
+        .iter()
+        .position(|&b| b == b'{' || b == b'[')
+        .unwrap_or(top.len());
+    let top_level = &top[..nested];
+    if find(top_level, b"\"method\"").is_some() {
+        return Head::FromServer;
+    }
+    Head::Answer(
+        find(top_level, b"\"id\"")
+            .and_then(|key| id_value(&top_level[key + 4..]))
+            .map(|(id, _)| id),
+    )
+}
+
+/// The top-level id written last, just before the closing brace.
+fn id_at_end(tail: &[u8]) -> Option<serde_json::Value> {
+    let end = tail.iter().rposition(|b| !b.is_ascii_whitespace())?;
+    let tail = &tail[..=end];
+    let key = rfind(tail, b"\"id\"")?;
+    let (id, rest) = id_value(&tail[key + 4..])?;
+    (rest.iter().copied().filter(|b| !b.is_ascii_whitespace()).eq(*b"}")).then_some(id)
+}
+
+/// `: 7` or `: "abc"` at the start of `text`: the id and what follows it.
+fn id_value(text: &[u8]) -> Option<(serde_json::Value, &[u8])> {
+    let text = trim_start(text).strip_prefix(b":")?;
+    let text = trim_start(text);
+    if let Some(rest) = text.strip_prefix(b"\"") {
+        let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
+        (rest[end] == b'"').then_some(())?;
+        let id = std::str::from_utf8(&rest[..end]).ok()?;
+        return Some((serde_json::Value::String(id.into()), &rest[end + 1..]));
+    }
+    let end = text
+        .iter()
+        .position(|b| !(b.is_ascii_digit() || *b == b'-'))
+        .unwrap_or(text.len());
+    let number: i64 = std::str::from_utf8(&text[..end]).ok()?.parse().ok()?;
+    Some((number.into(), &text[end..]))
+}
+
+fn trim_start(text: &[u8]) -> &[u8] {
+    let start = text
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(text.len());
+    &text[start..]
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+fn rfind(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).rposition(|w| w == needle)
+}
+
+/// A child's stdout with its lines bounded (see [`FrameLimiter`]).
+pub struct BoundedReader<R> {
+    inner: R,
+    limiter: FrameLimiter,
+    read: Vec<u8>,
+    pending: Vec<u8>,
+    offset: usize,
+}
+
+impl<R> BoundedReader<R> {
+    pub fn lines(inner: R, limit: usize) -> Self {
+        Self {
+            inner,
+            limiter: FrameLimiter::new(Framing::Lines, limit),
+            read: vec![0; 64 << 10],
+            pending: Vec::new(),
+            offset: 0,
+        }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for BoundedReader<R> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            if this.offset < this.pending.len() {
+                let n = buf.remaining().min(this.pending.len() - this.offset);
+                buf.put_slice(&this.pending[this.offset..this.offset + n]);
+                this.offset += n;
+                return Poll::Ready(Ok(()));
+            }
+            this.pending.clear();
+            this.offset = 0;
+            let mut read = ReadBuf::new(&mut this.read);
+            std::task::ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read))?;
+            let filled = read.filled().len();
+            if filled == 0 {
+                return Poll::Ready(Ok(())); // EOF
+            }
+            this.limiter.feed(&this.read[..filled], &mut this.pending);
+        }
+    }
+}
+
+/// An SSE body with its events bounded (see [`FrameLimiter`]).
+pub struct BoundedEvents<S> {
+    inner: S,
+    limiter: FrameLimiter,
+}
+
+impl<S> BoundedEvents<S> {
+    pub fn new(inner: S, limit: usize) -> Self {
+        Self {
+            inner,
+            limiter: FrameLimiter::new(Framing::SseEvents, limit),
+        }
+    }
+}
+
+impl<S, E> Stream for BoundedEvents<S>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+{
+    type Item = Result<Bytes, E>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            match std::task::ready!(Pin::new(&mut this.inner).poll_next(cx)) {
+                Some(Ok(chunk)) => {
+                    let mut out = Vec::new();
+                    this.limiter.feed(&chunk, &mut out);
+                    if !out.is_empty() {
+                        return Poll::Ready(Some(Ok(Bytes::from(out))));
+                    }
+                }
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(framing: Framing, limit: usize, chunks: &[&[u8]]) -> String {
+        let mut limiter = FrameLimiter::new(framing, limit);
+        let mut out = Vec::new();
+        for chunk in chunks {
+            limiter.feed(chunk, &mut out);
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    fn big(n: usize) -> String {
+        "x".repeat(n)
+    }
+
+    #[test]
+    fn lines_within_the_limit_pass_unchanged_in_any_chunking() {
+        let text = "{\"id\":1}\n{\"id\":2}\n";
+        for split in 0..text.len() {
+            let (a, b) = text.as_bytes().split_at(split);
+            assert_eq!(run(Framing::Lines, 64, &[a, b]), text);
+        }
+    }
+
+    #[test]
+    fn an_oversized_answer_becomes_a_too_large_error_for_its_id() {
+        let answer = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{{\"text\":\"{}\"}}}}\n",
+            big(5000)
+        );
+        let (start, rest) = answer.as_bytes().split_at(100);
+        let out = run(Framing::Lines, 1024, &[start, rest, b"{\"id\":8}\n"]);
+        let lines: Vec<&str> = out.lines().collect();
+        // The first line is the spoiled prefix (never valid JSON), then the error, then the next.
+        assert!(serde_json::from_str::<serde_json::Value>(lines[0]).is_err());
+        let error: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+        assert_eq!(error["id"], 7);
+        assert_eq!(error["error"]["code"], TOO_LARGE);
+        let data = error["error"].get("data");
+        // The id was at the start: answered as soon as the limit was crossed, size unknown.
+        assert_eq!(too_large(TOO_LARGE, data), Some((0, 1024)));
+        assert_eq!(lines[2], "{\"id\":8}");
+    }
+
+    #[test]
+    fn the_id_is_found_at_the_end_too() {
+        let answer = format!(
+            "{{\"result\":{{\"content\":[{{\"id\":99,\"text\":\"{}\"}}]}},\"jsonrpc\":\"2.0\",\"id\":\"abc\"}}\r\n",
+            big(3000)
+        );
+        // One byte at a time: the frame crosses the limit mid-chunk anywhere.
+        let bytes: Vec<&[u8]> = answer.as_bytes().chunks(1).collect();
+        let out = run(Framing::Lines, 1000, &bytes);
+        let error: serde_json::Value = serde_json::from_str(out.lines().nth(1).unwrap()).unwrap();
+        assert_eq!(error["id"], "abc");
+    }
+
+    #[test]
+    fn oversized_notifications_and_unknown_frames_are_dropped() {
+        let notification = format!(
+            "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{{\"data\":\"{}\",\"id\":3}}}}\n",
+            big(4000)
+        );
+        let out = run(Framing::Lines, 1000, &[notification.as_bytes()]);
+        assert_eq!(out, "");
+        let endless = big(10_000);
+        let out = run(Framing::Lines, 1000, &[b"{", endless.as_bytes(), b"\n", b"{}\n"]);
+        assert_eq!(out, "{\0\n{}\n");
+    }
+
+    #[test]
+    fn a_line_without_end_holds_only_the_kept_bytes() {
+        let mut limiter = FrameLimiter::new(Framing::Lines, 1000);
+        let chunk = big(64 << 10);
+        let mut out = Vec::new();
+        for _ in 0..100 {
+            limiter.feed(chunk.as_bytes(), &mut out);
+            out.clear();
+        }
+        assert!(limiter.head.capacity() <= 4 * KEEP);
+        assert!(limiter.tail.as_ref().unwrap().capacity() <= 4 * KEEP + (64 << 10));
+    }
+
+    #[test]
+    fn sse_events_are_bounded_and_answered() {
+        let small = "event: message\ndata: {\"id\":1}\n\n";
+        assert_eq!(run(Framing::SseEvents, 100, &[small.as_bytes()]), small);
+        // A multi-line event over the limit, with CRLF line ends.
+        let event = format!(
+            "event: message\r\ndata: {{\"jsonrpc\":\"2.0\",\"id\":4,\r\ndata: \"result\":\"{}\"}}\r\n\r\n",
+            big(500)
+        );
+        let (start, rest) = event.as_bytes().split_at(60);
+        let out = run(Framing::SseEvents, 200, &[start, rest, small.as_bytes()]);
+        let events: Vec<&str> = out.split("\n\n").collect();
+        assert!(events[0].ends_with("data: \0"), "{:?}", events[0]);
+        let data = events[1].strip_prefix("event: message\ndata: ").unwrap();
+        let error: serde_json::Value = serde_json::from_str(data).unwrap();
+        assert_eq!(error["id"], 4);
+        assert_eq!(format!("{}\n\n", events[2]), small);
+    }
+}

@@ -1,0 +1,276 @@
+//! Hostile upstreams: answers larger than `max_message`, lines and events without end, invalid
+//! tools, notification floods, requests Tether cannot serve. Memory stays bounded by
+//! configuration, a bad item never hides the rest, and calls fail at once with clear words.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use tether::config::{ServerSpec, TransportSpec};
+use tether::policy::ServerState;
+
+const HOSTILE: &str = env!("CARGO_BIN_EXE_mcp-hostile");
+
+/// The tests here measure this process's memory: they run one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+const MIB: usize = 1 << 20;
+
+fn hostile(name: &str, args: &[&str]) -> ServerSpec {
+    let mut spec = ServerSpec::stdio(name, HOSTILE, args);
+    spec.timeouts = test_timeouts();
+    // Long enough that "failed at once" cannot be a timeout in disguise.
+    spec.timeouts.call = Duration::from_secs(60);
+    spec.timeouts.call_max = Duration::from_secs(60);
+    spec.max_message = MIB;
+    spec
+}
+
+async fn healthy(host: &Host, server: &str) {
+    wait_until(&format!("{server} is healthy"), || {
+        host.view(server).state == ServerState::Healthy
+    })
+    .await;
+}
+
+/// Resident memory of this test process, in bytes.
+fn rss() -> usize {
+    proc_status_kib(std::process::id(), "VmRSS:") * 1024
+}
+
+fn proc_status_kib(pid: u32, key: &str) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix(key))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Bytes a process has written so far.
+fn written(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/io"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("wchar:"))
+        .and_then(|rest| rest.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+async fn call(host: &Host, tool: &str, arguments: serde_json::Value) -> (String, bool, Duration) {
+    let started = Instant::now();
+    let result = host
+        .supervisor
+        .call_tool(tool, args(arguments))
+        .await
+        .expect("routed");
+    (text(&result), is_error(&result), started.elapsed())
+}
+
+#[tokio::test]
+async fn an_oversized_answer_fails_its_call_at_once_and_the_session_lives_on() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let host = Host::fast();
+    for (name, layout) in [("first", "id-first"), ("last", "id-last")] {
+        host.supervisor
+            .add_server(hostile(name, &["huge-answer", "3000000", layout]))
+            .unwrap();
+        healthy(&host, name).await;
+        let (words, failed, took) = call(&host, &format!("{name}__big"), serde_json::json!({})).await;
+        assert!(failed, "{words}");
+        assert!(
+            words.contains("larger than Tether's limit of 1 MiB")
+                && words.contains("max_message")
+                && words.contains(&format!("Server \"{name}\" ran the call")),
+            "{words}"
+        );
+        assert!(took < Duration::from_secs(20), "{took:?}");
+        // Only that answer was dropped: the same session answers the next call.
+        let (words, failed, _) = call(&host, &format!("{name}__echo"), serde_json::json!({"text": "still here"})).await;
+        assert!(!failed && words == "still here", "{words}");
+        assert_eq!(host.view(name).state, ServerState::Healthy);
+    }
+}
+
+#[tokio::test]
+async fn an_answer_without_end_fails_at_once_and_memory_stays_bounded() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let host = Host::fast();
+    host.supervisor
+        .add_server(hostile("endless", &["endless-line"]))
+        .unwrap();
+    healthy(&host, "endless").await;
+    let pid = host.view("endless").pid.expect("a child");
+    let before = rss();
+    let (words, failed, took) = call(&host, "endless__big", serde_json::json!({})).await;
+    assert!(failed && words.contains("larger than Tether's limit"), "{words}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    // The server goes on writing its endless line; Tether reads and drops it.
+    wait_until("the server has written 256 MiB", || {
+        written(pid) > 256 * MIB as u64
+    })
+    .await;
+    let grown = rss().saturating_sub(before);
+    eprintln!("resident memory grew by {:.1} MiB", grown as f64 / MIB as f64);
+    assert!(grown < 64 * MIB, "resident memory grew by {} MiB", grown / MIB);
+}
+
+#[tokio::test]
+async fn a_tool_list_larger_than_max_message_in_all_is_a_clear_fault() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let host = Host::start(PARKED_STAYS_PARKED);
+    // 8 pages of 200 KB: each page is within 1 MiB, all together are not.
+    host.supervisor
+        .add_server(hostile("pages", &["huge-tools", "8", "200000"]))
+        .unwrap();
+    wait_until("the server parks", || {
+        host.view("pages").state == ServerState::Parked
+    })
+    .await;
+    let fault = host.view("pages").last_fault.unwrap_or_default();
+    assert!(
+        fault.contains("tool list is larger than max_message (1 MiB)"),
+        "{fault}"
+    );
+    assert!(host.tools("pages").is_empty());
+}
+
+#[tokio::test]
+async fn invalid_tools_are_skipped_and_the_others_published() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let host = Host::fast();
+    host.supervisor
+        .add_server(hostile("bad", &["bad-tools"]))
+        .unwrap();
+    healthy(&host, "bad").await;
+    wait_until("the valid tools are published", || {
+        host.tools("bad") == ["bad__echo", "bad__good"]
+    })
+    .await;
+    let (words, failed, _) = call(&host, "bad__echo", serde_json::json!({"text": "ok"})).await;
+    assert!(!failed && words == "ok", "{words}");
+}
+
+#[tokio::test]
+async fn a_flood_of_list_changes_is_coalesced() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let host = Host::fast();
+    let lists = host.dir.path().join("lists.log");
+    let count = || {
+        std::fs::read_to_string(&lists)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    host.supervisor
+        .add_server(hostile(
+            "flood",
+            &["list-changed-flood", "20000", lists.to_str().unwrap()],
+        ))
+        .unwrap();
+    healthy(&host, "flood").await;
+    // Settled: the count stops moving (one refresh in flight, one pending at most).
+    let mut last = usize::MAX;
+    wait_until("the refreshes settle", || {
+        let now = count();
+        let settled = now == last;
+        last = now;
+        std::thread::sleep(Duration::from_millis(200));
+        settled
+    })
+    .await;
+    // The initial list, then at most a handful: never one per notification.
+    assert!(count() <= 10, "{} tools/list for 20000 notifications", count());
+    let (words, failed, _) = call(&host, "flood__echo", serde_json::json!({"text": "ok"})).await;
+    assert!(!failed && words == "ok", "{words}");
+}
+
+#[tokio::test]
+async fn a_logging_flood_is_dropped_over_the_rate_and_counted() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let host = Host::fast();
+    let dropped_before = tether::transport::gate::dropped_notifications();
+    let before = rss();
+    host.supervisor
+        .add_server(hostile("chatty", &["log-flood", "200000", "1000"]))
+        .unwrap();
+    healthy(&host, "chatty").await;
+    let pid = host.view("chatty").pid.expect("a child");
+    wait_until("the flood is written", || written(pid) > 190 * MIB as u64).await;
+    let started = Instant::now();
+    let (words, failed, _) = call(&host, "chatty__echo", serde_json::json!({"text": "ok"})).await;
+    assert!(!failed && words == "ok", "{words}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let dropped = tether::transport::gate::dropped_notifications() - dropped_before;
+    assert!(dropped > 100_000, "only {dropped} notifications dropped");
+    let grown = rss().saturating_sub(before);
+    eprintln!("resident memory grew by {:.1} MiB", grown as f64 / MIB as f64);
+    assert!(grown < 64 * MIB, "resident memory grew by {} MiB", grown / MIB);
+}
+
+#[tokio::test]
+async fn sampling_requests_from_an_upstream_are_refused_with_an_error() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let host = Host::fast();
+    host.supervisor
+        .add_server(hostile("sampler", &["sampling"]))
+        .unwrap();
+    healthy(&host, "sampler").await;
+    let (words, failed, _) = call(&host, "sampler__big", serde_json::json!({})).await;
+    assert!(!failed, "{words}");
+    assert!(
+        words.starts_with("sampling refused:") && words.contains("not supported through Tether"),
+        "{words}"
+    );
+}
+
+/// A legacy SSE server whose first event never ends: Tether's memory stays bounded and the
+/// connect attempt fails within its deadline.
+#[tokio::test]
+async fn an_sse_event_without_end_is_bounded() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    use axum::body::Body;
+    use futures::StreamExt;
+
+    let app = axum::Router::new().route(
+        "/sse",
+        axum::routing::get(|| async {
+            let start = futures::stream::once(async {
+                Ok::<_, std::io::Error>(axum::body::Bytes::from_static(b"event: message\ndata: "))
+            });
+            let endless = futures::stream::repeat_with(|| {
+                Ok::<_, std::io::Error>(axum::body::Bytes::from(vec![b'z'; 64 << 10]))
+            });
+            axum::response::Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(start.chain(endless)))
+                .unwrap()
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let host = Host::start(PARKED_STAYS_PARKED);
+    let mut spec = http_spec(
+        "endless-sse",
+        format!("http://{addr}/sse"),
+        TransportSpec::Sse {
+            url: String::new(),
+            headers: Default::default(),
+        },
+    );
+    spec.max_message = MIB;
+    spec.timeouts.connect = Duration::from_secs(3);
+    let before = rss();
+    host.supervisor.add_server(spec).unwrap();
+    wait_until("the connect attempt fails", || {
+        host.view("endless-sse").last_fault.is_some()
+    })
+    .await;
+    let grown = rss().saturating_sub(before);
+    eprintln!("resident memory grew by {:.1} MiB", grown as f64 / MIB as f64);
+    assert!(grown < 64 * MIB, "resident memory grew by {} MiB", grown / MIB);
+    let fault = host.view("endless-sse").last_fault.unwrap();
+    assert!(fault.contains("did not complete") || fault.contains("handshake"), "{fault}");
+}
