@@ -346,7 +346,11 @@ fn answer(
         )),
         Err(CallFailure::TooLarge { size, limit }) => refusal(format!(
             "Server \"{server}\" ran the call, but its answer{} is larger than Tether's limit of {} (max_message), so it was dropped unread. Do not retry it as is: ask for less (narrower arguments, fewer items), or have the operator raise max_message for this server.",
-            if size > 0 { format!(" ({})", crate::transport::limit::describe_size(size)) } else { String::new() },
+            if size > 0 {
+                format!(" ({})", crate::transport::limit::describe_size(size))
+            } else {
+                String::new()
+            },
             crate::transport::limit::describe_size(limit)
         )),
     }

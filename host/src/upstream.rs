@@ -292,9 +292,13 @@ impl Session {
                     next_cursor: page.next_cursor,
                 },
                 // One bad tool makes rmcp read the page as an untyped result: read it per tool.
-                Ok(ServerResult::CustomResult(raw)) => ToolPage::lenient(raw.0).ok_or_else(|| {
-                    Fault::HandshakeFailed("the answer to tools/list has no `tools` list".into())
-                })?,
+                Ok(ServerResult::CustomResult(raw)) => {
+                    ToolPage::lenient(raw.0).ok_or_else(|| {
+                        Fault::HandshakeFailed(
+                            "the answer to tools/list has no `tools` list".into(),
+                        )
+                    })?
+                }
                 Ok(_) => {
                     return Err(Fault::HandshakeFailed(
                         "unexpected answer to tools/list".into(),
@@ -312,7 +316,9 @@ impl Session {
             };
             for tool in page.tools {
                 match tool {
-                    Ok(tool) if tool.name.trim().is_empty() => self.skip_tool("it has an empty name"),
+                    Ok(tool) if tool.name.trim().is_empty() => {
+                        self.skip_tool("it has an empty name")
+                    }
                     Ok(tool) => {
                         let tool = tool_from_rmcp(tool);
                         total += tool.name.len()

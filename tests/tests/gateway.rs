@@ -326,7 +326,11 @@ async fn invalid_server_names_and_policy_overrides_stop_serve_at_once() {
         (
             "override.json",
             json!({"files": {"command": FIXTURE, "policy": {"breaker": {"failure_threshold": "three"}}}}),
-            vec!["files", "the policy refuses its configuration", "failure_threshold"],
+            vec![
+                "files",
+                "the policy refuses its configuration",
+                "failure_threshold",
+            ],
         ),
         (
             "unknown-key.json",
@@ -873,7 +877,10 @@ async fn a_2026_07_28_client_calls_tools_and_hears_list_changes_on_its_subscript
         if tools.iter().any(|t| t.name == "up__echo") {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "no tools: {tools:?}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no tools: {tools:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let mut subscription = client
@@ -903,7 +910,10 @@ async fn a_2026_07_28_client_calls_tools_and_hears_list_changes_on_its_subscript
         .expect("the subscription stays open")
         .expect("a notification");
     assert!(
-        matches!(notification, ServerNotification::ToolListChangedNotification(_)),
+        matches!(
+            notification,
+            ServerNotification::ToolListChangedNotification(_)
+        ),
         "{notification:?}"
     );
     let _ = state;

@@ -76,7 +76,8 @@ async fn an_oversized_answer_fails_its_call_at_once_and_the_session_lives_on() {
             .add_server(hostile(name, &["huge-answer", "3000000", layout]))
             .unwrap();
         healthy(&host, name).await;
-        let (words, failed, took) = call(&host, &format!("{name}__big"), serde_json::json!({})).await;
+        let (words, failed, took) =
+            call(&host, &format!("{name}__big"), serde_json::json!({})).await;
         assert!(failed, "{words}");
         assert!(
             words.contains("larger than Tether's limit of 1 MiB")
@@ -86,7 +87,12 @@ async fn an_oversized_answer_fails_its_call_at_once_and_the_session_lives_on() {
         );
         assert!(took < Duration::from_secs(20), "{took:?}");
         // Only that answer was dropped: the same session answers the next call.
-        let (words, failed, _) = call(&host, &format!("{name}__echo"), serde_json::json!({"text": "still here"})).await;
+        let (words, failed, _) = call(
+            &host,
+            &format!("{name}__echo"),
+            serde_json::json!({"text": "still here"}),
+        )
+        .await;
         assert!(!failed && words == "still here", "{words}");
         assert_eq!(host.view(name).state, ServerState::Healthy);
     }
@@ -103,7 +109,10 @@ async fn an_answer_without_end_fails_at_once_and_memory_stays_bounded() {
     let pid = host.view("endless").pid.expect("a child");
     let before = rss();
     let (words, failed, took) = call(&host, "endless__big", serde_json::json!({})).await;
-    assert!(failed && words.contains("larger than Tether's limit"), "{words}");
+    assert!(
+        failed && words.contains("larger than Tether's limit"),
+        "{words}"
+    );
     assert!(took < Duration::from_secs(20), "{took:?}");
     // The server goes on writing its endless line; Tether reads and drops it.
     wait_until("the server has written 256 MiB", || {
@@ -111,8 +120,15 @@ async fn an_answer_without_end_fails_at_once_and_memory_stays_bounded() {
     })
     .await;
     let grown = rss().saturating_sub(before);
-    eprintln!("resident memory grew by {:.1} MiB", grown as f64 / MIB as f64);
-    assert!(grown < 64 * MIB, "resident memory grew by {} MiB", grown / MIB);
+    eprintln!(
+        "resident memory grew by {:.1} MiB",
+        grown as f64 / MIB as f64
+    );
+    assert!(
+        grown < 64 * MIB,
+        "resident memory grew by {} MiB",
+        grown / MIB
+    );
 }
 
 #[tokio::test]
@@ -180,7 +196,11 @@ async fn a_flood_of_list_changes_is_coalesced() {
     })
     .await;
     // The initial list, then at most a handful: never one per notification.
-    assert!(count() <= 10, "{} tools/list for 20000 notifications", count());
+    assert!(
+        count() <= 10,
+        "{} tools/list for 20000 notifications",
+        count()
+    );
     let (words, failed, _) = call(&host, "flood__echo", serde_json::json!({"text": "ok"})).await;
     assert!(!failed && words == "ok", "{words}");
 }
@@ -204,8 +224,15 @@ async fn a_logging_flood_is_dropped_over_the_rate_and_counted() {
     let dropped = tether::transport::gate::dropped_notifications() - dropped_before;
     assert!(dropped > 100_000, "only {dropped} notifications dropped");
     let grown = rss().saturating_sub(before);
-    eprintln!("resident memory grew by {:.1} MiB", grown as f64 / MIB as f64);
-    assert!(grown < 64 * MIB, "resident memory grew by {} MiB", grown / MIB);
+    eprintln!(
+        "resident memory grew by {:.1} MiB",
+        grown as f64 / MIB as f64
+    );
+    assert!(
+        grown < 64 * MIB,
+        "resident memory grew by {} MiB",
+        grown / MIB
+    );
 }
 
 #[tokio::test]
@@ -269,8 +296,18 @@ async fn an_sse_event_without_end_is_bounded() {
     })
     .await;
     let grown = rss().saturating_sub(before);
-    eprintln!("resident memory grew by {:.1} MiB", grown as f64 / MIB as f64);
-    assert!(grown < 64 * MIB, "resident memory grew by {} MiB", grown / MIB);
+    eprintln!(
+        "resident memory grew by {:.1} MiB",
+        grown as f64 / MIB as f64
+    );
+    assert!(
+        grown < 64 * MIB,
+        "resident memory grew by {} MiB",
+        grown / MIB
+    );
     let fault = host.view("endless-sse").last_fault.unwrap();
-    assert!(fault.contains("did not complete") || fault.contains("handshake"), "{fault}");
+    assert!(
+        fault.contains("did not complete") || fault.contains("handshake"),
+        "{fault}"
+    );
 }

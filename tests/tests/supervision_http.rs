@@ -130,7 +130,11 @@ async fn a_session_ended_by_the_server_is_reported_with_its_cause() {
         };
         assert!(first.detail.contains(words), "{status}: {first:?}");
         if status == 401 {
-            assert_eq!(first.state, tether::policy::ServerState::Parked, "{first:?}");
+            assert_eq!(
+                first.state,
+                tether::policy::ServerState::Parked,
+                "{first:?}"
+            );
         }
         host.supervisor.shutdown().await;
         server.kill().await;

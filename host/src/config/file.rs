@@ -329,8 +329,19 @@ fn parse_text(text: &str, format: Format, file: &str) -> Result<Raw, ConfigError
 
 /// Keys every format accepts on a server.
 const SERVER_KEYS: &[&str] = &[
-    "command", "args", "env", "cwd", "url", "headers", "type", "disabled", "include", "exclude",
-    "timeouts", "policy", "max_message",
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "url",
+    "headers",
+    "type",
+    "disabled",
+    "include",
+    "exclude",
+    "timeouts",
+    "policy",
+    "max_message",
 ];
 /// Bounds of `max_message`: smaller answers nothing useful; larger defeats the point.
 const MIN_MAX_MESSAGE: u64 = 1 << 10;
@@ -806,7 +817,13 @@ impl<'a> Loader<'a> {
                     ));
                 }
             },
-            other => return Err(self.wrong(place, "a size (bytes, or a string like \"16 MiB\")", other)),
+            other => {
+                return Err(self.wrong(
+                    place,
+                    "a size (bytes, or a string like \"16 MiB\")",
+                    other,
+                ));
+            }
         };
         if !(MIN_MAX_MESSAGE..=MAX_MAX_MESSAGE).contains(&bytes) {
             return Err(self.invalid(place, "must be between 1 KiB and 1 GiB"));

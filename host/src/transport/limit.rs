@@ -277,7 +277,12 @@ fn id_at_end(tail: &[u8]) -> Option<serde_json::Value> {
     let tail = &tail[..=end];
     let key = rfind(tail, b"\"id\"")?;
     let (id, rest) = id_value(&tail[key + 4..])?;
-    (rest.iter().copied().filter(|b| !b.is_ascii_whitespace()).eq(*b"}")).then_some(id)
+    (rest
+        .iter()
+        .copied()
+        .filter(|b| !b.is_ascii_whitespace())
+        .eq(*b"}"))
+    .then_some(id)
 }
 
 /// `: 7` or `: "abc"` at the start of `text`: the id and what follows it.
@@ -468,7 +473,11 @@ mod tests {
         let out = run(Framing::Lines, 1000, &[notification.as_bytes()]);
         assert_eq!(out, "");
         let endless = big(10_000);
-        let out = run(Framing::Lines, 1000, &[b"{", endless.as_bytes(), b"\n", b"{}\n"]);
+        let out = run(
+            Framing::Lines,
+            1000,
+            &[b"{", endless.as_bytes(), b"\n", b"{}\n"],
+        );
         assert_eq!(out, "{\0\n{}\n");
     }
 

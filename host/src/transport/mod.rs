@@ -51,4 +51,3 @@ impl SessionEnd {
         let _ = changes.wait_for(Option::is_some).await;
     }
 }
-

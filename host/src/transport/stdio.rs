@@ -302,7 +302,10 @@ mod guard {
         // SAFETY: open/read/close/munmap on local buffers; the ranges unmapped are the guard's
         // own, and none holds what it still uses (its stack, code, libc's data).
         unsafe {
-            let fd = libc::open(c"/proc/self/maps".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            let fd = libc::open(
+                c"/proc/self/maps".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            );
             if fd < 0 {
                 return;
             }

@@ -104,14 +104,17 @@ fn ensure_rustup_target(channel: &str) {
     }
 }
 
+/// The rustc of the toolchain whose cargo is `cargo` (beside it), else the outer build's.
+fn sibling_rustc(cargo: &str) -> PathBuf {
+    let beside = Path::new(cargo).with_file_name("rustc");
+    if beside.exists() {
+        return beside;
+    }
+    std::env::var_os("RUSTC").map_or_else(|| PathBuf::from("rustc"), PathBuf::from)
+}
+
 /// Without rustup, the toolchain that runs this build must already have the target.
-fn check_target_without_rustup(cargo: &str) {
-    let rustc = Path::new(cargo).with_file_name("rustc");
-    let rustc = if rustc.exists() {
-        rustc
-    } else {
-        PathBuf::from("rustc")
-    };
+fn check_target_without_rustup(rustc: &Path) {
     let libdir = Command::new(rustc)
         .args(["--print", "target-libdir", "--target", TARGET])
         .output()
@@ -134,20 +137,20 @@ fn check_target_without_rustup(cargo: &str) {
 }
 
 /// The nested cargo: the pinned toolchain through rustup when it is there, else the cargo
-/// that runs this build.
-fn nested_cargo(root: &Path) -> Command {
-    let channel = pinned_channel(root);
-    match channel {
+/// that runs this build (with its rustc, which the caller must pass on as `RUSTC`).
+fn nested_cargo(root: &Path) -> (Command, Option<PathBuf>) {
+    match pinned_channel(root) {
         Some(channel) if rustup_available() => {
             ensure_rustup_target(&channel);
             let mut command = Command::new("rustup");
             command.args(["run", &channel, "cargo"]);
-            command
+            (command, None)
         }
         _ => {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            check_target_without_rustup(&cargo);
-            Command::new(cargo)
+            let rustc = sibling_rustc(&cargo);
+            check_target_without_rustup(&rustc);
+            (Command::new(cargo), Some(rustc))
         }
     }
 }
@@ -162,7 +165,7 @@ pub fn build_components(packages: &[&str]) -> Vec<PathBuf> {
     let lock = std::fs::File::create(target_dir.join(".tether-wasm-build.lock"))
         .expect("create the wasm build lock");
     lock.lock().expect("lock the wasm build");
-    let mut command = nested_cargo(&root);
+    let (mut command, rustc) = nested_cargo(&root);
     command
         .current_dir(&root)
         .args([
@@ -203,6 +206,9 @@ pub fn build_components(packages: &[&str]) -> Vec<PathBuf> {
         {
             command.env_remove(&*key);
         }
+    }
+    if let Some(rustc) = rustc {
+        command.env("RUSTC", rustc);
     }
     let output = command.output().expect("cannot run the nested cargo");
     if !output.status.success() {

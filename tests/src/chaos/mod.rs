@@ -770,3 +770,74 @@ async fn verify(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(name: &str) -> Arc<Server> {
+        Arc::new(Server {
+            name: name.into(),
+            transport: Transport::Http,
+            state: PathBuf::from("/nonexistent"),
+            keeper: None,
+        })
+    }
+
+    fn status(name: &str, state: &str) -> ServerStatus {
+        ServerStatus {
+            name: name.into(),
+            state: state.into(),
+            pid: None,
+            tools: 3,
+        }
+    }
+
+    fn tools(server: &str) -> Vec<String> {
+        ToolKind::ALL
+            .iter()
+            .map(|t| format!("{server}__{}", t.name()))
+            .collect()
+    }
+
+    #[test]
+    fn phantoms_are_tools_of_servers_without_a_session_before_and_after_the_listing() {
+        let servers = [server("a"), server("b"), server("c")];
+        let expected: BTreeSet<String> = ["a", "b", "c"].iter().flat_map(|s| tools(s)).collect();
+        let all: Vec<String> = expected.iter().cloned().collect();
+        let healthy = [
+            status("a", "healthy"),
+            status("b", "connected"),
+            status("c", "healthy"),
+        ];
+        let seen = observe(&servers, &healthy, &all, &healthy, &expected);
+        assert!(seen.exact && seen.phantoms.is_empty() && seen.missing.is_empty());
+        assert!(seen.not_live.is_empty());
+
+        // b lost its session before the listing and has none after it, yet its tools are listed.
+        let b_down = [
+            status("a", "healthy"),
+            status("b", "backing-off"),
+            status("c", "healthy"),
+        ];
+        let seen = observe(&servers, &b_down, &all, &b_down, &expected);
+        assert_eq!(seen.phantoms, tools("b"));
+        assert_eq!(seen.not_live, vec!["b (backing-off)".to_string()]);
+
+        // A change during the listing is not a phantom: b came back between the two looks.
+        let seen = observe(&servers, &b_down, &all, &healthy, &expected);
+        assert!(seen.phantoms.is_empty());
+
+        // c is live throughout but its tools are not listed; a tool of no server is a phantom.
+        let mut listed: Vec<String> = all
+            .iter()
+            .filter(|t| !t.starts_with("c__"))
+            .cloned()
+            .collect();
+        listed.push("ghost__echo".into());
+        let seen = observe(&servers, &healthy, &listed, &healthy, &expected);
+        assert_eq!(seen.missing, tools("c"));
+        assert_eq!(seen.phantoms, vec!["ghost__echo".to_string()]);
+        assert!(!seen.exact);
+    }
+}

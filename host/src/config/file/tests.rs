@@ -542,7 +542,11 @@ fn error_read_missing_file() {
     assert_names(&err, &path.display().to_string(), None, None);
     // Reported with its cause chain (as `tether serve` does), the cause appears once.
     let chained = format!("{:#}", anyhow::Error::from(err));
-    assert_eq!(chained.matches("No such file or directory").count(), 1, "{chained}");
+    assert_eq!(
+        chained.matches("No such file or directory").count(),
+        1,
+        "{chained}"
+    );
 }
 
 #[test]
@@ -632,7 +636,12 @@ fn error_invalid_server_name() {
     }
     assert!(json(r#"{"mcpServers": {"Ok_name-2": {"command": "x"}}}"#).is_ok());
     let longest = "b".repeat(ServerSpec::MAX_NAME_LEN);
-    assert!(json(&format!(r#"{{"mcpServers": {{"{longest}": {{"command": "x"}}}}}}"#)).is_ok());
+    assert!(
+        json(&format!(
+            r#"{{"mcpServers": {{"{longest}": {{"command": "x"}}}}}}"#
+        ))
+        .is_ok()
+    );
 }
 
 #[test]
