@@ -394,20 +394,23 @@ async fn track_answers(
     Response::from_parts(parts, Body::from_stream(body))
 }
 
+/// The token of an `Authorization: Bearer <token>` header (the scheme in any case), if any.
+pub(crate) fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+}
+
 /// Refuses, with 401, every request without `Authorization: Bearer <the token>`.
 async fn require_token(
     State(token): State<Arc<McpToken>>,
     request: Request,
     next: Next,
 ) -> Response {
-    let given = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.trim().split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim());
-    let refusal = match given {
+    let refusal = match bearer_token(request.headers()) {
         Some(given) if token.accepts(given) => return next.run(request).await,
         Some(_) => "the MCP bearer token is wrong",
         None => "this MCP endpoint needs a bearer token: send `Authorization: Bearer <token>`",

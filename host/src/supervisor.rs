@@ -238,6 +238,7 @@ impl Supervisor {
             flavor: None,
         };
         let config = spec.policy_config();
+        let refused = view.clone();
         let handle = ServerHandle {
             spec,
             commands,
@@ -246,7 +247,15 @@ impl Supervisor {
             task: tokio::spawn(task.run(commands_rx)),
         };
         servers.insert(config.name.clone(), handle);
-        self.shared.feed(EventKind::ServerConfigured(config));
+        // A policy that cannot take the server never asks to connect it: say so where
+        // operators look, rather than leaving it "connecting" without a fault.
+        self.shared
+            .feeder
+            .feed_or(EventKind::ServerConfigured(config), move |reason| {
+                let mut view = refused.lock().unwrap_or_else(|e| e.into_inner());
+                view.detail = "the policy could not take this server; not connecting".into();
+                view.last_fault = Some(format!("the policy could not take this server: {reason}"));
+            });
         Ok(())
     }
 

@@ -47,6 +47,21 @@ fn proc_status_kib(pid: u32, key: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// Fails unless this process's resident memory grew by less than 64 MiB since `before`;
+/// prints the growth (`--nocapture`) for docs/LIMITS.md.
+fn assert_memory_bounded(before: usize) {
+    let grown = rss().saturating_sub(before);
+    eprintln!(
+        "resident memory grew by {:.1} MiB",
+        grown as f64 / MIB as f64
+    );
+    assert!(
+        grown < 64 * MIB,
+        "resident memory grew by {} MiB",
+        grown / MIB
+    );
+}
+
 /// Bytes a process has written so far.
 fn written(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/io"))
@@ -119,16 +134,7 @@ async fn an_answer_without_end_fails_at_once_and_memory_stays_bounded() {
         written(pid) > 256 * MIB as u64
     })
     .await;
-    let grown = rss().saturating_sub(before);
-    eprintln!(
-        "resident memory grew by {:.1} MiB",
-        grown as f64 / MIB as f64
-    );
-    assert!(
-        grown < 64 * MIB,
-        "resident memory grew by {} MiB",
-        grown / MIB
-    );
+    assert_memory_bounded(before);
 }
 
 #[tokio::test]
@@ -149,6 +155,25 @@ async fn a_tool_list_larger_than_max_message_in_all_is_a_clear_fault() {
         "{fault}"
     );
     assert!(host.tools("pages").is_empty());
+}
+
+#[tokio::test]
+async fn a_single_tools_list_answer_over_max_message_is_a_clear_fault() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let host = Host::start(PARKED_STAYS_PARKED);
+    // One page, one tool with a 2 MB description: the answer itself is over 1 MiB.
+    host.supervisor
+        .add_server(hostile("page", &["huge-tools", "1", "2000000"]))
+        .unwrap();
+    wait_until("the server parks", || {
+        host.view("page").state == ServerState::Parked
+    })
+    .await;
+    let fault = host.view("page").last_fault.unwrap_or_default();
+    assert!(
+        fault.contains("tools/list answer is larger than max_message (1 MiB)"),
+        "{fault}"
+    );
 }
 
 #[tokio::test]
@@ -223,16 +248,7 @@ async fn a_logging_flood_is_dropped_over_the_rate_and_counted() {
     assert!(started.elapsed() < Duration::from_secs(10));
     let dropped = tether::transport::gate::dropped_notifications() - dropped_before;
     assert!(dropped > 100_000, "only {dropped} notifications dropped");
-    let grown = rss().saturating_sub(before);
-    eprintln!(
-        "resident memory grew by {:.1} MiB",
-        grown as f64 / MIB as f64
-    );
-    assert!(
-        grown < 64 * MIB,
-        "resident memory grew by {} MiB",
-        grown / MIB
-    );
+    assert_memory_bounded(before);
 }
 
 #[tokio::test]
@@ -295,19 +311,45 @@ async fn an_sse_event_without_end_is_bounded() {
         host.view("endless-sse").last_fault.is_some()
     })
     .await;
-    let grown = rss().saturating_sub(before);
-    eprintln!(
-        "resident memory grew by {:.1} MiB",
-        grown as f64 / MIB as f64
-    );
-    assert!(
-        grown < 64 * MIB,
-        "resident memory grew by {} MiB",
-        grown / MIB
-    );
+    assert_memory_bounded(before);
     let fault = host.view("endless-sse").last_fault.unwrap();
     assert!(
         fault.contains("did not complete") || fault.contains("handshake"),
         "{fault}"
     );
+}
+
+/// A policy that fails on everything (a hostile component, no fallback): the server does not
+/// sit "connecting" without a word; the failure is its visible fault.
+#[tokio::test]
+async fn a_policy_that_cannot_take_a_server_leaves_a_visible_fault() {
+    use tether::policy::{PolicyRuntime, PolicySource, RuntimeOptions};
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let policy = PolicyRuntime::start(RuntimeOptions {
+        source: PolicySource::File(env!("TETHER_TEST_POLICY_HOSTILE").into()),
+        // Every instance panics on its first event, so recovery fails too.
+        settings: r#"{"hostile": {"panic_on_event": 1}}"#.into(),
+        fallback_to_default: false,
+        inline_fuel: 0,
+        ..RuntimeOptions::default()
+    })
+    .expect("the policy starts");
+    let dir = tempfile::tempdir().unwrap();
+    let supervisor = tether::supervisor::Supervisor::start(policy, dir.path().join("logs"));
+    supervisor
+        .add_server(hostile("orphan", &["bad-tools"]))
+        .unwrap();
+    let fault = || {
+        supervisor
+            .views()
+            .into_iter()
+            .find(|v| v.name == "orphan")
+            .and_then(|v| v.last_fault)
+            .unwrap_or_default()
+    };
+    wait_until("the failure shows", || {
+        fault().contains("the policy could not take this server")
+    })
+    .await;
+    supervisor.shutdown().await;
 }

@@ -233,14 +233,7 @@ impl From<BytesRejection> for ApiError {
 }
 
 async fn authorize(State(app): State<App>, request: Request, next: Next) -> Response {
-    let given = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.trim().split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim());
-    let refusal = match given {
+    let refusal = match crate::gateway::bearer_token(request.headers()) {
         Some(token) if app.authorized(token) => return next.run(request).await,
         Some(_) => "the admin token is wrong",
         None => "this request needs the admin token: send `Authorization: Bearer <token>`",

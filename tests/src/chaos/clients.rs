@@ -397,7 +397,7 @@ impl Clients {
                 calls.clone(),
             )));
             for lane in 0..lanes {
-                let rng = Rng::fork(seed ^ 0xc11e_47, (client * 1000 + lane) as u64);
+                let rng = Rng::fork(seed ^ 0x00c1_1e47, (client * 1000 + lane) as u64);
                 tasks.push(tokio::spawn(call_loop(
                     peer.clone(),
                     client,

@@ -793,11 +793,14 @@ mod tests {
         }
     }
 
+    /// A server's tools in name order (the order `all` below lists them in).
     fn tools(server: &str) -> Vec<String> {
-        ToolKind::ALL
+        let mut names: Vec<String> = ToolKind::ALL
             .iter()
             .map(|t| format!("{server}__{}", t.name()))
-            .collect()
+            .collect();
+        names.sort();
+        names
     }
 
     #[test]
@@ -836,7 +839,9 @@ mod tests {
             .collect();
         listed.push("ghost__echo".into());
         let seen = observe(&servers, &healthy, &listed, &healthy, &expected);
-        assert_eq!(seen.missing, tools("c"));
+        let mut missing = seen.missing.clone();
+        missing.sort();
+        assert_eq!(missing, tools("c"));
         assert_eq!(seen.phantoms, vec!["ghost__echo".to_string()]);
         assert!(!seen.exact);
     }

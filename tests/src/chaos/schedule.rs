@@ -90,9 +90,11 @@ impl Fault {
 pub struct Event {
     pub at: Duration,
     pub server: usize,
+    pub transport: Transport,
     pub fault: Fault,
     pub lasts: Duration,
-    /// For a kill of an HTTP fixture: how long until it is started again.
+    /// For a kill of an HTTP fixture: how long until the soak starts it again (Tether restarts
+    /// stdio children itself).
     pub restart_after: Duration,
 }
 
@@ -114,19 +116,10 @@ impl fmt::Display for Event {
         if !self.fault.instant() {
             write!(f, " for {:.2}s", self.lasts.as_secs_f64())?;
         }
-        if matches!(
-            self.fault,
-            Fault::Kill
-                | Fault::FailStarts
-                | Fault::Flap
-                | Fault::CrashMidCall
-                | Fault::CrashAfterAnswer
-        ) {
-            write!(
-                f,
-                " (HTTP restart after {} ms)",
-                self.restart_after.as_millis()
-            )?;
+        if self.transport != Transport::Stdio
+            && matches!(self.fault, Fault::Kill | Fault::FailStarts | Fault::Flap)
+        {
+            write!(f, " (restart after {} ms)", self.restart_after.as_millis())?;
         }
         Ok(())
     }
@@ -173,17 +166,14 @@ pub fn draw(seed: u64, transports: &[Transport], chaos: Duration) -> Vec<Event> 
         .collect();
     let mut next: Vec<Duration> = rngs.iter_mut().map(|r| r.millis(200, 1500)).collect();
     let mut events = Vec::new();
-    loop {
-        // The server whose next fault comes first (the lowest index on a tie).
-        let Some((server, at)) = next
-            .iter()
-            .copied()
-            .enumerate()
-            .filter(|(_, at)| *at + Duration::from_millis(100) < chaos)
-            .min_by_key(|(server, at)| (*at, *server))
-        else {
-            break;
-        };
+    // The server whose next fault comes first (the lowest index on a tie), until none has one.
+    while let Some((server, at)) = next
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|(_, at)| *at + Duration::from_millis(100) < chaos)
+        .min_by_key(|(server, at)| (*at, *server))
+    {
         let menu = menu(transports[server]);
         let applies = |fault: Fault| menu.iter().any(|(f, w)| *f == fault && *w > 0);
         let mut fault = match deck.iter().position(|f| applies(*f)) {
@@ -206,6 +196,7 @@ pub fn draw(seed: u64, transports: &[Transport], chaos: Duration) -> Vec<Event> 
         events.push(Event {
             at,
             server,
+            transport: transports[server],
             fault,
             lasts,
             restart_after,
@@ -226,13 +217,13 @@ mod tests {
         let a = draw(3, &transports, chaos);
         assert_eq!(a, draw(3, &transports, chaos));
         assert_ne!(a, draw(4, &transports, chaos));
-        for server in 0..6 {
+        for (server, transport) in transports.iter().enumerate() {
             let mine: Vec<&Event> = a.iter().filter(|e| e.server == server).collect();
             assert!(!mine.is_empty());
             for pair in mine.windows(2) {
                 assert!(pair[0].at + pair[0].lasts < pair[1].at);
             }
-            if transports[server] == Transport::Stdio {
+            if *transport == Transport::Stdio {
                 assert!(mine.iter().all(|e| e.fault != Fault::Down));
             } else {
                 assert!(mine.iter().all(|e| e.fault != Fault::Stubborn));
