@@ -202,6 +202,13 @@ async fn an_agent_on_stdio_follows_an_upstream_through_death_park_and_revival() 
     let child = state.pid().unwrap();
     assert!(terminate(tether).await.success());
     assert!(!process_exists(child), "the upstream is reaped on shutdown");
+    // The log went to a file, not a terminal: plain text, one line per lifecycle step.
+    let log = std::fs::read_to_string(dir.path().join("serve.log")).unwrap();
+    assert!(!log.contains('\x1b'), "colour codes in a log file");
+    assert!(
+        !log.contains("parked: parked:"),
+        "a lifecycle step logged twice"
+    );
 }
 
 /// A running `tether serve --http`.

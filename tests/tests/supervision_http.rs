@@ -140,3 +140,33 @@ async fn a_session_ended_by_the_server_is_reported_with_its_cause() {
         server.kill().await;
     }
 }
+
+/// A read-only call that finds its session expired (the server restarted and answers 404) is
+/// retried once, on a session opened after the failure — never on the stale one, which may
+/// still look alive for a moment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_call_on_an_expired_session_is_retried_on_a_fresh_one() {
+    let host = Host::fast();
+    let state = host.state_dir("web");
+    let mut server = HttpFixture::start("http", &state, "127.0.0.1:0", &[]).await;
+    let addr = server.addr;
+    // No keepalive in the way: the call itself finds the session gone.
+    let spec = http_spec("web", format!("http://{addr}/mcp"), streamable());
+    host.supervisor.add_server(spec).unwrap();
+    for round in 0..5 {
+        wait_until("tools visible", || {
+            host.tools("web").contains(&"web__add".to_string())
+        })
+        .await;
+        server.kill().await;
+        server = HttpFixture::start("http", &state, &addr.to_string(), &[]).await;
+        let result = host
+            .supervisor
+            .call_tool("web__add", args(json!({"a": 2, "b": 3})))
+            .await
+            .unwrap();
+        assert_eq!(text(&result), "5", "round {round}: {result:?}");
+    }
+    host.supervisor.shutdown().await;
+    server.kill().await;
+}
