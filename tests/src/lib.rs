@@ -65,6 +65,27 @@ pub fn connect_failed(server: &str) -> EventKind {
     })
 }
 
+/// A live process (a zombie has a /proc entry too; its state letter is Z).
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// The text of a tool result.
+pub fn text(result: &rmcp::model::CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 pub fn has_connect(actions: &[Action], server: &str) -> bool {
     actions
         .iter()

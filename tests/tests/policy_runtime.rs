@@ -61,6 +61,21 @@ fn hostile(misdeed: &str, checkpoint_every: usize, fallback: bool) -> PolicyRunt
     hostile_inline(misdeed, checkpoint_every, fallback, 0)
 }
 
+/// The runtime recovered the failing instance itself: no fallback to the default policy.
+fn assert_recovered_in_place(seen: &[PolicyNotice]) {
+    assert!(
+        seen.iter()
+            .any(|n| matches!(n, PolicyNotice::Recovered { .. })),
+        "{seen:?}"
+    );
+    assert!(
+        !seen
+            .iter()
+            .any(|n| matches!(n, PolicyNotice::FellBack { .. })),
+        "{seen:?}"
+    );
+}
+
 fn hostile_inline(
     misdeed: &str,
     checkpoint_every: usize,
@@ -175,17 +190,7 @@ fn endless_loop_is_stopped_and_a_fresh_instance_takes_over() {
             if policy.contains("tether_policy_hostile") && error.contains("ran out of fuel"))),
         "{seen:?}"
     );
-    assert!(
-        seen.iter()
-            .any(|n| matches!(n, PolicyNotice::Recovered { .. })),
-        "{seen:?}"
-    );
-    assert!(
-        !seen
-            .iter()
-            .any(|n| matches!(n, PolicyNotice::FellBack { .. })),
-        "{seen:?}"
-    );
+    assert_recovered_in_place(&seen);
     // The same component keeps deciding, with all three servers known.
     assert!(rt.running().label.contains("tether_policy_hostile"));
     assert_eq!(rt.status().wait().unwrap().len(), 3);
@@ -800,17 +805,7 @@ fn recovery_restores_that_much_data_into_a_fresh_instance() {
         "{actions:?}"
     );
     let seen = notices(&mut rx);
-    assert!(
-        seen.iter()
-            .any(|n| matches!(n, PolicyNotice::Recovered { .. })),
-        "{seen:?}"
-    );
-    assert!(
-        !seen
-            .iter()
-            .any(|n| matches!(n, PolicyNotice::FellBack { .. })),
-        "{seen:?}"
-    );
+    assert_recovered_in_place(&seen);
     assert_eq!(
         rt.stats().faults.load(std::sync::atomic::Ordering::Relaxed),
         1,
@@ -884,17 +879,7 @@ fn a_leaking_policy_still_hits_a_cap_that_follows_the_data() {
         limit > 32 * MB + 14 * MB && limit < 1024 * MB,
         "a cap of {limit} bytes for 14 MB of tools"
     );
-    assert!(
-        seen.iter()
-            .any(|n| matches!(n, PolicyNotice::Recovered { .. })),
-        "{seen:?}"
-    );
-    assert!(
-        !seen
-            .iter()
-            .any(|n| matches!(n, PolicyNotice::FellBack { .. })),
-        "{seen:?}"
-    );
+    assert_recovered_in_place(&seen);
     assert!(rt.running().label.contains("tether_policy_hostile"));
     assert_eq!(server_status(&rt, "big").state, ServerState::Healthy);
 

@@ -1,6 +1,7 @@
 //! Agents on the gateway: rmcp clients over Streamable HTTP, each with a few lanes calling the
 //! tools it currently sees, every call carrying a unique id, every answer classified.
 
+use crate::text;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -158,16 +159,6 @@ impl Outcome {
             Outcome::Hung => "FAIL: hung (no answer)",
         }
     }
-}
-
-/// The text of a tool result.
-pub fn text(result: &CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// Classifies the gateway's answer to a call of `server`'s tool expecting `expected`.

@@ -2,6 +2,7 @@
 //! Tether spawns (found through their `pid` files), and the HTTP/SSE fixtures this soak runs
 //! itself, each behind a keeper task that kills and restarts it on the same port.
 
+use crate::process_alive;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -86,17 +87,6 @@ impl Server {
 pub fn signal(pid: u32, signal: i32) {
     // SAFETY: kill(2) on a pid; no memory is involved.
     unsafe { libc::kill(pid as i32, signal) };
-}
-
-/// A live process (a zombie has a /proc entry too; its state letter is Z).
-pub fn process_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
 }
 
 fn cmdline(pid: u32) -> Option<String> {

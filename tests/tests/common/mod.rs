@@ -9,6 +9,9 @@ use tether::config::{ServerSpec, Timeouts, TransportSpec};
 use tether::policy::{PolicyEngine, PolicyRuntime, PolicySource, RuntimeOptions};
 use tether::supervisor::Supervisor;
 
+#[allow(unused_imports)] // Each test binary uses a different part of this too.
+pub use tether_tests::{process_alive, text};
+
 pub const FIXTURE: &str = env!("CARGO_BIN_EXE_mcp-fixture");
 
 /// Policy settings in milliseconds so lifecycles play out in a test's time.
@@ -177,17 +180,6 @@ pub async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
     }
 }
 
-pub fn process_alive(pid: u32) -> bool {
-    // A zombie still has a /proc entry; its state letter is Z.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
-}
-
 pub fn process_exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
@@ -200,16 +192,6 @@ pub fn kill(pid: u32, signal: i32) {
 
 pub fn args(json: serde_json::Value) -> Option<serde_json::Map<String, serde_json::Value>> {
     json.as_object().cloned()
-}
-
-/// The text of a tool result.
-pub fn text(result: &rmcp::model::CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 pub fn is_error(result: &rmcp::model::CallToolResult) -> bool {
