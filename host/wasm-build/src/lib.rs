@@ -72,9 +72,7 @@ fn ensure_rustup_target(channel: &str) {
         line.split_whitespace().next() == Some(channel) || line.starts_with(&format!("{channel}-"))
     });
     if !installed {
-        println!(
-            "cargo:warning=installing the Rust {channel} toolchain with the {TARGET} target (rust-toolchain.toml)"
-        );
+        // Said after the fact: cargo repeats a build script's warnings on later builds.
         run_or_panic(
             Command::new("rustup").args([
                 "toolchain",
@@ -87,6 +85,9 @@ fn ensure_rustup_target(channel: &str) {
             ]),
             &format!("`rustup toolchain install {channel} --target {TARGET}`"),
         );
+        println!(
+            "cargo:warning=installed the Rust {channel} toolchain with the {TARGET} target (rust-toolchain.toml pins them)"
+        );
         return;
     }
     let targets = run_or_panic(
@@ -94,12 +95,12 @@ fn ensure_rustup_target(channel: &str) {
         "`rustup target list --installed`",
     );
     if !targets.lines().any(|line| line.trim() == TARGET) {
-        println!(
-            "cargo:warning=installing the {TARGET} target for Rust {channel} (rust-toolchain.toml)"
-        );
         run_or_panic(
             Command::new("rustup").args(["target", "add", TARGET, "--toolchain", channel]),
             &format!("`rustup target add {TARGET} --toolchain {channel}`"),
+        );
+        println!(
+            "cargo:warning=installed the {TARGET} target for Rust {channel} (the policy component needs it)"
         );
     }
 }
