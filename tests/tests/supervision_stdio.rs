@@ -1,4 +1,4 @@
-//! Supervision of real stdio child processes: DESIGN.md's invariants on the fault-injecting
+//! Supervision of real stdio child processes: Tether's invariants on the fault-injecting
 //! fixture, with millisecond policy settings and condition waits.
 
 mod common;

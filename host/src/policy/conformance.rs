@@ -2,7 +2,7 @@
 //! that any policy component must pass, run through the real runtime. `tether policy check`
 //! runs them, after [`preflight`] has made sure the component can be used at all.
 //!
-//! Scenarios check DESIGN.md's invariants, not one policy's parameters: they use the policy's
+//! Scenarios check Tether's invariants, not one policy's parameters: they use the policy's
 //! own default settings (or the settings given), drive virtual time forward freely and fire
 //! every timer the policy asks for, and allow generous bounds (e.g. "parks within 25 attempts").
 
