@@ -202,13 +202,7 @@ impl Supervisor {
                 spec.name
             ));
         }
-        let valid_name = !spec.name.is_empty()
-            && spec.name.len() <= ServerSpec::MAX_NAME_LEN
-            && spec
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-        if !valid_name {
+        if !ServerSpec::valid_name(&spec.name) {
             return Err(format!(
                 "invalid server name {:?}: use 1 to {} letters, digits, `_` and `-`",
                 spec.name,

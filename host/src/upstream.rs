@@ -95,7 +95,6 @@ pub struct Session {
     /// Why the transport ended the session, when it knows (e.g. HTTP 404: the server forgot
     /// the session; 401/403: credentials revoked).
     end: SessionEnd,
-    is_http: bool,
     max_message: usize,
 }
 
@@ -210,7 +209,6 @@ impl Session {
             server_info,
             ping_unsupported: AtomicBool::new(false),
             end: SessionEnd::new(),
-            is_http: transport != TransportKind::Stdio,
             max_message: ServerSpec::DEFAULT_MAX_MESSAGE,
         }
     }
@@ -436,7 +434,7 @@ impl Session {
     }
 
     async fn request_fault(&self, what: &str, error: ServiceError) -> Fault {
-        if self.is_http
+        if self.transport != TransportKind::Stdio
             && let Some(fault) = http::classify_service_error(&error)
         {
             return fault;

@@ -128,6 +128,18 @@ async fn wait_for_tools(
     }
 }
 
+/// The upstream's tools are listed through `client`, and a call reaches it.
+async fn assert_serves_the_upstream(client: &RunningService<RoleClient, Agent>) {
+    wait_for_tools(client, "the upstream's tools are listed", |t| {
+        t.contains(&"up__echo".to_string())
+    })
+    .await;
+    assert_eq!(
+        text(&call(client, "up__echo", json!({"text": "hi"})).await),
+        "hi"
+    );
+}
+
 /// Kills the upstream so that it cannot come back, waits for the agent to see its tools go,
 /// lets it come back, and waits for the agent to see them return.
 async fn follow_death_park_and_revival(
@@ -467,14 +479,7 @@ async fn foreign_origins_get_403_before_any_session_and_loopback_or_allowed_ones
         .serve(http_transport(url, None, Some("http://localhost:5173")))
         .await
         .expect("MCP over HTTP with a loopback Origin");
-    wait_for_tools(&client, "the upstream's tools are listed", |t| {
-        t.contains(&"up__echo".to_string())
-    })
-    .await;
-    assert_eq!(
-        text(&call(&client, "up__echo", json!({"text": "hi"})).await),
-        "hi"
-    );
+    assert_serves_the_upstream(&client).await;
 
     for origin in [
         "https://evil.example",
@@ -623,14 +628,7 @@ async fn a_token_file_guards_the_endpoint_and_a_network_bind_is_warned_about() {
         .serve(http_transport(url, Some(token), None))
         .await
         .expect("MCP over HTTP with the token");
-    wait_for_tools(&client, "the upstream's tools are listed", |t| {
-        t.contains(&"up__echo".to_string())
-    })
-    .await;
-    assert_eq!(
-        text(&call(&client, "up__echo", json!({"text": "hi"})).await),
-        "hi"
-    );
+    assert_serves_the_upstream(&client).await;
     drop(client);
     assert!(terminate(gateway.tether).await.success());
     let stderr = gateway.stderr.lock().unwrap().clone();

@@ -210,16 +210,22 @@ async fn a_flood_of_list_changes_is_coalesced() {
         ))
         .unwrap();
     healthy(&host, "flood").await;
-    // Settled: the count stops moving (one refresh in flight, one pending at most).
-    let mut last = usize::MAX;
-    wait_until("the refreshes settle", || {
+    // Settled: the count stops moving between two looks 200 ms apart (one refresh in flight
+    // and one pending at most), within the test's patience.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut last = count();
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
         let now = count();
-        let settled = now == last;
+        if now == last && now > 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "refreshes never settle: {now}"
+        );
         last = now;
-        std::thread::sleep(Duration::from_millis(200));
-        settled
-    })
-    .await;
+    }
     // The initial list, then at most a handful: never one per notification.
     assert!(
         count() <= 10,

@@ -468,7 +468,7 @@ impl<'a> Loader<'a> {
                     return Err(self.wrong(Place::key(name, "disabled"), "a boolean", other));
                 }
             }
-            if !valid_server_name(name) {
+            if !ServerSpec::valid_name(name) {
                 return Err(ConfigError::InvalidName {
                     file: self.file.to_string(),
                     server: name.clone(),
@@ -1038,15 +1038,6 @@ impl<'a> Loader<'a> {
         self.warnings
             .push(format!("{}: {place}: {message}", self.file));
     }
-}
-
-/// Non-empty, at most [`ServerSpec::MAX_NAME_LEN`] characters, `[A-Za-z0-9_-]` only.
-fn valid_server_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= ServerSpec::MAX_NAME_LEN
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 fn valid_env_key(key: &str) -> bool {

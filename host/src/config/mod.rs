@@ -110,6 +110,15 @@ impl ServerSpec {
     /// and names the server's log file.
     pub const MAX_NAME_LEN: usize = 48;
 
+    /// Whether `name` may name a server: 1 to [`Self::MAX_NAME_LEN`] of `[A-Za-z0-9_-]`.
+    pub fn valid_name(name: &str) -> bool {
+        !name.is_empty()
+            && name.len() <= Self::MAX_NAME_LEN
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    }
+
     /// A stdio server with default settings.
     pub fn stdio(name: &str, command: impl Into<String>, args: &[&str]) -> Self {
         Self::new(
