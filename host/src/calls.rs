@@ -14,9 +14,9 @@ use crate::policy::{
     ReconnectSource,
 };
 use crate::supervisor::{SessionLookup, Supervisor};
-use crate::upstream::{CallFailure, Session};
+use crate::upstream::{CallContext, CallFailure, Session};
 
-/// How a call ended, for observers (metrics).
+/// How a call ended, for observers (and as the `outcome` label of metrics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CallResultKind {
     /// The server answered with a result that is not an error.
@@ -29,6 +29,21 @@ pub enum CallResultKind {
     Timeout,
     /// Not sent: refused by the policy, shutting down, or no session came up in time.
     Refused,
+    /// The client cancelled it while it was in flight; the server was told.
+    Cancelled,
+}
+
+impl CallResultKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::ToolError => "tool_error",
+            Self::TransportError => "transport_error",
+            Self::Timeout => "timeout",
+            Self::Refused => "refused",
+            Self::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// Hears about every finished call.
@@ -51,7 +66,18 @@ impl Supervisor {
         advertised: &str,
         arguments: Option<JsonObject>,
     ) -> Result<CallToolResult, CallError> {
-        self.call_tool_with_hook(advertised, arguments, async {})
+        self.call_tool_in(advertised, arguments, CallContext::default())
+            .await
+    }
+
+    /// [`Supervisor::call_tool`] for a client that may cancel the call or wants its progress.
+    pub async fn call_tool_in(
+        &self,
+        advertised: &str,
+        arguments: Option<JsonObject>,
+        context: CallContext,
+    ) -> Result<CallToolResult, CallError> {
+        self.call_tool_with_hook(advertised, arguments, context, async {})
             .await
     }
 
@@ -70,6 +96,7 @@ impl Supervisor {
         &self,
         advertised: &str,
         arguments: Option<JsonObject>,
+        context: CallContext,
         before_dispatch: impl std::future::Future<Output = ()>,
     ) -> Result<CallToolResult, CallError> {
         let Some(_in_flight) = self.enter_call() else {
@@ -99,14 +126,21 @@ impl Supervisor {
                 )));
             }
         };
-        match admission {
+        let context = match admission {
             Admission::Reject(message) => return Ok(self.refuse(&server, message)),
             Admission::Reconnect(message) => {
                 self.reconnect_for_call(&server);
                 return Ok(self.refuse(&server, message));
             }
-            Admission::Allow | Admission::Probe => {}
-        }
+            Admission::Allow => context,
+            // The policy waits for its probe's outcome, and contract 0.1 has no word for
+            // "cancelled": a probe runs to its end even if its client gives up (the client's
+            // answer is dropped), so the breaker hears what the server really did.
+            Admission::Probe => CallContext {
+                cancel: Default::default(),
+                progress: context.progress,
+            },
+        };
         let Some(SessionLookup {
             current,
             updates: sessions,
@@ -145,7 +179,7 @@ impl Supervisor {
         };
         let arguments_copy = arguments.clone();
         let mut result = first
-            .call(&route.tool.original, arguments, &spec.timeouts)
+            .call(&route.tool.original, arguments, &spec.timeouts, &context)
             .await;
         if let Err(CallFailure::NotSent(_)) = &result {
             // The session died between the check and the send: the call certainly did not run.
@@ -154,7 +188,12 @@ impl Supervisor {
                 wait_for_fresh(sessions.clone(), Some(&first), spec.timeouts.reconnect_wait).await
             {
                 result = fresh
-                    .call(&route.tool.original, arguments_copy.clone(), &spec.timeouts)
+                    .call(
+                        &route.tool.original,
+                        arguments_copy.clone(),
+                        &spec.timeouts,
+                        &context,
+                    )
                     .await;
             }
         } else if let Err(CallFailure::Lost(fault)) = &result
@@ -169,9 +208,14 @@ impl Supervisor {
             {
                 let retry_id = shared.next_call_id();
                 let retried = fresh
-                    .call(&route.tool.original, arguments_copy, &spec.timeouts)
+                    .call(
+                        &route.tool.original,
+                        arguments_copy,
+                        &spec.timeouts,
+                        &context,
+                    )
                     .await;
-                self.report(&server, retry_id, outcome(&retried), started);
+                self.report_result(&server, retry_id, &retried, started);
                 return Ok(match retried {
                     Err(CallFailure::Lost(fault)) => refusal(format!(
                         "The connection to server \"{server}\" was lost during the call, and again during one retry on a fresh session ({}). The tool is read-only, so retrying is safe: wait a few seconds and retry.",
@@ -182,7 +226,7 @@ impl Supervisor {
             }
             return Ok(answer(&server, result, true));
         }
-        self.report(&server, call_id, outcome(&result), started);
+        self.report_result(&server, call_id, &result, started);
         Ok(answer(&server, result, route.tool.read_only))
     }
 
@@ -237,6 +281,23 @@ impl Supervisor {
             .call_observer
             .write()
             .unwrap_or_else(|e| e.into_inner()) = Some(observer);
+    }
+
+    /// Tells the policy how a call that went out ended. A cancelled call is only counted:
+    /// contract 0.1 has no word for it, and it says nothing about the server's health.
+    fn report_result(
+        &self,
+        server: &str,
+        call_id: u64,
+        result: &Result<CallToolResult, CallFailure>,
+        started: Instant,
+    ) {
+        match result {
+            Err(CallFailure::Cancelled) => {
+                self.observe(server, CallResultKind::Cancelled, started.elapsed())
+            }
+            result => self.report(server, call_id, outcome(result), started),
+        }
     }
 
     /// Tells the policy how a call ended. The report is queued ahead of any later admission
@@ -296,11 +357,13 @@ fn outcome(result: &Result<CallToolResult, CallFailure>) -> CallOutcome {
             CallOutcome::TransportError(fault.clone())
         }
         // The server answered: it works; the request was wrong.
-        Err(CallFailure::Protocol(message)) => CallOutcome::ToolError(message.clone()),
+        Err(CallFailure::Protocol(error)) => CallOutcome::ToolError(error.message.to_string()),
         // The server answered too; only its answer could not be taken.
         Err(CallFailure::TooLarge { .. }) => {
             CallOutcome::ToolError("the answer was larger than max_message".into())
         }
+        // Never reported (see `report_result`); were it, it would not be the server's fault.
+        Err(CallFailure::Cancelled) => CallOutcome::ToolError("cancelled by the client".into()),
     }
 }
 
@@ -341,8 +404,12 @@ fn answer(
             "Server \"{server}\" is reconnecting ({}); the call was not sent. Wait a few seconds and retry.",
             fault_words(&fault)
         )),
-        Err(CallFailure::Protocol(message)) => refusal(format!(
-            "Server \"{server}\" rejected the call: {message}. Fix the arguments before retrying."
+        Err(CallFailure::Protocol(error)) => refusal(format!(
+            "Server \"{server}\" rejected the call: {}. Fix the arguments before retrying.",
+            error.message
+        )),
+        Err(CallFailure::Cancelled) => refusal(format!(
+            "The call to server \"{server}\" was cancelled by the client; the server was told to stop. It may or may not have run."
         )),
         Err(CallFailure::TooLarge { size, limit }) => refusal(format!(
             "Server \"{server}\" ran the call, but its answer{} is larger than Tether's limit of {} (max_message), so it was dropped unread. Do not retry it as is: ask for less (narrower arguments, fewer items), or have the operator raise max_message for this server.",

@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod calls;
+pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod gateway;

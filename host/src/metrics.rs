@@ -24,80 +24,29 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::calls::{CallObserver, CallResultKind};
-use crate::policy::{BreakerState, CallOutcome, ServerState, TransportKind};
+use crate::policy::{BreakerState, ServerState, TransportKind};
 use crate::supervisor::Supervisor;
 
 /// The `Content-Type` of [`Metrics::render`]'s output (Prometheus text format 0.0.4).
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
-/// How a tool call ended, as a metrics label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CallOutcomeLabel {
-    /// The server answered with a result that is not an error.
-    Ok,
-    /// The server answered with an error result (`isError`) or rejected the request.
-    ToolError,
-    /// The transport failed before an answer arrived (also: no live session to send it on).
-    TransportError,
-    /// No answer within the call deadline.
-    Timeout,
-    /// Tether did not send the call: the policy rejected it (breaker open, parked, reconnecting),
-    /// admission failed, or the server was removed.
-    Refused,
-}
-
-impl CallOutcomeLabel {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Ok => "ok",
-            Self::ToolError => "tool_error",
-            Self::TransportError => "transport_error",
-            Self::Timeout => "timeout",
-            Self::Refused => "refused",
-        }
-    }
-}
-
-impl EncodeLabelValue for CallOutcomeLabel {
+impl EncodeLabelValue for CallResultKind {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
         EncodeLabelValue::encode(&self.as_str(), encoder)
-    }
-}
-
-impl From<&CallOutcome> for CallOutcomeLabel {
-    fn from(outcome: &CallOutcome) -> Self {
-        match outcome {
-            CallOutcome::Ok => Self::Ok,
-            CallOutcome::ToolError(_) => Self::ToolError,
-            CallOutcome::TransportError(_) => Self::TransportError,
-            CallOutcome::Timeout => Self::Timeout,
-        }
-    }
-}
-
-impl From<CallResultKind> for CallOutcomeLabel {
-    fn from(kind: CallResultKind) -> Self {
-        match kind {
-            CallResultKind::Ok => Self::Ok,
-            CallResultKind::ToolError => Self::ToolError,
-            CallResultKind::TransportError => Self::TransportError,
-            CallResultKind::Timeout => Self::Timeout,
-            CallResultKind::Refused => Self::Refused,
-        }
     }
 }
 
 /// The call path reports every finished call here (see [`Supervisor::observe_calls`]).
 impl CallObserver for Metrics {
     fn observe(&self, server: &str, result: CallResultKind, duration: Duration) {
-        self.observe_call(server, result.into(), duration);
+        self.observe_call(server, result, duration);
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct CallLabels {
     server: String,
-    outcome: CallOutcomeLabel,
+    outcome: CallResultKind,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -209,14 +158,14 @@ impl Metrics {
 
     /// Counts one finished tool call of `server` and, unless Tether refused to send it, its
     /// duration (from admission to the answer, retries on a fresh session included).
-    pub fn observe_call(&self, server: &str, outcome: CallOutcomeLabel, duration: Duration) {
+    pub fn observe_call(&self, server: &str, outcome: CallResultKind, duration: Duration) {
         self.calls
             .get_or_create(&CallLabels {
                 server: server.to_string(),
                 outcome,
             })
             .inc();
-        if outcome != CallOutcomeLabel::Refused {
+        if outcome != CallResultKind::Refused {
             self.durations
                 .get_or_create(&ServerLabel {
                     server: server.to_string(),
@@ -423,11 +372,12 @@ mod tests {
     #[test]
     fn outcome_labels_match_their_names() {
         for (label, name) in [
-            (CallOutcomeLabel::Ok, "ok"),
-            (CallOutcomeLabel::ToolError, "tool_error"),
-            (CallOutcomeLabel::TransportError, "transport_error"),
-            (CallOutcomeLabel::Timeout, "timeout"),
-            (CallOutcomeLabel::Refused, "refused"),
+            (CallResultKind::Ok, "ok"),
+            (CallResultKind::ToolError, "tool_error"),
+            (CallResultKind::TransportError, "transport_error"),
+            (CallResultKind::Timeout, "timeout"),
+            (CallResultKind::Refused, "refused"),
+            (CallResultKind::Cancelled, "cancelled"),
         ] {
             assert_eq!(label.as_str(), name);
             let calls = Family::<CallLabels, Counter>::default();

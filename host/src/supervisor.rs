@@ -3,7 +3,8 @@
 //! Events go straight to the policy runtime, in the same order as admissions (decided inline or
 //! queued, so a call's report always counts before the next admission); one driver task executes
 //! the actions in the order the policy decided them: connect/disconnect/wake-at go back to the
-//! server's task, publish/withdraw go to the registry.
+//! server's task, publish/withdraw go to the registry and show or hide the server's prompts and
+//! resources in the catalog.
 //!
 //! Follow one failure: the child dies → its task sees the session end (`ServerTask::run`) →
 //! `Disconnected(process exited)` → the policy decides → the driver executes `WithdrawTools` (the registry
@@ -22,6 +23,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::catalog::{Catalog, ServerCatalog};
 use crate::config::{ServerSpec, Timeouts};
 use crate::policy::{
     Action, Event, EventKind, Fault, PolicyError, PolicyRuntime, ServerFault, ServerState,
@@ -29,7 +31,7 @@ use crate::policy::{
 };
 use crate::registry::Registry;
 use crate::transport::http::HttpFlavor;
-use crate::upstream::{Session, UpstreamNotice};
+use crate::upstream::{ListChanges, ServerEvent, Session};
 
 /// Host time for the policy: milliseconds since the supervisor started.
 #[derive(Debug, Clone, Copy)]
@@ -117,6 +119,9 @@ struct ServerHandle {
 pub(crate) struct Shared {
     pub(crate) policy: PolicyRuntime,
     pub(crate) registry: Arc<Registry>,
+    pub(crate) catalog: Arc<Catalog>,
+    /// Resource updates and log messages from every upstream.
+    events: broadcast::Sender<ServerEvent>,
     pub(crate) clock: Clock,
     feeder: Feeder,
     servers: Mutex<BTreeMap<String, ServerHandle>>,
@@ -158,6 +163,8 @@ impl Supervisor {
             },
             policy,
             registry: Arc::new(Registry::default()),
+            catalog: Arc::new(Catalog::default()),
+            events: broadcast::channel(1024).0,
             clock,
             servers: Mutex::default(),
             log_dir,
@@ -174,6 +181,16 @@ impl Supervisor {
 
     pub fn registry(&self) -> &Arc<Registry> {
         &self.shared.registry
+    }
+
+    /// The visible servers' prompts, resources and templates.
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.shared.catalog
+    }
+
+    /// Resource updates and log messages from the upstream servers, as they arrive.
+    pub fn server_events(&self) -> broadcast::Receiver<ServerEvent> {
+        self.shared.events.subscribe()
     }
 
     pub fn policy(&self) -> &PolicyRuntime {
@@ -230,6 +247,8 @@ impl Supervisor {
             session_tx,
             view: view.clone(),
             flavor: None,
+            catalog: self.shared.catalog.clone(),
+            events: self.shared.events.clone(),
         };
         let config = spec.policy_config();
         let refused = view.clone();
@@ -265,6 +284,7 @@ impl Supervisor {
         self.shared.feed(EventKind::ServerRemoved(name.to_string()));
         stop(handle).await;
         self.shared.registry.forget(name);
+        self.shared.catalog.forget(name);
         true
     }
 
@@ -422,8 +442,16 @@ impl Shared {
                         token: wake.token,
                     },
                 ),
-                Action::PublishTools(publication) => self.registry.publish(publication),
-                Action::WithdrawTools(server) => self.registry.withdraw(&server),
+                // A server's prompts and resources are visible exactly while it is published.
+                Action::PublishTools(publication) => {
+                    let server = publication.server.clone();
+                    self.registry.publish(publication);
+                    self.catalog.set_visible(&server, true);
+                }
+                Action::WithdrawTools(server) => {
+                    self.registry.withdraw(&server);
+                    self.catalog.set_visible(&server, false);
+                }
                 Action::StateChanged(change) => self.state_changed(change),
             }
         }
@@ -529,9 +557,18 @@ struct ServerTask {
     view: Arc<Mutex<ServerView>>,
     /// Which HTTP flavor the server speaks, once known.
     flavor: Option<HttpFlavor>,
+    catalog: Arc<Catalog>,
+    events: broadcast::Sender<ServerEvent>,
 }
 
-type Attempt = BoxFuture<'static, (Result<(Session, Vec<Tool>), Fault>, Option<HttpFlavor>)>;
+/// A session that opened, with its tools and the rest of what it offers.
+struct Opened {
+    session: Session,
+    tools: Vec<Tool>,
+    catalog: ServerCatalog,
+}
+
+type Attempt = BoxFuture<'static, (Result<Opened, Fault>, Option<HttpFlavor>)>;
 
 impl ServerTask {
     fn feed(&self, kind: EventKind) {
@@ -549,15 +586,25 @@ impl ServerTask {
         }
     }
 
-    fn attempt(&self, notices: mpsc::Sender<UpstreamNotice>) -> Attempt {
+    fn attempt(&self, changes: Arc<ListChanges>) -> Attempt {
         let spec = self.spec.clone();
         let mut flavor = self.flavor;
         let log_dir = self.log_dir.clone();
+        let events = self.events.clone();
         async move {
             let result = async {
-                let session = Session::open(&spec, &mut flavor, notices, &log_dir).await?;
-                match session.list_tools(&spec.timeouts).await {
-                    Ok(tools) => Ok((session, tools)),
+                let session = Session::open(&spec, &mut flavor, changes, events, &log_dir).await?;
+                let listed = async {
+                    let tools = session.list_tools(&spec.timeouts).await?;
+                    let catalog = session.list_catalog(&spec.timeouts).await?;
+                    Ok((tools, catalog))
+                };
+                match listed.await {
+                    Ok((tools, catalog)) => Ok(Opened {
+                        session,
+                        tools,
+                        catalog,
+                    }),
                     Err(fault) => {
                         session.close(spec.timeouts.stop_grace).await;
                         Err(fault)
@@ -573,6 +620,14 @@ impl ServerTask {
     fn refresh(&self, live: Arc<Session>) -> BoxFuture<'static, Result<Vec<Tool>, Fault>> {
         let timeouts = self.spec.timeouts.clone();
         async move { live.list_tools(&timeouts).await }.boxed()
+    }
+
+    fn refresh_catalog(
+        &self,
+        live: Arc<Session>,
+    ) -> BoxFuture<'static, Result<ServerCatalog, Fault>> {
+        let timeouts = self.spec.timeouts.clone();
+        async move { live.list_catalog(&timeouts).await }.boxed()
     }
 
     async fn close_session(&self, session: &mut Option<Arc<Session>>) {
@@ -592,8 +647,10 @@ impl ServerTask {
         let mut refresh: Option<BoxFuture<'static, Result<Vec<Tool>, Fault>>> = None;
         // A list change that came while a refresh was in flight: one more refresh after it.
         let mut refresh_pending = false;
+        let mut catalog_refresh: Option<BoxFuture<'static, Result<ServerCatalog, Fault>>> = None;
+        let mut catalog_refresh_pending = false;
         let mut next_keepalive = Instant::now();
-        let mut notices = mpsc::channel(1).1;
+        let mut changes = Arc::new(ListChanges::default());
         loop {
             let live = session.clone();
             tokio::select! {
@@ -603,10 +660,11 @@ impl ServerTask {
                         keepalive = None;
                         refresh = None;
                         refresh_pending = false;
-                        // A fresh channel: notices from the old session are moot.
-                        let (notices_tx, fresh) = mpsc::channel(1);
-                        notices = fresh;
-                        attempt = Some(self.attempt(notices_tx));
+                        catalog_refresh = None;
+                        catalog_refresh_pending = false;
+                        // Fresh: list changes the old session announced are moot.
+                        changes = Arc::new(ListChanges::default());
+                        attempt = Some(self.attempt(changes.clone()));
                         let mut view = self.view.lock().unwrap_or_else(|e| e.into_inner());
                         view.reconnects += 1;
                     }
@@ -614,6 +672,7 @@ impl ServerTask {
                         attempt = None;
                         keepalive = None;
                         refresh = None;
+                        catalog_refresh = None;
                         self.close_session(&mut session).await;
                     }
                     Some(Command::WakeAt { at_ms, token }) => {
@@ -622,6 +681,7 @@ impl ServerTask {
                     Some(Command::PolicyRefusedSession(reason)) => {
                         keepalive = None;
                         refresh = None;
+                        catalog_refresh = None;
                         self.close_session(&mut session).await;
                         tracing::error!(server = %name, "the policy could not take the new session: {reason}");
                         let fault = self.fault(Fault::HandshakeFailed(format!(
@@ -643,8 +703,11 @@ impl ServerTask {
                     attempt = None;
                     self.flavor = flavor;
                     match result {
-                        Ok((opened, tools)) => {
+                        Ok(Opened { session: opened, tools, catalog }) => {
                             let opened = Arc::new(opened);
+                            // Stored before the policy hears of the session: publishing the
+                            // server shows it.
+                            self.catalog.set(&name, catalog);
                             {
                                 let mut view = self.view.lock().unwrap_or_else(|e| e.into_inner());
                                 view.pid = opened.pid();
@@ -687,6 +750,7 @@ impl ServerTask {
                     };
                     keepalive = None;
                     refresh = None;
+                        catalog_refresh = None;
                     self.close_session(&mut session).await;
                     tracing::info!(server = %name, "session ended: {fault}");
                     let fault = self.fault(fault);
@@ -710,6 +774,7 @@ impl ServerTask {
                             let keepalive_fault = self.fault(fault);
                             self.feed(EventKind::KeepaliveFailed(keepalive_fault.clone()));
                             refresh = None;
+                        catalog_refresh = None;
                             self.close_session(&mut session).await;
                             let fault = match ended {
                                 Some(ended) => self.fault(ended),
@@ -719,12 +784,34 @@ impl ServerTask {
                         }
                     }
                 }
-                Some(UpstreamNotice::ToolsChanged) = notices.recv(), if live.is_some() => {
-                    // At most one refresh in flight and one pending, however many notices come.
-                    if refresh.is_some() {
-                        refresh_pending = true;
-                    } else {
-                        refresh = Some(self.refresh(live.clone().expect("guarded by live.is_some()")));
+                changed = changes.next(), if live.is_some() => {
+                    let live = live.clone().expect("guarded by live.is_some()");
+                    // At most one refresh of each kind in flight and one pending, however many
+                    // notices come.
+                    if changed.tools {
+                        if refresh.is_some() {
+                            refresh_pending = true;
+                        } else {
+                            refresh = Some(self.refresh(live.clone()));
+                        }
+                    }
+                    if changed.catalog {
+                        if catalog_refresh.is_some() {
+                            catalog_refresh_pending = true;
+                        } else {
+                            catalog_refresh = Some(self.refresh_catalog(live));
+                        }
+                    }
+                }
+                result = poll_option(&mut catalog_refresh) => {
+                    catalog_refresh = None;
+                    match result {
+                        Ok(catalog) => self.catalog.set(&name, catalog),
+                        // The last lists stay; the session's end, if it ended, comes separately.
+                        Err(fault) => tracing::warn!(server = %name, "refreshing prompts and resources failed: {fault}"),
+                    }
+                    if std::mem::take(&mut catalog_refresh_pending) && let Some(live) = session.clone() {
+                        catalog_refresh = Some(self.refresh_catalog(live));
                     }
                 }
                 result = poll_option(&mut refresh) => {

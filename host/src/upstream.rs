@@ -1,22 +1,32 @@
 //! A live MCP session with one upstream server, whatever its transport: opening it, reading its
-//! tools, keepalives, tool calls with deadlines, noticing its end and closing it.
+//! tools, prompts and resources, keepalives, requests with deadlines (tool calls and what the
+//! gateway forwards), progress and cancellation, noticing its end and closing it.
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-#[allow(deprecated)] // sampling types: see `UpstreamHandler::create_message`
+#[allow(deprecated)] // sampling and logging types: see the handler
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest,
-    CreateMessageRequestParams, CreateMessageResult, ErrorCode, ErrorData, Implementation,
-    JsonObject, ListToolsRequest, PaginatedRequestParams, PingRequest, ServerResult,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
+    ClientRequest, CreateMessageRequestParams, CreateMessageResult, ErrorCode, ErrorData,
+    Implementation, JsonObject, ListPromptsRequest, ListResourceTemplatesRequest,
+    ListResourcesRequest, ListToolsRequest, LoggingMessageNotificationParam,
+    PaginatedRequestParams, PingRequest, ProgressNotificationParam, ProgressToken,
+    ResourceUpdatedNotificationParam, ServerResult,
 };
-use rmcp::service::{PeerRequestOptions, RequestContext, RunningService, ServiceError};
+use rmcp::service::{
+    NotificationContext, PeerRequestOptions, RequestContext, RunningService, ServiceError,
+};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
-use tokio::sync::{mpsc, watch};
+use serde::de::DeserializeOwned;
+use tokio::sync::{Notify, broadcast, watch};
+use tokio_util::sync::CancellationToken;
 
+use crate::catalog::ServerCatalog;
 use crate::config::{ServerSpec, Timeouts, TransportSpec};
 use crate::policy::{Fault, Tool, TransportKind};
 use crate::transport::SessionEnd;
@@ -25,23 +35,158 @@ use crate::transport::http::{self, HttpFlavor, HttpOptions};
 use crate::transport::limit::{self, BoundedReader};
 use crate::transport::stdio::{self, ChildProcess};
 
-/// Something an upstream server told us outside a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UpstreamNotice {
-    /// `notifications/tools/list_changed`.
-    ToolsChanged,
+/// Which of a server's lists it said changed, coalesced: however many notices arrive while a
+/// refresh runs, one more refresh of each list follows.
+#[derive(Default)]
+pub struct ListChanges {
+    pending: AtomicU8,
+    wake: Notify,
 }
 
-/// The client side of a session: forwards server notifications to the supervisor.
+/// The lists [`ListChanges::next`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Changed {
+    pub tools: bool,
+    /// Prompts, resources or resource templates.
+    pub catalog: bool,
+}
+
+const TOOLS_CHANGED: u8 = 1;
+const CATALOG_CHANGED: u8 = 2;
+
+impl ListChanges {
+    fn raise(&self, bits: u8) {
+        self.pending.fetch_or(bits, Ordering::SeqCst);
+        self.wake.notify_one();
+    }
+
+    /// Waits for changes not yet reported, and takes them.
+    pub async fn next(&self) -> Changed {
+        loop {
+            let bits = self.pending.swap(0, Ordering::SeqCst);
+            if bits != 0 {
+                return Changed {
+                    tools: bits & TOOLS_CHANGED != 0,
+                    catalog: bits & CATALOG_CHANGED != 0,
+                };
+            }
+            self.wake.notified().await;
+        }
+    }
+}
+
+/// What an upstream said outside any request that clients may want: resource updates and log
+/// messages, tagged with the server they came from.
+#[derive(Debug, Clone)]
+pub enum ServerEvent {
+    ResourceUpdated {
+        server: String,
+        uri: String,
+    },
+    #[allow(deprecated)] // logging is deprecated in 2026-07-28 but servers still log
+    Log {
+        server: String,
+        message: LoggingMessageNotificationParam,
+    },
+}
+
+/// Receives an upstream call's progress, already in the caller's terms.
+pub type ProgressSink = Arc<dyn Fn(ProgressNotificationParam) + Send + Sync>;
+
+/// What a caller gives a request besides its parameters: a way to cancel it and, if it asked,
+/// where its progress goes.
+#[derive(Clone, Default)]
+pub struct CallContext {
+    /// Cancelled when the caller gives up (`notifications/cancelled`, a closed stream).
+    pub cancel: CancellationToken,
+    pub progress: Option<ProgressSink>,
+}
+
+/// Progress sinks of the requests in flight, by the progress token sent upstream.
+#[derive(Default)]
+struct InFlight {
+    progress: Mutex<HashMap<ProgressToken, ProgressSink>>,
+}
+
+/// Unregisters a request's progress sink when the request ends, however it ends.
+struct ProgressRoute<'a> {
+    in_flight: &'a InFlight,
+    token: Option<ProgressToken>,
+}
+
+impl Drop for ProgressRoute<'_> {
+    fn drop(&mut self) {
+        if let Some(token) = self.token.take() {
+            self.in_flight
+                .progress
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&token);
+        }
+    }
+}
+
+/// The client side of a session: tells the supervisor of list changes, the gateway of events,
+/// and each request's caller of its progress.
 #[derive(Clone)]
 pub struct UpstreamHandler {
-    /// Holds at most one notice: a flood of list changes coalesces into one pending refresh.
-    notices: mpsc::Sender<UpstreamNotice>,
+    server: Arc<str>,
+    changes: Arc<ListChanges>,
+    events: broadcast::Sender<ServerEvent>,
+    in_flight: Arc<InFlight>,
 }
 
 impl ClientHandler for UpstreamHandler {
-    async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
-        let _ = self.notices.try_send(UpstreamNotice::ToolsChanged);
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.changes.raise(TOOLS_CHANGED);
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.changes.raise(CATALOG_CHANGED);
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.changes.raise(CATALOG_CHANGED);
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.events.send(ServerEvent::ResourceUpdated {
+            server: self.server.to_string(),
+            uri: params.uri,
+        });
+    }
+
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        message: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.events.send(ServerEvent::Log {
+            server: self.server.to_string(),
+            message,
+        });
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let sink = self
+            .in_flight
+            .progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&params.progress_token)
+            .cloned();
+        if let Some(sink) = sink {
+            sink(params);
+        }
     }
 
     /// Tether has no model to sample from and does not pass sampling on to its clients:
@@ -76,10 +221,12 @@ pub enum CallFailure {
     /// The request never left (no live session): it certainly did not run.
     NotSent(Fault),
     /// The server answered with a JSON-RPC error (e.g. unknown tool, invalid params).
-    Protocol(String),
+    Protocol(ErrorData),
     /// The server answered, but the answer was larger than `max_message` (its size in bytes
     /// when known, and the limit): it was dropped unread. The call did run.
     TooLarge { size: u64, limit: u64 },
+    /// The caller cancelled it; the server was told (`notifications/cancelled`).
+    Cancelled,
 }
 
 /// An initialized session.
@@ -96,18 +243,27 @@ pub struct Session {
     /// the session; 401/403: credentials revoked).
     end: SessionEnd,
     max_message: usize,
+    in_flight: Arc<InFlight>,
 }
 
 impl Session {
     /// Connects to `spec` and completes the MCP handshake within the connect timeout.
     /// `flavor` remembers, across reconnects, which HTTP flavor the server speaks.
+    /// List changes go to `changes`, resource updates and log messages to `events`.
     pub async fn open(
         spec: &ServerSpec,
         flavor: &mut Option<HttpFlavor>,
-        notices: mpsc::Sender<UpstreamNotice>,
+        changes: Arc<ListChanges>,
+        events: broadcast::Sender<ServerEvent>,
         log_dir: &Path,
     ) -> Result<Session, Fault> {
-        let handler = UpstreamHandler { notices };
+        let in_flight = Arc::new(InFlight::default());
+        let handler = UpstreamHandler {
+            server: spec.name.as_str().into(),
+            changes,
+            events,
+            in_flight: in_flight.clone(),
+        };
         let deadline = spec.timeouts.connect;
         let mut end = SessionEnd::new();
         let (service, process, transport) = match &spec.transport {
@@ -175,6 +331,7 @@ impl Session {
         let mut session = Self::from_service(&spec.name, service, process, transport);
         session.end = end;
         session.max_message = spec.max_message;
+        session.in_flight = in_flight;
         Ok(session)
     }
 
@@ -210,6 +367,7 @@ impl Session {
             ping_unsupported: AtomicBool::new(false),
             end: SessionEnd::new(),
             max_message: ServerSpec::DEFAULT_MAX_MESSAGE,
+            in_flight: Arc::default(),
         }
     }
 
@@ -223,6 +381,16 @@ impl Session {
 
     pub fn pid(&self) -> Option<u32> {
         self.process.as_ref().map(ChildProcess::pid)
+    }
+
+    /// Whether the server offers `resources/subscribe`.
+    pub fn offers_resource_subscriptions(&self) -> bool {
+        self.peer.peer_info().is_some_and(|info| {
+            info.capabilities
+                .resources
+                .as_ref()
+                .is_some_and(|r| r.subscribe == Some(true))
+        })
     }
 
     /// Whether requests can still go out: the session has not ended and its process lives.
@@ -375,35 +543,82 @@ impl Session {
         tool: &str,
         arguments: Option<JsonObject>,
         timeouts: &Timeouts,
+        context: &CallContext,
     ) -> Result<CallToolResult, CallFailure> {
-        if !self.is_alive() {
-            return Err(CallFailure::NotSent(self.end_fault().await));
-        }
         let mut params = CallToolRequestParams::new(tool.to_string());
         if let Some(arguments) = arguments {
             params = params.with_arguments(arguments);
         }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        match self
+            .exchange("tools/call", request, timeouts, context)
+            .await?
+        {
+            ServerResult::CallToolResult(result) => Ok(result),
+            _ => Err(CallFailure::Protocol(ErrorData::internal_error(
+                "unexpected answer to tools/call",
+                None,
+            ))),
+        }
+    }
+
+    /// Sends one request a client made (a tool call, `prompts/get`, `resources/read`, ...)
+    /// and waits for its answer within the call deadlines (progress resets the first), unless
+    /// the caller cancels it first. Never retried here.
+    pub async fn exchange(
+        &self,
+        method: &str,
+        request: ClientRequest,
+        timeouts: &Timeouts,
+        context: &CallContext,
+    ) -> Result<ServerResult, CallFailure> {
+        if !self.is_alive() {
+            return Err(CallFailure::NotSent(self.end_fault().await));
+        }
         let mut options = PeerRequestOptions::with_timeout(timeouts.call);
         options.reset_timeout_on_progress = true;
         options.max_total_timeout = Some(timeouts.call_max);
-        let answer = match self.peer.send_request_with_option(request, options).await {
-            Ok(handle) => handle.await_response().await,
+        let handle = match self.peer.send_request_with_option(request, options).await {
+            Ok(handle) => handle,
             Err(error) => {
                 return Err(CallFailure::NotSent(
-                    self.request_fault("tools/call", error).await,
+                    self.request_fault(method, error).await,
                 ));
             }
         };
+        // rmcp picks the token; progress that comes before this line is lost (the server has
+        // had no time to do any work yet).
+        let _progress = ProgressRoute {
+            in_flight: &self.in_flight,
+            token: context.progress.clone().map(|sink| {
+                self.in_flight
+                    .progress
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(handle.progress_token.clone(), sink);
+                handle.progress_token.clone()
+            }),
+        };
+        let (peer, id) = (handle.peer.clone(), handle.id.clone());
+        let answer = tokio::select! {
+            answer = handle.await_response() => answer,
+            _ = context.cancel.cancelled() => {
+                let cancelled = CancelledNotificationParam::new(
+                    Some(id),
+                    Some("the client cancelled the request".into()),
+                );
+                if let Err(error) = peer.notify_cancelled(cancelled).await {
+                    tracing::debug!(server = %self.server, "could not pass a cancellation on: {error}");
+                }
+                return Err(CallFailure::Cancelled);
+            }
+        };
         match answer {
-            Ok(ServerResult::CallToolResult(result)) => Ok(result),
-            Ok(_) => Err(CallFailure::Protocol(
-                "unexpected answer to tools/call".into(),
-            )),
+            Ok(result) => Ok(result),
             Err(ServiceError::McpError(error)) => {
                 match limit::too_large(error.code.0, error.data.as_ref()) {
                     Some((size, limit)) => Err(CallFailure::TooLarge { size, limit }),
-                    None => Err(CallFailure::Protocol(error.message.to_string())),
+                    None => Err(CallFailure::Protocol(error)),
                 }
             }
             Err(ServiceError::Timeout { timeout }) => {
@@ -415,10 +630,120 @@ impl Session {
                     _ => Err(CallFailure::TimedOut(timeout)),
                 }
             }
-            Err(error) => Err(CallFailure::Lost(
-                self.request_fault("tools/call", error).await,
-            )),
+            Err(error) => Err(CallFailure::Lost(self.request_fault(method, error).await)),
         }
+    }
+
+    /// The server's prompts, resources and resource templates, each list read if the server
+    /// offers it. A list the server fails to give, or one over `max_message`, is left empty
+    /// with a warning: it must not cost the server its tools. A transport failure is a fault.
+    pub async fn list_catalog(&self, timeouts: &Timeouts) -> Result<ServerCatalog, Fault> {
+        let capabilities = self
+            .peer
+            .peer_info()
+            .map(|info| info.capabilities.clone())
+            .unwrap_or_default();
+        let mut catalog = ServerCatalog::default();
+        if capabilities.prompts.is_some() {
+            catalog.prompts = self
+                .list_items("prompts/list", "prompts", timeouts, |params| {
+                    ClientRequest::ListPromptsRequest(ListPromptsRequest::with_param(params))
+                })
+                .await?;
+        }
+        if capabilities.resources.is_some() {
+            catalog.resources = self
+                .list_items("resources/list", "resources", timeouts, |params| {
+                    ClientRequest::ListResourcesRequest(ListResourcesRequest::with_param(params))
+                })
+                .await?;
+            catalog.templates = self
+                .list_items(
+                    "resources/templates/list",
+                    "resourceTemplates",
+                    timeouts,
+                    |params| {
+                        ClientRequest::ListResourceTemplatesRequest(
+                            ListResourceTemplatesRequest::with_param(params),
+                        )
+                    },
+                )
+                .await?;
+        }
+        Ok(catalog)
+    }
+
+    /// Every item of a paginated list, read item by item (one bad item is skipped, not the
+    /// list), in at most `max_message` bytes and `max_tool_pages` pages.
+    async fn list_items<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        key: &str,
+        timeouts: &Timeouts,
+        request: impl Fn(PaginatedRequestParams) -> ClientRequest,
+    ) -> Result<Vec<T>, Fault> {
+        let mut items = Vec::new();
+        let mut total = 0usize;
+        let mut cursor = None;
+        let gave_up = |why: String| {
+            tracing::warn!(server = %self.server, "{method}: {why}; serving none of that list");
+            Ok(Vec::new())
+        };
+        for _ in 0..timeouts.max_tool_pages.max(1) {
+            let mut params = PaginatedRequestParams::default();
+            params.cursor = cursor;
+            let page = match self
+                .request(request(params), timeouts.keepalive_deadline)
+                .await
+            {
+                Ok(page) => page,
+                Err(ServiceError::McpError(error))
+                    if limit::too_large(error.code.0, error.data.as_ref()).is_some() =>
+                {
+                    return gave_up(format!(
+                        "the answer is larger than max_message ({})",
+                        limit::describe_size(self.max_message as u64)
+                    ));
+                }
+                Err(ServiceError::McpError(error)) => {
+                    return gave_up(format!(
+                        "the server answered error {}: {}",
+                        error.code.0, error.message
+                    ));
+                }
+                Err(error) => return Err(self.request_fault(method, error).await),
+            };
+            let serde_json::Value::Object(mut page) =
+                serde_json::to_value(page).unwrap_or_default()
+            else {
+                return gave_up("the answer is not an object".into());
+            };
+            let Some(serde_json::Value::Array(raw)) = page.remove(key) else {
+                return gave_up(format!("the answer has no `{key}` list"));
+            };
+            for item in raw {
+                total += item.to_string().len();
+                if total > self.max_message {
+                    return gave_up(format!(
+                        "the list is larger than max_message ({}) in all",
+                        limit::describe_size(self.max_message as u64)
+                    ));
+                }
+                match serde_json::from_value::<T>(item) {
+                    Ok(item) => items.push(item),
+                    Err(error) => {
+                        INVALID_ITEMS.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(server = %self.server, "{method}: skipping an invalid item: {error}");
+                    }
+                }
+            }
+            match page.get("nextCursor").and_then(|c| c.as_str()) {
+                Some(next) if !next.is_empty() => cursor = Some(next.to_string()),
+                _ => return Ok(items),
+            }
+        }
+        tracing::warn!(server = %self.server, pages = timeouts.max_tool_pages, "{method} has more pages than the cap; using the first ones");
+        Ok(items)
     }
 
     async fn request(
@@ -498,6 +823,9 @@ static INVALID_TOOLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU6
 pub fn invalid_tools_skipped() -> u64 {
     INVALID_TOOLS.load(Ordering::Relaxed)
 }
+
+/// Prompts, resources and templates skipped from list answers because they were invalid.
+static INVALID_ITEMS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// One page of `tools/list`: each tool, or why it could not be read.
 struct ToolPage {

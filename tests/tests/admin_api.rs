@@ -15,8 +15,9 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tether::admin::server::ReloadFn;
 use tether::admin::{AdminContext, AdminServer, state_file};
+use tether::calls::CallResultKind;
 use tether::config::ServerSpec;
-use tether::metrics::{CallOutcomeLabel, Metrics};
+use tether::metrics::Metrics;
 use tether::policy::ServerState;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -520,16 +521,16 @@ async fn metrics_expose_per_server_series_as_prometheus_text() {
     wait_until("tools visible", || !admin.host.tools("alpha").is_empty()).await;
     admin
         .metrics
-        .observe_call("alpha", CallOutcomeLabel::Ok, Duration::from_millis(20));
+        .observe_call("alpha", CallResultKind::Ok, Duration::from_millis(20));
     admin
         .metrics
-        .observe_call("alpha", CallOutcomeLabel::Ok, Duration::from_secs(2));
+        .observe_call("alpha", CallResultKind::Ok, Duration::from_secs(2));
     admin
         .metrics
-        .observe_call("alpha", CallOutcomeLabel::Refused, Duration::ZERO);
+        .observe_call("alpha", CallResultKind::Refused, Duration::ZERO);
     admin
         .metrics
-        .observe_call("alpha", CallOutcomeLabel::Timeout, Duration::from_secs(10));
+        .observe_call("alpha", CallResultKind::Timeout, Duration::from_secs(10));
 
     let response = admin
         .request(reqwest::Method::GET, "/metrics")

@@ -326,6 +326,7 @@ async fn a_child_found_dead_before_dispatch_is_respawned_and_the_call_runs_once(
         .call_tool_with_hook(
             "fragile__side_effect",
             args(json!({"label": "once"})),
+            Default::default(),
             async {
                 kill(pid, 9);
                 wait_until("the child is gone", || !process_exists(pid)).await;

@@ -153,6 +153,20 @@ impl StateDir {
             .collect()
     }
 
+    /// Tool calls the fixture saw cancelled by their client.
+    pub fn cancelled(&self) -> u64 {
+        self.counter("cancelled")
+    }
+
+    /// `subscribe <uri>` / `unsubscribe <uri>` lines, in order.
+    pub fn subscriptions(&self) -> Vec<String> {
+        std::fs::read_to_string(self.0.join("subscriptions.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
     pub fn calls_of(&self, tool: &str) -> usize {
         self.calls()
             .iter()

@@ -148,6 +148,25 @@ pub struct Behaviour {
     /// server that forgot its sessions (404) or revoked the client's credentials (401, 403).
     #[arg(long, value_name = "STATUS")]
     pub http_reject_sessions: Option<u16>,
+    /// Offer prompts with these names (comma-separated); given at start, the server advertises
+    /// prompts (with list changes), and `control.json` may change the names later.
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    pub prompts: Option<Vec<String>>,
+    /// Offer resources with these URIs; given at start, the server advertises resources (with
+    /// list changes and subscriptions).
+    #[arg(long, value_delimiter = ',', value_name = "URIS")]
+    pub resources: Option<Vec<String>>,
+    /// Offer these resource templates (RFC 6570, e.g. `fixture://items/{id}`).
+    #[arg(long, value_delimiter = ',', value_name = "TEMPLATES")]
+    pub templates: Option<Vec<String>>,
+    /// Send `notifications/resources/updated` for each URI added to this list (through
+    /// `control.json`) to the sessions subscribed to it.
+    #[arg(long, value_delimiter = ',', value_name = "URIS")]
+    pub updated: Option<Vec<String>>,
+    /// Send each message added to this list (through `control.json`) as a `warning` log
+    /// message to every session.
+    #[arg(long, value_delimiter = ',', value_name = "MESSAGES")]
+    pub logs: Option<Vec<String>>,
 }
 
 impl Behaviour {

@@ -9,7 +9,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rmcp::{Peer, RoleServer};
+#[allow(deprecated)] // logging: the fixture plays a server of the older generation
+use rmcp::{
+    Peer, RoleServer,
+    model::{LoggingLevel, LoggingMessageNotificationParam, ResourceUpdatedNotificationParam},
+};
 use serde_json::{Map, Value};
 
 use crate::{
@@ -33,6 +37,8 @@ pub struct Fixture {
     calls: AtomicU64,
     exit_armed: AtomicBool,
     peers: Mutex<Vec<Peer<RoleServer>>>,
+    /// Sessions subscribed to a resource URI.
+    subscribers: Mutex<Vec<(Peer<RoleServer>, String)>>,
 }
 
 /// The last `control.json` that parsed; a torn or invalid file keeps it in force.
@@ -64,6 +70,7 @@ impl Fixture {
             calls: AtomicU64::new(0),
             exit_armed: AtomicBool::new(false),
             peers: Mutex::new(Vec::new()),
+            subscribers: Mutex::new(Vec::new()),
         })
     }
 
@@ -136,9 +143,41 @@ impl Fixture {
         peers.push(peer);
     }
 
-    /// Polls `control.json`: applies `crash_after_ms` and announces tool-list changes.
+    /// `resources/subscribe` from `peer`; recorded in `subscriptions.log`.
+    pub fn subscribe(&self, peer: Peer<RoleServer>, uri: &str) {
+        self.record_subscription("subscribe", uri);
+        self.subscribers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((peer, uri.to_string()));
+    }
+
+    pub fn unsubscribe(&self, uri: &str) {
+        self.record_subscription("unsubscribe", uri);
+        self.subscribers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(_, subscribed)| subscribed != uri);
+    }
+
+    fn record_subscription(&self, what: &str, uri: &str) {
+        if let Err(error) = self
+            .state
+            .append_line(state::SUBSCRIPTIONS_LOG, &format!("{what} {uri}"))
+        {
+            eprintln!("mcp-fixture: recording a subscription: {error}");
+        }
+    }
+
+    /// Polls `control.json`: applies `crash_after_ms`, announces list changes, sends resource
+    /// updates and log messages added to `updated` and `logs`.
     pub async fn watch_control(self: Arc<Self>) {
-        let mut advertised = tools::advertised(&self.settings());
+        let start = self.settings();
+        let mut advertised = tools::advertised(&start);
+        let mut prompts = start.prompts.clone();
+        let mut resources = (start.resources.clone(), start.templates.clone());
+        let mut updated = start.updated.clone().unwrap_or_default().len();
+        let mut logs = start.logs.clone().unwrap_or_default().len();
         let mut tick = tokio::time::interval(CONTROL_POLL);
         loop {
             tick.tick().await;
@@ -153,6 +192,69 @@ impl Fixture {
                 advertised = now;
                 self.notify_tools_changed();
             }
+            if settings.prompts != prompts {
+                prompts = settings.prompts.clone();
+                self.notify_peers(|peer| async move { peer.notify_prompt_list_changed().await });
+            }
+            let now = (settings.resources.clone(), settings.templates.clone());
+            if now != resources {
+                resources = now;
+                self.notify_peers(|peer| async move { peer.notify_resource_list_changed().await });
+            }
+            let all_updated = settings.updated.clone().unwrap_or_default();
+            for uri in all_updated.iter().skip(updated) {
+                self.notify_updated(uri);
+            }
+            updated = all_updated.len();
+            let all_logs = settings.logs.clone().unwrap_or_default();
+            for message in all_logs.iter().skip(logs) {
+                #[allow(deprecated)]
+                let log = LoggingMessageNotificationParam::new(
+                    LoggingLevel::Warning,
+                    Value::String(message.clone()),
+                );
+                self.notify_peers(move |peer| {
+                    let log = log.clone();
+                    #[allow(deprecated)]
+                    async move {
+                        peer.notify_logging_message(log).await
+                    }
+                });
+            }
+            logs = all_logs.len();
+        }
+    }
+
+    fn notify_updated(&self, uri: &str) {
+        let subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        for (peer, _) in subscribers
+            .iter()
+            .filter(|(_, subscribed)| subscribed == uri)
+        {
+            let (peer, uri) = (peer.clone(), uri.to_string());
+            tokio::spawn(async move {
+                let update = ResourceUpdatedNotificationParam::new(uri);
+                if let Err(error) = peer.notify_resource_updated(update).await {
+                    eprintln!("mcp-fixture: notifying resources/updated: {error}");
+                }
+            });
+        }
+    }
+
+    fn notify_peers<F, Fut>(&self, notify: F)
+    where
+        F: Fn(Peer<RoleServer>) -> Fut,
+        Fut: std::future::Future<Output = Result<(), rmcp::service::ServiceError>> + Send + 'static,
+    {
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        peers.retain(|peer| !peer.is_transport_closed());
+        for peer in peers.clone() {
+            let sent = notify(peer);
+            tokio::spawn(async move {
+                if let Err(error) = sent.await {
+                    eprintln!("mcp-fixture: notifying a session: {error}");
+                }
+            });
         }
     }
 

@@ -5,15 +5,20 @@ use std::{borrow::Cow, sync::Arc, time::Duration};
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, Implementation, InitializeRequestParams,
-        InitializeResult, ListToolsResult, PaginatedRequestParams, PingRequestMethod,
-        ProtocolVersion, ServerCapabilities, ServerConfig,
+        CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
+        CompleteResult, ContentBlock, GetPromptRequestParams, GetPromptResponse, Implementation,
+        InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
+        ListResourcesResult, ListToolsResult, PaginatedRequestParams, PingRequestMethod,
+        PromptsCapability, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+        ResourcesCapability, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+        UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext},
 };
 use serde_json::Value;
 
 use crate::{
+    catalog,
     cli::{Transport, exit_code},
     fixture::{self, Fixture},
     tools,
@@ -38,13 +43,28 @@ impl Handler {
 
 impl ServerHandler for Handler {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tool_list_changed()
-                .build(),
-        )
-        .with_server_info(Implementation::new(
+        let settings = self.fixture.settings();
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        // Prompts and resources only when asked for at start, so other tests' fixtures stay
+        // tools-only servers.
+        if settings.prompts.is_some() {
+            let mut prompts = PromptsCapability::default();
+            prompts.list_changed = Some(true);
+            capabilities.prompts = Some(prompts);
+        }
+        if settings.resources.is_some() || settings.templates.is_some() {
+            let mut resources = ResourcesCapability::default();
+            resources.list_changed = Some(true);
+            resources.subscribe = Some(true);
+            capabilities.resources = Some(resources);
+        }
+        if settings.prompts.is_some() || settings.templates.is_some() {
+            capabilities.completions = Some(Default::default());
+        }
+        ServerConfig::new(capabilities).with_server_info(Implementation::new(
             "mcp-fixture",
             env!("CARGO_PKG_VERSION"),
         ))
@@ -163,7 +183,16 @@ impl ServerHandler for Handler {
         if settings.slow_ms > 0 {
             tokio::time::sleep(Duration::from_millis(settings.slow_ms)).await;
         }
-        let result = tools::run(call, &context).await;
+        let result = tokio::select! {
+            result = tools::run(call, &context) => result,
+            _ = context.ct.cancelled() => {
+                // Recorded so tests can prove the cancellation reached the server.
+                if let Err(error) = fixture.state.bump(crate::state::CANCELLED) {
+                    eprintln!("mcp-fixture: counting cancellations: {error}");
+                }
+                CallToolResult::error(vec![ContentBlock::text("cancelled")])
+            }
+        };
         if crate::garbage::wanted(fixture.transport, &settings, &context) {
             return Ok(crate::garbage::answer(fixture.transport).await.into());
         }
@@ -171,5 +200,84 @@ impl ServerHandler for Handler {
             fixture.exit_after_answer(exit_code::CRASH_AFTER_CALLS, "crash after answers");
         }
         Ok(result.into())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        Ok(ListPromptsResult::with_all_items(catalog::prompts(
+            &self.fixture.settings(),
+        )))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        catalog::get_prompt(
+            &self.fixture.settings(),
+            &request.name,
+            request.arguments.as_ref(),
+        )
+        .map(Into::into)
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        Ok(ListResourcesResult::with_all_items(catalog::resources(
+            &self.fixture.settings(),
+        )))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        Ok(ListResourceTemplatesResult::with_all_items(
+            catalog::templates(&self.fixture.settings()),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        catalog::read(&self.fixture.settings(), &request.uri).map(Into::into)
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        catalog::complete(&request)
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.fixture.subscribe(context.peer, &request.uri);
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.fixture.unsubscribe(&request.uri);
+        Ok(())
     }
 }

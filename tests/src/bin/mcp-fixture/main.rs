@@ -6,6 +6,7 @@
 //! which also records what happened (starts, initializes, executed calls) across respawns.
 //! See `cli.rs` for the flags and exit codes.
 
+mod catalog;
 mod cli;
 mod fixture;
 mod garbage;

@@ -5,6 +5,8 @@
 //! - `calls.log`: one `<tool> <arguments-json>` line per executed call, fsynced before the
 //!   answer is sent.
 //! - `pid`: the current process id.
+//! - `cancelled`: tool calls cancelled by their client while running (plain integer).
+//! - `subscriptions.log`: one `subscribe <uri>` / `unsubscribe <uri>` line per request.
 //! - `control.json`: written by tests, read here.
 //!
 //! Counters are replaced atomically (write + rename) so a reader never sees a torn value.
@@ -21,6 +23,10 @@ pub const INITIALIZES: &str = "initializes";
 pub const CALLS_LOG: &str = "calls.log";
 pub const PID: &str = "pid";
 pub const CONTROL: &str = "control.json";
+/// Tool calls whose client cancelled them while they ran (plain integer).
+pub const CANCELLED: &str = "cancelled";
+/// One `subscribe <uri>` or `unsubscribe <uri>` line per request.
+pub const SUBSCRIPTIONS_LOG: &str = "subscriptions.log";
 
 pub struct StateDir {
     dir: PathBuf,
@@ -65,6 +71,16 @@ impl StateDir {
             .open(self.dir.join(CALLS_LOG))?;
         file.write_all(format!("{tool} {arguments}\n").as_bytes())?;
         file.sync_data()
+    }
+
+    /// Appends one line to the log file `name`.
+    pub fn append_line(&self, name: &str, line: &str) -> io::Result<()> {
+        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(name))?;
+        file.write_all(format!("{line}\n").as_bytes())
     }
 
     /// The text of `control.json`, or `None` when there is none.

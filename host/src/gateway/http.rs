@@ -1,15 +1,13 @@
-//! The gateway: one MCP server (stdio or Streamable HTTP) whose tools are the live registry.
-//! Every registry change is announced to every downstream session with
-//! `notifications/tools/list_changed` (to 2026-07-28 clients on their `subscriptions/listen`
-//! streams), so a connected agent sees tools go and come back without reconnecting. Calls go through the supervisor's call path (admission, one call, report).
+//! The Streamable HTTP endpoint: where it listens, how it protects itself, and a drain that
+//! lets answers in flight go out before it closes.
 //!
-//! Over HTTP the endpoint protects itself: browsers' `Origin` must be a loopback origin or one
-//! the operator allowed (DNS-rebinding protection, checked by rmcp before any session sees the
-//! request), and an optional bearer token is required on every request.
+//! Browsers' `Origin` must be a loopback origin or one the operator allowed (DNS-rebinding
+//! protection, checked by rmcp before any session sees the request), and an optional bearer
+//! token is required on every request.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -18,129 +16,16 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use rmcp::model::SubscriptionFilter;
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, JsonObject, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
-};
-use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext, SubscriptionSink};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
-use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler, ServiceExt};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::calls::CallError;
-use crate::registry::Route;
-use crate::supervisor::Supervisor;
-
-/// Downstream sessions to notify of tool list changes, by protocol generation: sessions of
-/// 2025-11-25 and older (registered when initialized) get unscoped notifications; 2026-07-28
-/// clients get them on the `subscriptions/listen` streams they opened.
-#[derive(Clone, Default)]
-struct Downstream {
-    peers: Arc<Mutex<Vec<Peer<RoleServer>>>>,
-    listeners: Arc<Mutex<Vec<(u64, SubscriptionSink)>>>,
-    next_listener: Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl Downstream {
-    fn register(&self, peer: Peer<RoleServer>) {
-        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        peers.retain(|p| !p.is_transport_closed());
-        peers.push(peer);
-    }
-
-    fn add_listener(&self, sink: SubscriptionSink) -> u64 {
-        let id = self.next_listener.fetch_add(1, Ordering::Relaxed);
-        self.listeners
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((id, sink));
-        id
-    }
-
-    fn remove_listener(&self, id: u64) {
-        self.listeners
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|(listener, _)| *listener != id);
-    }
-
-    fn notify_tools_changed(&self) {
-        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        peers.retain(|p| !p.is_transport_closed());
-        for peer in peers.clone() {
-            // One task per session: a stalled client must not delay the others.
-            tokio::spawn(async move {
-                if let Err(error) = peer.notify_tool_list_changed().await {
-                    tracing::debug!("could not notify a downstream session: {error}");
-                }
-            });
-        }
-        drop(peers);
-        let listeners = self
-            .listeners
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        for (_, sink) in listeners {
-            tokio::spawn(async move {
-                if let Err(error) = sink.notify_tool_list_changed().await {
-                    tracing::debug!("could not notify a downstream subscription: {error}");
-                }
-            });
-        }
-    }
-}
-
-/// The MCP server agents talk to.
-#[derive(Clone)]
-pub struct Gateway {
-    supervisor: Supervisor,
-    downstream: Downstream,
-}
+use super::Gateway;
 
 impl Gateway {
-    /// Builds the gateway and starts announcing registry changes downstream.
-    pub fn new(supervisor: Supervisor) -> (Self, JoinHandle<()>) {
-        let downstream = Downstream::default();
-        let mut changes = supervisor.registry().subscribe();
-        let announcer = downstream.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                match changes.recv().await {
-                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                        announcer.notify_tools_changed();
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                }
-            }
-        });
-        (
-            Self {
-                supervisor,
-                downstream,
-            },
-            task,
-        )
-    }
-
-    /// Serves one session over this process's stdin/stdout until the client leaves.
-    pub async fn serve_stdio(self) -> Result<(), String> {
-        let service = self
-            .serve(rmcp::transport::stdio())
-            .await
-            .map_err(|e| format!("MCP over stdio: {e}"))?;
-        service
-            .waiting()
-            .await
-            .map(drop)
-            .map_err(|e| format!("MCP over stdio: {e}"))
-    }
-
     /// Serves Streamable HTTP at `http://ADDR/mcp` until [`HttpServer::close`].
     pub async fn serve_http(
         self,
@@ -425,89 +310,6 @@ async fn require_token(
         refusal,
     )
         .into_response()
-}
-
-/// The MCP view of a routed tool.
-fn tool_for_agents(route: &Route) -> Tool {
-    let schema: JsonObject = serde_json::from_str(&route.tool.input_schema).unwrap_or_default();
-    let mut tool = Tool::new_with_raw(
-        route.tool.advertised.clone(),
-        route.tool.description.clone().map(Into::into),
-        schema,
-    );
-    if route.tool.read_only {
-        tool.annotations = Some(ToolAnnotations::new().read_only(true));
-    }
-    tool
-}
-
-impl ServerHandler for Gateway {
-    fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tool_list_changed()
-                .build(),
-        )
-        .with_server_info(Implementation::new("tether", env!("CARGO_PKG_VERSION")))
-    }
-
-    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        self.downstream.register(context.peer);
-    }
-
-    /// 2026-07-28 clients hear of tool list changes on `subscriptions/listen`.
-    fn accepted_subscription_filter(
-        &self,
-        requested: &SubscriptionFilter,
-    ) -> Option<SubscriptionFilter> {
-        let mut accepted = SubscriptionFilter::new();
-        accepted.tools_list_changed = requested.tools_list_changed;
-        Some(accepted)
-    }
-
-    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
-        let id = self.downstream.add_listener(context.sink().clone());
-        context.cancelled().await;
-        self.downstream.remove_listener(id);
-        Ok(())
-    }
-
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, McpError> {
-        let (_, routes) = self.supervisor.registry().snapshot();
-        Ok(ListToolsResult::with_all_items(
-            routes.iter().map(tool_for_agents).collect(),
-        ))
-    }
-
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
-        match self
-            .supervisor
-            .call_tool(&request.name, request.arguments)
-            .await
-        {
-            Ok(mut result) => {
-                // Upstreams of the older generation send no `resultType`; 2026-07-28 clients
-                // require it. rmcp strips "complete" again for older clients.
-                result
-                    .result_type
-                    .get_or_insert(rmcp::model::ResultType::COMPLETE);
-                Ok(result.into())
-            }
-            Err(CallError::UnknownTool(name)) => Err(McpError::invalid_params(
-                format!("unknown tool {name:?}: it is not in tools/list"),
-                None,
-            )),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,554 @@
+//! Prompts, resources and resource templates: what each upstream server offers, which of it
+//! agents see, and where a prompt name or a resource URI goes.
+//!
+//! A server's offer is visible exactly while the policy publishes the server (its tools), so
+//! prompts and resources come and go with its tools. Prompts are namespaced like tools
+//! (`<server>__<prompt>`, sanitised, at most 64 chars); URIs are not rewritten (they are the
+//! server's own and may be embedded in content): a table routes each URI to the server that
+//! listed it. Anything two servers claim (an advertised prompt name, a URI, a URI template)
+//! fails closed: it is hidden and refused, with a warning, rather than sent to a guess.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, RwLock};
+
+use rmcp::model::{Prompt, Resource, ResourceTemplate};
+use tokio::sync::broadcast;
+
+/// What one server offers besides tools, as it listed them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServerCatalog {
+    pub prompts: Vec<Prompt>,
+    pub resources: Vec<Resource>,
+    pub templates: Vec<ResourceTemplate>,
+}
+
+/// Which merged lists changed (each one becomes a `list_changed` notification downstream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CatalogChange {
+    pub prompts: bool,
+    pub resources: bool,
+}
+
+/// Where a resource URI goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UriRoute {
+    /// To this server (it listed the URI, or only its templates match it).
+    Server(String),
+    /// Several servers claim it: refused.
+    Ambiguous(Vec<String>),
+    /// No visible server offers it.
+    Unknown,
+}
+
+/// The merged, agent-facing view of every visible server's offer.
+#[derive(Debug, Default)]
+pub struct CatalogView {
+    /// Advertised prompts, sorted by advertised name.
+    pub prompts: Vec<Prompt>,
+    prompt_routes: HashMap<String, (String, String)>,
+    /// Resources, sorted by URI.
+    pub resources: Vec<Resource>,
+    resource_routes: HashMap<String, String>,
+    /// URIs listed by more than one server, with those servers.
+    contested_uris: HashMap<String, Vec<String>>,
+    /// Resource templates, sorted by template.
+    pub templates: Vec<ResourceTemplate>,
+    template_routes: Vec<(UriTemplate, String)>,
+}
+
+impl CatalogView {
+    /// The server and original name of an advertised prompt.
+    pub fn prompt(&self, advertised: &str) -> Option<(&str, &str)> {
+        self.prompt_routes
+            .get(advertised)
+            .map(|(server, original)| (server.as_str(), original.as_str()))
+    }
+
+    /// The server that answers for `uri`: the one that listed it, else the one whose templates
+    /// match it.
+    pub fn route_uri(&self, uri: &str) -> UriRoute {
+        if let Some(server) = self.resource_routes.get(uri) {
+            return UriRoute::Server(server.clone());
+        }
+        if let Some(servers) = self.contested_uris.get(uri) {
+            return UriRoute::Ambiguous(servers.clone());
+        }
+        let owners: BTreeSet<&str> = self
+            .template_routes
+            .iter()
+            .filter(|(template, _)| template.matches(uri))
+            .map(|(_, server)| server.as_str())
+            .collect();
+        match owners.len() {
+            0 => UriRoute::Unknown,
+            1 => UriRoute::Server(owners.into_iter().next().unwrap_or_default().to_string()),
+            _ => UriRoute::Ambiguous(owners.into_iter().map(str::to_string).collect()),
+        }
+    }
+
+    /// The server of a URI template exactly as listed (completion references name templates).
+    pub fn template_owner(&self, uri_template: &str) -> Option<&str> {
+        self.template_routes
+            .iter()
+            .find(|(template, _)| template.source == uri_template)
+            .map(|(_, server)| server.as_str())
+    }
+
+    fn build(servers: &BTreeMap<String, Arc<ServerCatalog>>, visible: &BTreeSet<String>) -> Self {
+        let mut view = CatalogView::default();
+        let visible = || servers.iter().filter(|(name, _)| visible.contains(*name));
+
+        let mut prompts: BTreeMap<String, Vec<(&str, &Prompt)>> = BTreeMap::new();
+        for (server, catalog) in visible() {
+            for prompt in &catalog.prompts {
+                let advertised = tether_policy::naming::advertised_name(server, &prompt.name);
+                prompts
+                    .entry(advertised)
+                    .or_default()
+                    .push((server.as_str(), prompt));
+            }
+        }
+        for (advertised, claims) in prompts {
+            if let [(server, prompt)] = claims[..] {
+                view.prompt_routes.insert(
+                    advertised.clone(),
+                    (server.to_string(), prompt.name.clone()),
+                );
+                let mut shown = prompt.clone();
+                shown.name = advertised;
+                view.prompts.push(shown);
+            } else {
+                let owners: Vec<String> = claims
+                    .iter()
+                    .map(|(server, prompt)| format!("{server}/{}", prompt.name))
+                    .collect();
+                tracing::warn!(prompt = %advertised, claimed_by = ?owners, "prompt name claimed more than once; hidden");
+            }
+        }
+
+        let mut resources: BTreeMap<&str, Vec<(&str, &Resource)>> = BTreeMap::new();
+        for (server, catalog) in visible() {
+            for resource in &catalog.resources {
+                let claims = resources.entry(resource.uri.as_str()).or_default();
+                // One server listing a URI twice is still one owner.
+                if claims.iter().all(|(owner, _)| *owner != server) {
+                    claims.push((server.as_str(), resource));
+                }
+            }
+        }
+        for (uri, claims) in resources {
+            if let [(server, resource)] = claims[..] {
+                view.resource_routes
+                    .insert(uri.to_string(), server.to_string());
+                view.resources.push(resource.clone());
+            } else {
+                let owners: Vec<String> = claims.iter().map(|(s, _)| s.to_string()).collect();
+                tracing::warn!(%uri, listed_by = ?owners, "resource URI listed by more than one server; refused");
+                view.contested_uris.insert(uri.to_string(), owners);
+            }
+        }
+
+        let mut templates: BTreeMap<&str, Vec<(&str, &ResourceTemplate)>> = BTreeMap::new();
+        for (server, catalog) in visible() {
+            for template in &catalog.templates {
+                let claims = templates.entry(template.uri_template.as_str()).or_default();
+                if claims.iter().all(|(owner, _)| *owner != server) {
+                    claims.push((server.as_str(), template));
+                }
+            }
+        }
+        for (source, claims) in templates {
+            if let [(server, template)] = claims[..] {
+                view.template_routes
+                    .push((UriTemplate::parse(source), server.to_string()));
+                view.templates.push(template.clone());
+            } else {
+                let owners: Vec<String> = claims.iter().map(|(s, _)| s.to_string()).collect();
+                tracing::warn!(template = %source, listed_by = ?owners, "resource template listed by more than one server; hidden");
+            }
+        }
+        view
+    }
+}
+
+#[derive(Default)]
+struct Tables {
+    servers: BTreeMap<String, Arc<ServerCatalog>>,
+    visible: BTreeSet<String>,
+    view: Arc<CatalogView>,
+}
+
+/// Every server's offer and the merged view agents get; changes are broadcast.
+pub struct Catalog {
+    tables: RwLock<Tables>,
+    changes: broadcast::Sender<CatalogChange>,
+}
+
+impl Default for Catalog {
+    fn default() -> Self {
+        Self {
+            tables: RwLock::default(),
+            changes: broadcast::channel(256).0,
+        }
+    }
+}
+
+impl Catalog {
+    /// Replaces what `server` offers (after a session opened or a list changed).
+    pub fn set(&self, server: &str, catalog: ServerCatalog) {
+        self.update(|tables| {
+            let unchanged = tables
+                .servers
+                .get(server)
+                .is_some_and(|current| **current == catalog);
+            if !unchanged {
+                tables.servers.insert(server.to_string(), Arc::new(catalog));
+            }
+            !unchanged && tables.visible.contains(server)
+        });
+    }
+
+    /// Shows or hides `server`'s offer: it follows the policy's publication of the server.
+    pub fn set_visible(&self, server: &str, visible: bool) {
+        self.update(|tables| {
+            let changed = if visible {
+                tables.visible.insert(server.to_string())
+            } else {
+                tables.visible.remove(server)
+            };
+            changed && tables.servers.contains_key(server)
+        });
+    }
+
+    /// Forgets a removed server.
+    pub fn forget(&self, server: &str) {
+        self.update(|tables| {
+            let was_shown = tables.visible.remove(server);
+            tables.servers.remove(server).is_some() && was_shown
+        });
+    }
+
+    /// Whether `server`'s offer is shown (the policy publishes it).
+    pub fn is_visible(&self, server: &str) -> bool {
+        self.tables
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .visible
+            .contains(server)
+    }
+
+    /// The merged view as it is now.
+    pub fn view(&self) -> Arc<CatalogView> {
+        self.tables
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .view
+            .clone()
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<CatalogChange> {
+        self.changes.subscribe()
+    }
+
+    /// Applies `edit`; when it says the visible offer may have changed, rebuilds the view and
+    /// broadcasts which merged lists differ.
+    fn update(&self, edit: impl FnOnce(&mut Tables) -> bool) {
+        let change = {
+            let mut tables = self.tables.write().unwrap_or_else(|e| e.into_inner());
+            if !edit(&mut tables) {
+                return;
+            }
+            let view = CatalogView::build(&tables.servers, &tables.visible);
+            let change = CatalogChange {
+                prompts: view.prompts != tables.view.prompts,
+                resources: view.resources != tables.view.resources
+                    || view.templates != tables.view.templates,
+            };
+            tables.view = Arc::new(view);
+            change
+        };
+        if change.prompts || change.resources {
+            let _ = self.changes.send(change);
+        }
+    }
+}
+
+/// One page of a merged list: items from `cursor` (an offset this gateway handed out), and the
+/// cursor of the next page. A cursor that is not ours is refused.
+pub fn page<T: Clone>(
+    items: &[T],
+    cursor: Option<&str>,
+    page_size: usize,
+) -> Result<(Vec<T>, Option<String>), String> {
+    let start = match cursor {
+        None => 0,
+        Some(cursor) => cursor
+            .parse::<usize>()
+            .ok()
+            .filter(|start| *start <= items.len())
+            .ok_or_else(|| {
+                format!("invalid cursor {cursor:?}: it was not handed out by this list")
+            })?,
+    };
+    let end = start.saturating_add(page_size.max(1)).min(items.len());
+    let next = (end < items.len()).then(|| end.to_string());
+    Ok((items[start..end].to_vec(), next))
+}
+
+/// An RFC 6570 URI template, reduced to what routing needs: its literal parts in order.
+/// A simple `{var}` matches text without `/`; other expressions (`{+var}`, `{/var}`, `{?q}`,
+/// ...) match anything.
+#[derive(Debug, Clone)]
+struct UriTemplate {
+    source: String,
+    parts: Vec<TemplatePart>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum TemplatePart {
+    Literal(String),
+    /// A simple expansion: no `/` in its value.
+    Segment,
+    /// Any other expansion: anything.
+    Any,
+}
+
+impl UriTemplate {
+    fn parse(source: &str) -> Self {
+        let mut parts = Vec::new();
+        let mut rest = source;
+        while let Some(open) = rest.find('{') {
+            if open > 0 {
+                parts.push(TemplatePart::Literal(rest[..open].to_string()));
+            }
+            let Some(close) = rest[open..].find('}') else {
+                // An unclosed brace is literal text.
+                parts.push(TemplatePart::Literal(rest[open..].to_string()));
+                rest = "";
+                break;
+            };
+            let expression = &rest[open + 1..open + close];
+            let simple = expression
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '%');
+            parts.push(if simple {
+                TemplatePart::Segment
+            } else {
+                TemplatePart::Any
+            });
+            rest = &rest[open + close + 1..];
+        }
+        if !rest.is_empty() {
+            parts.push(TemplatePart::Literal(rest.to_string()));
+        }
+        Self {
+            source: source.to_string(),
+            parts,
+        }
+    }
+
+    fn matches(&self, uri: &str) -> bool {
+        matches_parts(&self.parts, uri)
+    }
+}
+
+/// Backtracking match of template parts against `text` (templates are short: a few parts).
+fn matches_parts(parts: &[TemplatePart], text: &str) -> bool {
+    match parts.split_first() {
+        None => text.is_empty(),
+        Some((TemplatePart::Literal(literal), rest)) => text
+            .strip_prefix(literal.as_str())
+            .is_some_and(|after| matches_parts(rest, after)),
+        Some((variable, rest)) => {
+            // A variable takes a prefix of `text`; try each split (shortest first).
+            let boundaries = text
+                .char_indices()
+                .map(|(at, _)| at)
+                .chain(std::iter::once(text.len()));
+            for end in boundaries {
+                let value = &text[..end];
+                if *variable == TemplatePart::Segment && value.contains('/') {
+                    return false;
+                }
+                if matches_parts(rest, &text[end..]) {
+                    return true;
+                }
+            }
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prompt(name: &str) -> Prompt {
+        Prompt::new(name, Some("p"), None)
+    }
+
+    fn resource(uri: &str) -> Resource {
+        Resource::new(uri, uri)
+    }
+
+    fn template(source: &str) -> ResourceTemplate {
+        ResourceTemplate::new(source, source)
+    }
+
+    fn offer(prompts: &[&str], resources: &[&str], templates: &[&str]) -> ServerCatalog {
+        ServerCatalog {
+            prompts: prompts.iter().map(|p| prompt(p)).collect(),
+            resources: resources.iter().map(|r| resource(r)).collect(),
+            templates: templates.iter().map(|t| template(t)).collect(),
+        }
+    }
+
+    #[test]
+    fn an_offer_is_visible_only_while_its_server_is_published() {
+        let catalog = Catalog::default();
+        let mut changes = catalog.subscribe();
+        catalog.set("files", offer(&["summarize"], &["file:///a"], &[]));
+        assert!(catalog.view().prompts.is_empty(), "not published yet");
+        assert!(changes.try_recv().is_err());
+        catalog.set_visible("files", true);
+        let view = catalog.view();
+        assert_eq!(view.prompts[0].name, "files__summarize");
+        assert_eq!(
+            view.prompt("files__summarize"),
+            Some(("files", "summarize"))
+        );
+        assert_eq!(
+            view.route_uri("file:///a"),
+            UriRoute::Server("files".into())
+        );
+        assert_eq!(
+            changes.try_recv().unwrap(),
+            CatalogChange {
+                prompts: true,
+                resources: true
+            }
+        );
+        catalog.set_visible("files", false);
+        assert!(catalog.view().prompts.is_empty());
+        assert_eq!(catalog.view().route_uri("file:///a"), UriRoute::Unknown);
+        assert!(changes.try_recv().is_ok());
+        // Hiding again, or setting the same offer, changes nothing.
+        catalog.set_visible("files", false);
+        catalog.set("files", offer(&["summarize"], &["file:///a"], &[]));
+        assert!(changes.try_recv().is_err());
+    }
+
+    #[test]
+    fn only_the_lists_that_changed_are_announced() {
+        let catalog = Catalog::default();
+        catalog.set_visible("s", true);
+        let mut changes = catalog.subscribe();
+        catalog.set("s", offer(&["a"], &[], &[]));
+        assert_eq!(
+            changes.try_recv().unwrap(),
+            CatalogChange {
+                prompts: true,
+                resources: false
+            }
+        );
+        catalog.set("s", offer(&["a"], &["x://1"], &[]));
+        assert_eq!(
+            changes.try_recv().unwrap(),
+            CatalogChange {
+                prompts: false,
+                resources: true
+            }
+        );
+        // A server with nothing besides tools announces nothing when it comes and goes.
+        catalog.set_visible("tools-only", true);
+        catalog.set("tools-only", ServerCatalog::default());
+        catalog.set_visible("tools-only", false);
+        assert!(changes.try_recv().is_err());
+    }
+
+    #[test]
+    fn what_two_servers_claim_fails_closed() {
+        let catalog = Catalog::default();
+        catalog.set(
+            "a",
+            offer(&["p"], &["shared://x", "a://only"], &["t://{id}"]),
+        );
+        catalog.set("b", offer(&["q"], &["shared://x"], &["t://{id}"]));
+        // Different names that sanitise to the same advertised name.
+        catalog.set("a.b", offer(&["c"], &[], &[]));
+        catalog.set("a_b", offer(&["c"], &[], &[]));
+        for server in ["a", "b", "a.b", "a_b"] {
+            catalog.set_visible(server, true);
+        }
+        let view = catalog.view();
+        let names: Vec<&str> = view.prompts.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["a__p", "b__q"]);
+        assert!(view.prompt("a_b__c").is_none());
+        assert_eq!(
+            view.route_uri("shared://x"),
+            UriRoute::Ambiguous(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(view.route_uri("a://only"), UriRoute::Server("a".into()));
+        assert!(view.resources.iter().all(|r| r.uri != "shared://x"));
+        assert!(view.templates.is_empty(), "a template both list is hidden");
+        assert_eq!(view.route_uri("t://7"), UriRoute::Unknown);
+    }
+
+    #[test]
+    fn uris_route_through_templates_when_no_server_listed_them() {
+        let catalog = Catalog::default();
+        catalog.set(
+            "notes",
+            offer(&[], &[], &["notes://{id}", "notes://{id}/raw"]),
+        );
+        catalog.set("files", offer(&[], &[], &["file:///{+path}"]));
+        catalog.set_visible("notes", true);
+        catalog.set_visible("files", true);
+        let view = catalog.view();
+        assert_eq!(
+            view.route_uri("notes://12"),
+            UriRoute::Server("notes".into())
+        );
+        assert_eq!(
+            view.route_uri("notes://12/raw"),
+            UriRoute::Server("notes".into())
+        );
+        assert_eq!(
+            view.route_uri("file:///etc/hosts"),
+            UriRoute::Server("files".into())
+        );
+        assert_eq!(view.route_uri("other://x"), UriRoute::Unknown);
+        assert_eq!(view.template_owner("notes://{id}"), Some("notes"));
+        assert_eq!(view.template_owner("notes://{other}"), None);
+    }
+
+    #[test]
+    fn templates_match_literals_in_order() {
+        let t = UriTemplate::parse("db://{table}/rows{?limit,offset}");
+        assert!(t.matches("db://users/rows"));
+        assert!(t.matches("db://users/rows?limit=3"));
+        assert!(
+            !t.matches("db://a/b/rows"),
+            "a simple variable holds no slash"
+        );
+        assert!(!t.matches("dbx://users/rows"));
+        let t = UriTemplate::parse("plain://fixed");
+        assert!(t.matches("plain://fixed"));
+        assert!(!t.matches("plain://fixed/more"));
+        let t = UriTemplate::parse("broken://{x");
+        assert!(t.matches("broken://{x"));
+    }
+
+    #[test]
+    fn pages_follow_cursors_and_refuse_foreign_ones() {
+        let items: Vec<u32> = (0..5).collect();
+        let (first, next) = page(&items, None, 2).unwrap();
+        assert_eq!((first, next.as_deref()), (vec![0, 1], Some("2")));
+        let (last, next) = page(&items, Some("4"), 2).unwrap();
+        assert_eq!((last, next), (vec![4], None));
+        assert!(page(&items, Some("9"), 2).is_err());
+        assert!(page(&items, Some("abc"), 2).is_err());
+        assert_eq!(page::<u32>(&[], None, 2).unwrap(), (vec![], None));
+    }
+}

@@ -1,0 +1,256 @@
+//! Who hears what: the downstream sessions and what each asked to be told.
+//!
+//! Clients of 2025-11-25 and older (registered when initialized) get unscoped notifications:
+//! every list change, updates of the resources they subscribed to, and log messages at or above
+//! the level they set. 2026-07-28 clients get notifications only on the `subscriptions/listen`
+//! streams they opened, and only what the stream accepted. Every send runs in its own task: a
+//! stalled client never delays the others.
+
+#![allow(deprecated)] // logging and resources/subscribe are legacy-only, and still served
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{
+    LoggingLevel, LoggingMessageNotificationParam, ResourceUpdatedNotificationParam,
+    SubscriptionFilter,
+};
+use rmcp::service::SubscriptionSink;
+use rmcp::{Peer, RoleServer};
+
+use crate::catalog::CatalogChange;
+
+/// A session of 2025-11-25 or older.
+struct LegacySession {
+    session: u64,
+    peer: Peer<RoleServer>,
+    subscribed: BTreeSet<String>,
+    log_level: Option<LoggingLevel>,
+}
+
+/// A 2026-07-28 `subscriptions/listen` stream.
+struct Stream {
+    id: u64,
+    sink: SubscriptionSink,
+    accepted: SubscriptionFilter,
+}
+
+#[derive(Default)]
+struct Listeners {
+    sessions: Vec<LegacySession>,
+    streams: Vec<Stream>,
+    next_stream: u64,
+}
+
+#[derive(Clone, Default)]
+pub(super) struct Downstream {
+    listeners: Arc<Mutex<Listeners>>,
+}
+
+impl Downstream {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Listeners> {
+        let mut listeners = self.listeners.lock().unwrap_or_else(|e| e.into_inner());
+        listeners.sessions.retain(|s| !s.peer.is_transport_closed());
+        listeners
+    }
+
+    /// A legacy session finished its handshake.
+    pub(super) fn register(&self, session: u64, peer: Peer<RoleServer>) {
+        let mut listeners = self.lock();
+        listeners.sessions.retain(|s| s.session != session);
+        listeners.sessions.push(LegacySession {
+            session,
+            peer,
+            subscribed: BTreeSet::new(),
+            log_level: None,
+        });
+    }
+
+    /// `resources/subscribe` from a legacy session; false if the session is unknown.
+    pub(super) fn subscribe(&self, session: u64, uri: &str) -> bool {
+        self.with_session(session, |s| {
+            s.subscribed.insert(uri.to_string());
+        })
+    }
+
+    /// `resources/unsubscribe`; true if nobody else still wants `uri`.
+    pub(super) fn unsubscribe(&self, session: u64, uri: &str) -> bool {
+        self.with_session(session, |s| {
+            s.subscribed.remove(uri);
+        });
+        !self.wanted(uri)
+    }
+
+    /// `logging/setLevel` from a legacy session.
+    pub(super) fn set_log_level(&self, session: u64, level: LoggingLevel) -> bool {
+        self.with_session(session, |s| s.log_level = Some(level))
+    }
+
+    fn with_session(&self, session: u64, change: impl FnOnce(&mut LegacySession)) -> bool {
+        let mut listeners = self.lock();
+        match listeners.sessions.iter_mut().find(|s| s.session == session) {
+            Some(found) => {
+                change(found);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether any session or stream still wants updates of `uri`.
+    pub(super) fn wanted(&self, uri: &str) -> bool {
+        let listeners = self.lock();
+        listeners
+            .sessions
+            .iter()
+            .any(|s| s.subscribed.contains(uri))
+            || listeners.streams.iter().any(|s| {
+                s.accepted
+                    .resource_subscriptions
+                    .as_ref()
+                    .is_some_and(|uris| uris.iter().any(|u| u == uri))
+            })
+    }
+
+    /// Every URI some session or stream wants updates of.
+    pub(super) fn subscribed_uris(&self) -> BTreeSet<String> {
+        let listeners = self.lock();
+        let mut uris: BTreeSet<String> = listeners
+            .sessions
+            .iter()
+            .flat_map(|s| s.subscribed.iter().cloned())
+            .collect();
+        for stream in &listeners.streams {
+            uris.extend(
+                stream
+                    .accepted
+                    .resource_subscriptions
+                    .iter()
+                    .flatten()
+                    .cloned(),
+            );
+        }
+        uris
+    }
+
+    pub(super) fn add_stream(&self, sink: SubscriptionSink, accepted: SubscriptionFilter) -> u64 {
+        let mut listeners = self.lock();
+        let id = listeners.next_stream;
+        listeners.next_stream += 1;
+        listeners.streams.push(Stream { id, sink, accepted });
+        id
+    }
+
+    pub(super) fn remove_stream(&self, id: u64) {
+        self.lock().streams.retain(|stream| stream.id != id);
+    }
+
+    pub(super) fn tools_changed(&self) {
+        let listeners = self.lock();
+        for session in &listeners.sessions {
+            let peer = session.peer.clone();
+            send(async move { peer.notify_tool_list_changed().await });
+        }
+        for stream in listeners
+            .streams
+            .iter()
+            .filter(|s| on(s.accepted.tools_list_changed))
+        {
+            let sink = stream.sink.clone();
+            send(async move { sink.notify_tool_list_changed().await });
+        }
+    }
+
+    pub(super) fn catalog_changed(&self, change: CatalogChange) {
+        let listeners = self.lock();
+        for session in &listeners.sessions {
+            if change.prompts {
+                let peer = session.peer.clone();
+                send(async move { peer.notify_prompt_list_changed().await });
+            }
+            if change.resources {
+                let peer = session.peer.clone();
+                send(async move { peer.notify_resource_list_changed().await });
+            }
+        }
+        for stream in &listeners.streams {
+            if change.prompts && on(stream.accepted.prompts_list_changed) {
+                let sink = stream.sink.clone();
+                send(async move { sink.notify_prompt_list_changed().await });
+            }
+            if change.resources && on(stream.accepted.resources_list_changed) {
+                let sink = stream.sink.clone();
+                send(async move { sink.notify_resource_list_changed().await });
+            }
+        }
+    }
+
+    pub(super) fn resource_updated(&self, uri: &str) {
+        let listeners = self.lock();
+        for session in listeners
+            .sessions
+            .iter()
+            .filter(|s| s.subscribed.contains(uri))
+        {
+            let (peer, uri) = (session.peer.clone(), uri.to_string());
+            send(async move {
+                peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                    .await
+            });
+        }
+        for stream in &listeners.streams {
+            let accepted = stream.accepted.resource_subscriptions.as_ref();
+            if accepted.is_some_and(|uris| uris.iter().any(|u| u == uri)) {
+                let (sink, uri) = (stream.sink.clone(), uri.to_string());
+                send(async move { sink.notify_resource_updated(uri).await });
+            }
+        }
+    }
+
+    /// A server's log message, to the legacy sessions whose level it meets, its logger named
+    /// after the server (`<server>` or `<server>/<logger>`).
+    pub(super) fn log(&self, server: &str, mut message: LoggingMessageNotificationParam) {
+        message.logger = Some(match message.logger.take() {
+            Some(logger) => format!("{server}/{logger}"),
+            None => server.to_string(),
+        });
+        message.meta = None;
+        let listeners = self.lock();
+        for session in &listeners.sessions {
+            if session
+                .log_level
+                .is_some_and(|wanted| severity(message.level) >= severity(wanted))
+            {
+                let (peer, message) = (session.peer.clone(), message.clone());
+                send(async move { peer.notify_logging_message(message).await });
+            }
+        }
+    }
+}
+
+fn on(flag: Option<bool>) -> bool {
+    flag == Some(true)
+}
+
+/// Sends one notification in its own task; a client that left is no error worth more than debug.
+fn send<E: std::fmt::Display>(notification: impl Future<Output = Result<(), E>> + Send + 'static) {
+    tokio::spawn(async move {
+        if let Err(error) = notification.await {
+            tracing::debug!("could not notify a downstream client: {error}");
+        }
+    });
+}
+
+/// RFC 5424 order, least severe first.
+fn severity(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}

@@ -1,0 +1,668 @@
+//! The gateway: one MCP server (stdio or Streamable HTTP) that serves the visible tools,
+//! prompts and resources of every upstream, to clients of both protocol generations
+//! (2025-11-25 and older with `initialize` and sessions; 2026-07-28 without).
+//!
+//! Every change of what is visible is announced downstream (`downstream.rs`), so a connected
+//! agent sees a server's tools, prompts and resources go and come back without reconnecting.
+//! Tool calls go through the supervisor's call path (admission, one call, report); prompts,
+//! resource reads, completions and subscriptions are routed by the catalog to the server that
+//! offers them and forwarded on its live session. Results are re-shaped only where the
+//! generations differ (`resultType`, cache hints; rmcp strips them for older clients).
+
+mod downstream;
+mod http;
+
+pub(crate) use http::bearer_token;
+pub use http::{HttpOptions, HttpServer, McpToken, parse_allowed_origin};
+
+#[allow(deprecated)] // logging and resources/subscribe are legacy-only, and still served
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ClientRequest, CompleteRequest, CompleteRequestParams,
+    CompleteResult, GetPromptRequest, GetPromptRequestParams, GetPromptResponse, Implementation,
+    JsonObject, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam,
+    ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse, Reference, ResultType,
+    ServerCapabilities, ServerConfig, ServerResult, SetLevelRequestParams, SubscribeRequest,
+    SubscribeRequestParams, SubscriptionFilter, Tool, ToolAnnotations, UnsubscribeRequest,
+    UnsubscribeRequestParams,
+};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::task::JoinHandle;
+
+use crate::calls::CallError;
+use crate::catalog::{self, CatalogChange, UriRoute};
+use crate::registry::Route;
+use crate::supervisor::Supervisor;
+use crate::upstream::{CallContext, CallFailure, ProgressSink, ServerEvent};
+use downstream::Downstream;
+
+/// Items per page of the merged prompt and resource lists.
+const LIST_PAGE: usize = 500;
+
+/// The MCP server agents talk to. Each downstream session gets its own clone (and number).
+pub struct Gateway {
+    supervisor: Supervisor,
+    downstream: Downstream,
+    sessions: Arc<AtomicU64>,
+    /// This clone's downstream session.
+    session: u64,
+}
+
+impl Clone for Gateway {
+    /// A clone serves a new downstream session (rmcp's HTTP service clones per session).
+    fn clone(&self) -> Self {
+        Self {
+            supervisor: self.supervisor.clone(),
+            downstream: self.downstream.clone(),
+            sessions: self.sessions.clone(),
+            session: self.sessions.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+}
+
+impl Gateway {
+    /// Builds the gateway and starts announcing changes downstream: tool lists (registry),
+    /// prompt and resource lists (catalog), resource updates and log messages (upstreams).
+    pub fn new(supervisor: Supervisor) -> (Self, JoinHandle<()>) {
+        let downstream = Downstream::default();
+        let mut tools = supervisor.registry().subscribe();
+        let mut catalog = supervisor.catalog().subscribe();
+        let mut events = supervisor.server_events();
+        let gateway = Self {
+            supervisor,
+            downstream,
+            sessions: Arc::new(AtomicU64::new(1)),
+            session: 0,
+        };
+        let announcer = gateway.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    change = tools.recv() => match change {
+                        Ok(change) => {
+                            announcer.downstream.tools_changed();
+                            announcer.resubscribe(&change.server);
+                        }
+                        Err(RecvError::Lagged(_)) => announcer.downstream.tools_changed(),
+                        Err(RecvError::Closed) => return,
+                    },
+                    change = catalog.recv() => match change {
+                        Ok(change) => announcer.downstream.catalog_changed(change),
+                        Err(RecvError::Lagged(_)) => announcer.downstream.catalog_changed(CatalogChange { prompts: true, resources: true }),
+                        Err(RecvError::Closed) => return,
+                    },
+                    event = events.recv() => match event {
+                        Ok(event) => announcer.pass_on(event),
+                        Err(RecvError::Lagged(missed)) => tracing::debug!("{missed} upstream notifications dropped on the way to clients"),
+                        Err(RecvError::Closed) => return,
+                    },
+                }
+            }
+        });
+        (gateway, task)
+    }
+
+    /// Serves one session over this process's stdin/stdout until the client leaves.
+    pub async fn serve_stdio(self) -> Result<(), String> {
+        let service = self
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| format!("MCP over stdio: {e}"))?;
+        service
+            .waiting()
+            .await
+            .map(drop)
+            .map_err(|e| format!("MCP over stdio: {e}"))
+    }
+
+    /// An upstream's resource update or log message, to the clients that asked for it. An
+    /// update counts only from the server the URI routes to.
+    fn pass_on(&self, event: ServerEvent) {
+        match event {
+            ServerEvent::ResourceUpdated { server, uri } => {
+                if self.supervisor.catalog().view().route_uri(&uri) == UriRoute::Server(server) {
+                    self.downstream.resource_updated(&uri);
+                }
+            }
+            ServerEvent::Log { server, message } => {
+                if self.supervisor.catalog().is_visible(&server) {
+                    self.downstream.log(&server, message);
+                }
+            }
+        }
+    }
+
+    /// Sends `request` to `server` on its live session, for a client's request in `context`
+    /// (its cancellation follows). Errors name the server and say whether the request went out.
+    async fn forward(
+        &self,
+        server: &str,
+        method: &str,
+        request: ClientRequest,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<ServerResult, McpError> {
+        let Some(lookup) = self.supervisor.shared.session(server) else {
+            return Err(McpError::invalid_params(
+                format!("server {server:?} was removed; {method} was not sent"),
+                None,
+            ));
+        };
+        let Some(session) = lookup.current.filter(|s| s.is_alive()) else {
+            return Err(McpError::internal_error(
+                format!(
+                    "server {server:?} is reconnecting; {method} was not sent. Retry in a few seconds."
+                ),
+                None,
+            ));
+        };
+        let call = CallContext {
+            cancel: context.ct.clone(),
+            progress: progress_sink(context),
+        };
+        match session
+            .exchange(method, request, &lookup.spec.timeouts, &call)
+            .await
+        {
+            Ok(result) => Ok(result),
+            Err(CallFailure::Protocol(mut error)) => {
+                // The server's own error, its code kept, its words attributed.
+                error.message = format!("server {server:?}: {}", error.message).into();
+                Err(error)
+            }
+            Err(failure) => Err(McpError::internal_error(
+                format!(
+                    "server {server:?}: {method} failed: {}",
+                    failure_words(&failure)
+                ),
+                None,
+            )),
+        }
+    }
+
+    /// The server a resource URI goes to, or the error that says why none does.
+    fn route_uri(&self, uri: &str) -> Result<String, McpError> {
+        match self.supervisor.catalog().view().route_uri(uri) {
+            UriRoute::Server(server) => Ok(server),
+            UriRoute::Ambiguous(servers) => Err(McpError::invalid_params(
+                format!(
+                    "resource {uri:?} is offered by several servers ({}); Tether does not guess which one",
+                    servers.join(", ")
+                ),
+                None,
+            )),
+            UriRoute::Unknown => Err(McpError::resource_not_found(
+                format!("no visible server offers resource {uri:?}"),
+                None,
+            )),
+        }
+    }
+
+    /// Subscribes `server` to `uri` if it offers subscriptions.
+    #[allow(deprecated)]
+    async fn subscribe_upstream(
+        &self,
+        server: &str,
+        uri: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if !self.offers_subscriptions(server) {
+            return Err(McpError::invalid_params(
+                format!("server {server:?} does not offer resource subscriptions"),
+                None,
+            ));
+        }
+        let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(
+            SubscribeRequestParams::new(uri),
+        ));
+        self.forward(server, "resources/subscribe", request, context)
+            .await
+            .map(drop)
+    }
+
+    fn offers_subscriptions(&self, server: &str) -> bool {
+        self.supervisor
+            .shared
+            .session(server)
+            .and_then(|lookup| lookup.current)
+            .is_some_and(|session| session.offers_resource_subscriptions())
+    }
+
+    /// After `server`'s publication changed (a new session, most often), subscribes it again
+    /// to every URI clients still want from it: a new session knows no subscriptions.
+    #[allow(deprecated)]
+    fn resubscribe(&self, server: &str) {
+        if !self.offers_subscriptions(server) {
+            return;
+        }
+        let view = self.supervisor.catalog().view();
+        let wanted: Vec<String> = self
+            .downstream
+            .subscribed_uris()
+            .into_iter()
+            .filter(|uri| view.route_uri(uri) == UriRoute::Server(server.to_string()))
+            .collect();
+        if wanted.is_empty() {
+            return;
+        }
+        let Some(session) = self
+            .supervisor
+            .shared
+            .session(server)
+            .and_then(|lookup| lookup.current.map(|s| (s, lookup.spec)))
+        else {
+            return;
+        };
+        let server = server.to_string();
+        tokio::spawn(async move {
+            let (session, spec) = session;
+            for uri in wanted {
+                let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(
+                    SubscribeRequestParams::new(uri.clone()),
+                ));
+                if let Err(failure) = session
+                    .exchange(
+                        "resources/subscribe",
+                        request,
+                        &spec.timeouts,
+                        &CallContext::default(),
+                    )
+                    .await
+                {
+                    tracing::warn!(server = %server, %uri, "could not subscribe again: {}", failure_words(&failure));
+                }
+            }
+        });
+    }
+}
+
+/// Where an upstream call's progress goes: the client's own token, on the client's session,
+/// in order, and never backwards (upstream notifications are handled concurrently).
+fn progress_sink(context: &RequestContext<RoleServer>) -> Option<ProgressSink> {
+    let token = context.meta.get_progress_token()?;
+    let peer = context.peer.clone();
+    let (updates, mut pending) = tokio::sync::mpsc::channel::<ProgressNotificationParam>(64);
+    tokio::spawn(async move {
+        while let Some(update) = pending.recv().await {
+            if let Err(error) = peer.notify_progress(update).await {
+                tracing::debug!("could not pass progress on: {error}");
+                return;
+            }
+        }
+    });
+    let last = std::sync::Mutex::new(f64::NEG_INFINITY);
+    Some(Arc::new(move |upstream: ProgressNotificationParam| {
+        let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+        if upstream.progress <= *last {
+            return;
+        }
+        *last = upstream.progress;
+        let mut update = ProgressNotificationParam::new(token.clone(), upstream.progress);
+        update.total = upstream.total;
+        update.message = upstream.message;
+        // A client too slow to take its progress misses some; the answer still comes.
+        let _ = updates.try_send(update);
+    }))
+}
+
+/// Words for a failure that is not the server's own error.
+fn failure_words(failure: &CallFailure) -> String {
+    match failure {
+        CallFailure::TimedOut(after) => format!(
+            "no answer within {} s; the server may still be working on it",
+            after.as_secs().max(1)
+        ),
+        CallFailure::Lost(fault) => format!("the connection was lost ({fault})"),
+        CallFailure::NotSent(fault) => format!("not sent, the server is reconnecting ({fault})"),
+        CallFailure::Protocol(error) => error.message.to_string(),
+        CallFailure::TooLarge { limit, .. } => format!(
+            "the answer is larger than max_message ({})",
+            crate::transport::limit::describe_size(*limit)
+        ),
+        CallFailure::Cancelled => "cancelled by the client".into(),
+    }
+}
+
+/// A forwarded result's `_meta`, without what describes the upstream (rmcp adds Tether's own).
+fn own_meta(meta: Option<MetaObject>) -> Option<MetaObject> {
+    let mut meta = meta?;
+    meta.0.remove("io.modelcontextprotocol/serverInfo");
+    (!meta.0.is_empty()).then_some(meta)
+}
+
+fn unexpected(server: &str, method: &str) -> McpError {
+    McpError::internal_error(
+        format!("server {server:?} gave an answer of the wrong kind to {method}"),
+        None,
+    )
+}
+
+fn bad_cursor(error: String) -> McpError {
+    McpError::invalid_params(error, None)
+}
+
+/// The MCP view of a routed tool.
+fn tool_for_agents(route: &Route) -> Tool {
+    let schema: JsonObject = serde_json::from_str(&route.tool.input_schema).unwrap_or_default();
+    let mut tool = Tool::new_with_raw(
+        route.tool.advertised.clone(),
+        route.tool.description.clone().map(Into::into),
+        schema,
+    );
+    if route.tool.read_only {
+        tool.annotations = Some(ToolAnnotations::new().read_only(true));
+    }
+    tool
+}
+
+impl ServerHandler for Gateway {
+    #[allow(deprecated)] // logging: 2026-07-28 deprecates it, older clients still use it
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_logging()
+                .enable_completions()
+                .enable_prompts()
+                .enable_prompts_list_changed()
+                .enable_resources()
+                .enable_resources_list_changed()
+                .enable_resources_subscribe()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("tether", env!("CARGO_PKG_VERSION")))
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.downstream.register(self.session, context.peer);
+    }
+
+    /// 2026-07-28 clients hear of changes on `subscriptions/listen`: list changes of every
+    /// kind, and updates of the resources a visible server offers.
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        let view = self.supervisor.catalog().view();
+        let mut accepted = requested.clone();
+        accepted.resource_subscriptions = requested.resource_subscriptions.as_ref().map(|uris| {
+            uris.iter()
+                .filter(|uri| matches!(view.route_uri(uri), UriRoute::Server(_)))
+                .cloned()
+                .collect()
+        });
+        Some(accepted)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let accepted = context.accepted().clone();
+        for uri in accepted.resource_subscriptions.iter().flatten() {
+            if let Ok(server) = self.route_uri(uri)
+                && let Err(error) = self
+                    .subscribe_upstream(&server, uri, context.request_context())
+                    .await
+            {
+                tracing::debug!(%uri, "listen: {}", error.message);
+            }
+        }
+        let id = self.downstream.add_stream(context.sink().clone(), accepted);
+        context.cancelled().await;
+        self.downstream.remove_stream(id);
+        Ok(())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let (_, routes) = self.supervisor.registry().snapshot();
+        Ok(ListToolsResult::with_all_items(
+            routes.iter().map(tool_for_agents).collect(),
+        ))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let call = CallContext {
+            cancel: context.ct.clone(),
+            progress: progress_sink(&context),
+        };
+        match self
+            .supervisor
+            .call_tool_in(&request.name, request.arguments, call)
+            .await
+        {
+            Ok(mut result) => {
+                // Upstreams of the older generation send no `resultType`; 2026-07-28 clients
+                // require it. rmcp strips "complete" again for older clients.
+                result.result_type.get_or_insert(ResultType::COMPLETE);
+                result.meta = own_meta(result.meta);
+                Ok(result.into())
+            }
+            Err(CallError::UnknownTool(name)) => Err(McpError::invalid_params(
+                format!("unknown tool {name:?}: it is not in tools/list"),
+                None,
+            )),
+        }
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let view = self.supervisor.catalog().view();
+        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        let (prompts, next) =
+            catalog::page(&view.prompts, cursor, LIST_PAGE).map_err(bad_cursor)?;
+        let mut result = ListPromptsResult::with_all_items(prompts);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        let view = self.supervisor.catalog().view();
+        let Some((server, original)) = view.prompt(&request.name) else {
+            return Err(McpError::invalid_params(
+                format!(
+                    "unknown prompt {:?}: it is not in prompts/list",
+                    request.name
+                ),
+                None,
+            ));
+        };
+        let mut upstream = GetPromptRequestParams::new(original);
+        upstream.arguments = request.arguments;
+        let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(upstream));
+        match self
+            .forward(server, "prompts/get", request, &context)
+            .await?
+        {
+            ServerResult::GetPromptResult(mut result) => {
+                result.result_type.get_or_insert(ResultType::COMPLETE);
+                result.meta = own_meta(result.meta);
+                Ok(result.into())
+            }
+            _ => Err(unexpected(server, "prompts/get")),
+        }
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let view = self.supervisor.catalog().view();
+        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        let (resources, next) =
+            catalog::page(&view.resources, cursor, LIST_PAGE).map_err(bad_cursor)?;
+        let mut result = ListResourcesResult::with_all_items(resources);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let view = self.supervisor.catalog().view();
+        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        let (templates, next) =
+            catalog::page(&view.templates, cursor, LIST_PAGE).map_err(bad_cursor)?;
+        let mut result = ListResourceTemplatesResult::with_all_items(templates);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let server = self.route_uri(&request.uri)?;
+        let upstream = ReadResourceRequestParams::new(request.uri);
+        let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(upstream));
+        match self
+            .forward(&server, "resources/read", request, &context)
+            .await?
+        {
+            ServerResult::ReadResourceResult(mut result) => {
+                result.result_type.get_or_insert(ResultType::COMPLETE);
+                result.meta = own_meta(result.meta);
+                Ok(result.into())
+            }
+            _ => Err(unexpected(&server, "resources/read")),
+        }
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        let view = self.supervisor.catalog().view();
+        let mut upstream = request.clone();
+        upstream.meta = None;
+        let server = match &request.r#ref {
+            Reference::Prompt(prompt) => {
+                let Some((server, original)) = view.prompt(&prompt.name) else {
+                    return Err(McpError::invalid_params(
+                        format!(
+                            "unknown prompt {:?}: it is not in prompts/list",
+                            prompt.name
+                        ),
+                        None,
+                    ));
+                };
+                upstream.r#ref = Reference::for_prompt(original);
+                server.to_string()
+            }
+            Reference::Resource(resource) => match view.template_owner(&resource.uri) {
+                Some(server) => server.to_string(),
+                None => self.route_uri(&resource.uri)?,
+            },
+            #[allow(unreachable_patterns)] // a reference kind of a later revision
+            _ => {
+                return Err(McpError::invalid_params(
+                    "Tether routes completions of prompts and resources only",
+                    None,
+                ));
+            }
+        };
+        let request = ClientRequest::CompleteRequest(CompleteRequest::new(upstream));
+        match self
+            .forward(&server, "completion/complete", request, &context)
+            .await?
+        {
+            ServerResult::CompleteResult(mut result) => {
+                result.result_type.get_or_insert(ResultType::COMPLETE);
+                result.meta = own_meta(result.meta);
+                Ok(result)
+            }
+            _ => Err(unexpected(&server, "completion/complete")),
+        }
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let server = self.route_uri(&request.uri)?;
+        self.subscribe_upstream(&server, &request.uri, &context)
+            .await?;
+        if !self.downstream.subscribe(self.session, &request.uri) {
+            return Err(McpError::invalid_request(
+                "resources/subscribe needs an initialized session",
+                None,
+            ));
+        }
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if self.downstream.unsubscribe(self.session, &request.uri)
+            && let Ok(server) = self.route_uri(&request.uri)
+            && self.offers_subscriptions(&server)
+        {
+            // Nobody else wants it: the server may stop sending updates.
+            let upstream = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(
+                UnsubscribeRequestParams::new(request.uri.clone()),
+            ));
+            if let Err(error) = self
+                .forward(&server, "resources/unsubscribe", upstream, &context)
+                .await
+            {
+                tracing::debug!(uri = %request.uri, "unsubscribing upstream: {}", error.message);
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if self.downstream.set_log_level(self.session, request.level) {
+            Ok(())
+        } else {
+            Err(McpError::invalid_request(
+                "logging/setLevel needs an initialized session",
+                None,
+            ))
+        }
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, McpError> {
+        Err(McpError::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            format!("Tether does not serve {:?}", request.method),
+            None,
+        ))
+    }
+}
