@@ -30,8 +30,7 @@ use crate::policy::{
     ServerStatus, ServerTools, SessionInfo, StateChange, TimerFired, Tool, TransportKind,
 };
 use crate::registry::Registry;
-use crate::transport::http::HttpFlavor;
-use crate::upstream::{ListChanges, ServerEvent, Session};
+use crate::upstream::{ListChanges, Remembered, ServerEvent, Session};
 
 /// Host time for the policy: milliseconds since the supervisor started.
 #[derive(Debug, Clone, Copy)]
@@ -246,7 +245,7 @@ impl Supervisor {
             log_dir: self.shared.log_dir.clone(),
             session_tx,
             view: view.clone(),
-            flavor: None,
+            remembered: Remembered::default(),
             catalog: self.shared.catalog.clone(),
             events: self.shared.events.clone(),
         };
@@ -555,8 +554,8 @@ struct ServerTask {
     log_dir: PathBuf,
     session_tx: watch::Sender<Option<Arc<Session>>>,
     view: Arc<Mutex<ServerView>>,
-    /// Which HTTP flavor the server speaks, once known.
-    flavor: Option<HttpFlavor>,
+    /// Which HTTP flavor and protocol generation the server speaks, once known.
+    remembered: Remembered,
     catalog: Arc<Catalog>,
     events: broadcast::Sender<ServerEvent>,
 }
@@ -568,7 +567,7 @@ struct Opened {
     catalog: ServerCatalog,
 }
 
-type Attempt = BoxFuture<'static, (Result<Opened, Fault>, Option<HttpFlavor>)>;
+type Attempt = BoxFuture<'static, (Result<Opened, Fault>, Remembered)>;
 
 impl ServerTask {
     fn feed(&self, kind: EventKind) {
@@ -588,12 +587,13 @@ impl ServerTask {
 
     fn attempt(&self, changes: Arc<ListChanges>) -> Attempt {
         let spec = self.spec.clone();
-        let mut flavor = self.flavor;
+        let mut remembered = self.remembered;
         let log_dir = self.log_dir.clone();
         let events = self.events.clone();
         async move {
             let result = async {
-                let session = Session::open(&spec, &mut flavor, changes, events, &log_dir).await?;
+                let session =
+                    Session::open(&spec, &mut remembered, changes, events, &log_dir).await?;
                 let listed = async {
                     let tools = session.list_tools(&spec.timeouts).await?;
                     let catalog = session.list_catalog(&spec.timeouts).await?;
@@ -612,7 +612,11 @@ impl ServerTask {
                 }
             }
             .await;
-            (result, flavor)
+            if result.is_err() {
+                // The server may have been replaced by one of another generation: probe again.
+                remembered.generation = None;
+            }
+            (result, remembered)
         }
         .boxed()
     }
@@ -699,9 +703,9 @@ impl ServerTask {
                         return;
                     }
                 },
-                (result, flavor) = poll_option(&mut attempt) => {
+                (result, remembered) = poll_option(&mut attempt) => {
                     attempt = None;
-                    self.flavor = flavor;
+                    self.remembered = remembered;
                     match result {
                         Ok(Opened { session: opened, tools, catalog }) => {
                             let opened = Arc::new(opened);

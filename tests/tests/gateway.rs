@@ -3,6 +3,8 @@
 //! graceful shutdown answers in-flight calls and reaps every child; config errors are clear.
 
 mod common;
+#[path = "gateway/python.rs"]
+mod python;
 #[path = "gateway/surface.rs"]
 mod surface;
 

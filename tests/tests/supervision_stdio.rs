@@ -321,6 +321,7 @@ async fn a_child_found_dead_before_dispatch_is_respawned_and_the_call_runs_once(
         .unwrap();
     wait_until("tools visible", || !host.tools("fragile").is_empty()).await;
     let pid = state.pid().unwrap();
+    let session_pid = host.view("fragile").pid;
     let result = host
         .supervisor
         .call_tool_with_hook(
@@ -330,6 +331,12 @@ async fn a_child_found_dead_before_dispatch_is_respawned_and_the_call_runs_once(
             async {
                 kill(pid, 9);
                 wait_until("the child is gone", || !process_exists(pid)).await;
+                // The host learns of the death a moment later (its process guard is reaped
+                // after the child): the call must find the session dead, not race the news.
+                wait_until("the host saw the child die", || {
+                    host.view("fragile").pid != session_pid
+                })
+                .await;
             },
         )
         .await

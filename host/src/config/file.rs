@@ -18,6 +18,7 @@
 //! | `timeouts` | yes | yes | yes | table of durations, see below |
 //! | `policy` | yes | yes | yes | per-server policy settings (an object, passed through) |
 //! | `max_message` | yes | yes | yes | largest message accepted from the server, see below |
+//! | `protocol` | yes | yes | yes | `"auto"` (default), `"2026-07-28"` or `"2025-11-25"`, see below |
 //!
 //! A server has exactly one of `command` (stdio) and `url` (HTTP). `type`: `"stdio"`; `"sse"`
 //! (legacy HTTP+SSE); `"http"` is Streamable HTTP — without SSE fallback in the mcpServers and
@@ -35,6 +36,11 @@
 //! `max_message` is a size: integer bytes or a string such as `"16 MiB"`, `"512KiB"`, `"2MB"`
 //! (at least 1 KiB, at most 1 GiB; default 16 MiB). It bounds every message Tether buffers
 //! from the server (an answer, a notification, an SSE event) and the whole tool list.
+//!
+//! `protocol` picks the protocol generation: `"auto"` probes with `server/discover` and falls
+//! back to `initialize` (remembered for reconnects; a server that ignores the probe costs up
+//! to 10 s once), `"2026-07-28"` never uses `initialize`, `"2025-11-25"` always does. Legacy
+//! SSE servers are always `"2025-11-25"`.
 //!
 //! Top-level keys: `mcpServers` (mcpServers JSON), `servers` (VS Code JSON and TOML; may be
 //! absent in TOML), `inputs` (VS Code JSON; ignored, with a warning when non-empty),
@@ -62,7 +68,7 @@ use std::time::Duration;
 
 use self::expand::{ExpandError, Vars};
 use self::raw::{Raw, SyntaxError, table_get};
-use super::{ServerSpec, Timeouts, TransportSpec};
+use super::{ProtocolChoice, ServerSpec, Timeouts, TransportSpec};
 
 /// The servers and settings read from one config file.
 #[derive(Debug, Clone, PartialEq)]
@@ -342,6 +348,7 @@ const SERVER_KEYS: &[&str] = &[
     "timeouts",
     "policy",
     "max_message",
+    "protocol",
 ];
 /// Bounds of `max_message`: smaller answers nothing useful; larger defeats the point.
 const MIN_MAX_MESSAGE: u64 = 1 << 10;
@@ -538,6 +545,24 @@ impl<'a> Loader<'a> {
             None => None,
         };
         spec.timeouts = self.timeouts(name, t)?;
+        spec.protocol = match table_get(t, "protocol") {
+            None => ProtocolChoice::Auto,
+            Some(Raw::Str(value)) => ProtocolChoice::parse(value).ok_or_else(|| {
+                self.invalid(
+                    Place::key(name, "protocol"),
+                    &format!("must be {}", ProtocolChoice::CHOICES),
+                )
+            })?,
+            Some(other) => {
+                return Err(self.wrong(Place::key(name, "protocol"), "a string", other));
+            }
+        };
+        if spec.protocol == ProtocolChoice::Modern && kind == Kind::Sse {
+            return Err(self.invalid(
+                Place::key(name, "protocol"),
+                "legacy SSE servers speak 2025-11-25 or older; \"2026-07-28\" needs stdio or Streamable HTTP",
+            ));
+        }
         Ok(spec)
     }
 

@@ -26,6 +26,35 @@ pub struct ServerSpec {
     /// one event, and a whole (paginated) tool list. What is larger fails with a fault naming
     /// the server, what was too large and this limit.
     pub max_message: usize,
+    /// Which protocol generation to speak to it.
+    pub protocol: ProtocolChoice,
+}
+
+/// Which MCP protocol generation Tether speaks to a server (config key `protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProtocolChoice {
+    /// Probe with `server/discover` and fall back to `initialize`; what worked is remembered
+    /// for reconnects.
+    #[default]
+    Auto,
+    /// 2026-07-28 only (`server/discover`, no `initialize`).
+    Modern,
+    /// The `initialize` handshake (2025-11-25 and older) only.
+    Legacy,
+}
+
+impl ProtocolChoice {
+    /// The values of the config key.
+    pub const CHOICES: &str = "\"auto\", \"2026-07-28\" or \"2025-11-25\"";
+
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "auto" => Some(Self::Auto),
+            "2026-07-28" => Some(Self::Modern),
+            "2025-11-25" => Some(Self::Legacy),
+            _ => None,
+        }
+    }
 }
 
 /// How to reach a server.
@@ -141,6 +170,7 @@ impl ServerSpec {
             policy_settings: None,
             timeouts: Timeouts::default(),
             max_message: Self::DEFAULT_MAX_MESSAGE,
+            protocol: ProtocolChoice::Auto,
         }
     }
 

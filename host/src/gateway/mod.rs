@@ -22,9 +22,8 @@ use rmcp::model::{
     JsonObject, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam,
     ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse, Reference, ResultType,
-    ServerCapabilities, ServerConfig, ServerResult, SetLevelRequestParams, SubscribeRequest,
-    SubscribeRequestParams, SubscriptionFilter, Tool, ToolAnnotations, UnsubscribeRequest,
-    UnsubscribeRequestParams,
+    ServerCapabilities, ServerConfig, ServerResult, SetLevelRequestParams, SubscribeRequestParams,
+    SubscriptionFilter, Tool, ToolAnnotations, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
@@ -145,38 +144,34 @@ impl Gateway {
         request: ClientRequest,
         context: &RequestContext<RoleServer>,
     ) -> Result<ServerResult, McpError> {
+        let (session, spec) = self.live_session(server, method)?;
+        let call = CallContext {
+            cancel: context.ct.clone(),
+            progress: progress_sink(context),
+        };
+        session
+            .exchange(method, request, &spec.timeouts, &call)
+            .await
+            .map_err(|failure| forward_error(server, method, failure))
+    }
+
+    /// The live session of `server`, or the error that says why there is none.
+    fn live_session(
+        &self,
+        server: &str,
+        method: &str,
+    ) -> Result<(Arc<crate::upstream::Session>, crate::config::ServerSpec), McpError> {
         let Some(lookup) = self.supervisor.shared.session(server) else {
             return Err(McpError::invalid_params(
                 format!("server {server:?} was removed; {method} was not sent"),
                 None,
             ));
         };
-        let Some(session) = lookup.current.filter(|s| s.is_alive()) else {
-            return Err(McpError::internal_error(
+        match lookup.current.filter(|s| s.is_alive()) {
+            Some(session) => Ok((session, lookup.spec)),
+            None => Err(McpError::internal_error(
                 format!(
                     "server {server:?} is reconnecting; {method} was not sent. Retry in a few seconds."
-                ),
-                None,
-            ));
-        };
-        let call = CallContext {
-            cancel: context.ct.clone(),
-            progress: progress_sink(context),
-        };
-        match session
-            .exchange(method, request, &lookup.spec.timeouts, &call)
-            .await
-        {
-            Ok(result) => Ok(result),
-            Err(CallFailure::Protocol(mut error)) => {
-                // The server's own error, its code kept, its words attributed.
-                error.message = format!("server {server:?}: {}", error.message).into();
-                Err(error)
-            }
-            Err(failure) => Err(McpError::internal_error(
-                format!(
-                    "server {server:?}: {method} failed: {}",
-                    failure_words(&failure)
                 ),
                 None,
             )),
@@ -215,12 +210,12 @@ impl Gateway {
                 None,
             ));
         }
-        let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(
-            SubscribeRequestParams::new(uri),
-        ));
-        self.forward(server, "resources/subscribe", request, context)
+        let _ = context;
+        let (session, spec) = self.live_session(server, "resources/subscribe")?;
+        session
+            .subscribe_resource(uri, &spec.timeouts)
             .await
-            .map(drop)
+            .map_err(|failure| forward_error(server, "resources/subscribe", failure))
     }
 
     fn offers_subscriptions(&self, server: &str) -> bool {
@@ -260,18 +255,7 @@ impl Gateway {
         tokio::spawn(async move {
             let (session, spec) = session;
             for uri in wanted {
-                let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(
-                    SubscribeRequestParams::new(uri.clone()),
-                ));
-                if let Err(failure) = session
-                    .exchange(
-                        "resources/subscribe",
-                        request,
-                        &spec.timeouts,
-                        &CallContext::default(),
-                    )
-                    .await
-                {
+                if let Err(failure) = session.subscribe_resource(&uri, &spec.timeouts).await {
                     tracing::warn!(server = %server, %uri, "could not subscribe again: {}", failure_words(&failure));
                 }
             }
@@ -306,6 +290,24 @@ fn progress_sink(context: &RequestContext<RoleServer>) -> Option<ProgressSink> {
         // A client too slow to take its progress misses some; the answer still comes.
         let _ = updates.try_send(update);
     }))
+}
+
+/// A forwarded request's failure as the client's error: the server's own error keeps its code
+/// and is attributed; anything else says what happened to the request.
+fn forward_error(server: &str, method: &str, failure: CallFailure) -> McpError {
+    match failure {
+        CallFailure::Protocol(mut error) => {
+            error.message = format!("server {server:?}: {}", error.message).into();
+            error
+        }
+        failure => McpError::internal_error(
+            format!(
+                "server {server:?}: {method} failed: {}",
+                failure_words(&failure)
+            ),
+            None,
+        ),
+    }
 }
 
 /// Words for a failure that is not the server's own error.
@@ -620,19 +622,18 @@ impl ServerHandler for Gateway {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
+        let _ = context;
         if self.downstream.unsubscribe(self.session, &request.uri)
             && let Ok(server) = self.route_uri(&request.uri)
             && self.offers_subscriptions(&server)
+            && let Ok((session, spec)) = self.live_session(&server, "resources/unsubscribe")
         {
             // Nobody else wants it: the server may stop sending updates.
-            let upstream = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(
-                UnsubscribeRequestParams::new(request.uri.clone()),
-            ));
-            if let Err(error) = self
-                .forward(&server, "resources/unsubscribe", upstream, &context)
+            if let Err(failure) = session
+                .unsubscribe_resource(&request.uri, &spec.timeouts)
                 .await
             {
-                tracing::debug!(uri = %request.uri, "unsubscribing upstream: {}", error.message);
+                tracing::debug!(uri = %request.uri, "unsubscribing upstream: {}", failure_words(&failure));
             }
         }
         Ok(())

@@ -5,7 +5,8 @@
 //! would keep the host busy and its allocator bloated long after the flood. Notifications other
 //! than list changes pass a token bucket per session; the rest are dropped before rmcp sees them
 //! and counted ([`dropped_notifications`]). List changes always pass: the supervisor coalesces
-//! them (one refresh in flight, one pending).
+//! them (one refresh in flight, one pending). It also corrects the one answer to a
+//! `server/discover` probe that rmcp misreads (see [`super::generation`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -129,6 +130,8 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Guarded<T> {
                 message = self.inner.receive() => message?,
                 () = self.end.ended() => return None,
             };
+            let mut message = message;
+            super::generation::legacy_only_rejection(&mut message);
             if self.admit(&message) {
                 return Some(message);
             }

@@ -20,7 +20,7 @@ use std::{
 use futures::stream::BoxStream;
 use http::{HeaderName, HeaderValue};
 use rmcp::{
-    ClientHandler, RoleClient, ServiceError, ServiceExt,
+    ClientHandler, ClientServiceExt, RoleClient, ServiceError, ServiceExt,
     model::{ClientJsonRpcMessage, ClientRequest, RequestId, ServerJsonRpcMessage},
     service::{ClientInitializeError, RunningService},
     transport::{
@@ -52,6 +52,8 @@ pub struct HttpOptions {
     pub request_timeout: Duration,
     /// The largest JSON answer or event accepted (see [`limit`]).
     pub max_message: usize,
+    /// How Streamable HTTP sessions open (legacy SSE always uses `initialize`).
+    pub lifecycle: rmcp::ClientLifecycleMode,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -279,6 +281,10 @@ fn init_failure(error: &ClientInitializeError, url: &Endpoint) -> Failure {
             error.code.0,
             truncate(&error.message, 200)
         )),
+        // The probe said legacy and `initialize` failed: that failure describes the endpoint.
+        ClientInitializeError::LegacyFallbackFailed { fallback, .. } => {
+            return init_failure(fallback, url);
+        }
         ClientInitializeError::ConnectionClosed(_) => {
             Fault::TransportClosed(format!("{url} closed the connection during the handshake"))
         }
@@ -431,7 +437,8 @@ async fn streamable<H: ClientHandler>(
         StreamableHttpClientTransport::with_client(client, config),
         end.clone(),
     );
-    let service = match tokio::time::timeout(opts.connect_timeout, handler.serve(transport)).await {
+    let opening = handler.serve_with_lifecycle(transport, opts.lifecycle.clone());
+    let service = match tokio::time::timeout(opts.connect_timeout, opening).await {
         Err(_) => return Err(Failure::new(Fault::HandshakeTimedOut)),
         Ok(Err(error)) => return Err(init_failure(&error, url)),
         Ok(Ok(service)) => service,

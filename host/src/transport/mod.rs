@@ -2,6 +2,7 @@
 //! session, or a classified [`Fault`] the policy can reason about.
 
 pub mod gate;
+pub mod generation;
 pub mod http;
 pub mod limit;
 pub mod sse;

@@ -581,3 +581,159 @@ async fn progress_and_cancellation_reach_the_right_ends_on_both_generations() {
     progress_cancellation_and_death(client.peer(), &modern, &upstreams).await;
     assert!(terminate(gateway.tether).await.success());
 }
+
+/// Upstreams of protocol 2026-07-28 only (no `initialize`, no `ping`): a stdio child and a
+/// Streamable HTTP server, behind one gateway, for a legacy client: tools, prompts and resource
+/// updates, with list changes heard on the upstream's `subscriptions/listen` stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstreams_of_2026_07_28_only_are_detected_and_fully_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = StateDir(dir.path().join("local"));
+    let web = StateDir(dir.path().join("web"));
+    std::fs::create_dir_all(&local.0).unwrap();
+    std::fs::create_dir_all(&web.0).unwrap();
+    let web_server = HttpFixture::start(
+        "http",
+        &web,
+        "127.0.0.1:0",
+        &["--modern-only", "--prompts", "hello"],
+    )
+    .await;
+    let config = json!({"mcpServers": {
+        "local": {"command": FIXTURE, "args": [
+            "--transport", "stdio", "--state-dir", local.path_str(), "--modern-only",
+            "--prompts", "greet", "--resources", "local://a",
+        ]},
+        "web": {"url": format!("http://{}/mcp", web_server.addr), "type": "http"},
+    }});
+    let config_path = dir.path().join("servers.json");
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let (tether, url) = serve_http(dir.path(), &config_path).await;
+    let watcher = Watcher::default();
+    let client = watcher
+        .clone()
+        .serve(StreamableHttpClientTransport::from_uri(url))
+        .await
+        .expect("a legacy session");
+    let peer = client.peer();
+    wait_for(
+        "both modern upstreams' prompts are listed",
+        || prompt_names(peer),
+        |p| *p == set(&["local__greet", "web__hello"]),
+    )
+    .await;
+    for tool in ["local__echo", "web__echo"] {
+        let result = peer
+            .call_tool(
+                CallToolRequestParams::new(tool)
+                    .with_arguments(args(json!({"text": tool})).unwrap()),
+            )
+            .await
+            .expect("the call is answered");
+        assert_eq!(text(&result), tool);
+    }
+
+    // The upstream's tool list changes: heard on its listen stream, not by polling.
+    local.control(json!({"tools": ["echo"]}));
+    wait_for(
+        "local's new tool list is served",
+        || async {
+            peer.list_all_tools()
+                .await
+                .map(|tools| {
+                    tools
+                        .into_iter()
+                        .filter(|t| t.name.starts_with("local__"))
+                        .map(|t| t.name.to_string())
+                        .collect::<BTreeSet<_>>()
+                })
+                .unwrap_or_default()
+        },
+        |tools| *tools == set(&["local__echo"]),
+    )
+    .await;
+
+    // A legacy client's subscription becomes the modern upstream's listen filter.
+    peer.subscribe(SubscribeRequestParams::new("local://a"))
+        .await
+        .expect("resources/subscribe");
+    wait_until("local listens for local://a", || {
+        local
+            .subscriptions()
+            .contains(&"subscribe local://a".to_string())
+    })
+    .await;
+    local.control(json!({"tools": ["echo"], "updated": ["local://a"]}));
+    wait_until("the update reached the client", || {
+        watcher.heard(|h| h.updated == ["local://a"])
+    })
+    .await;
+    assert!(terminate(tether).await.success());
+    web_server.kill().await;
+}
+
+/// Opening sessions directly: the generation is detected and remembered, a modern session's
+/// keepalive works without `ping`, and a pinned generation the server does not speak fails
+/// with a fault that says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_generation_is_detected_remembered_and_can_be_pinned() {
+    use tether::config::ProtocolChoice;
+    use tether::transport::generation::Generation;
+    use tether::upstream::{ListChanges, Remembered, Session};
+
+    let host = Host::fast();
+    let open = |spec: tether::config::ServerSpec, remembered: &mut Remembered| {
+        let log_dir = host.dir.path().join("logs");
+        let mut remembered_copy = *remembered;
+        async move {
+            let result = Session::open(
+                &spec,
+                &mut remembered_copy,
+                Arc::new(ListChanges::default()),
+                tokio::sync::broadcast::channel(8).0,
+                &log_dir,
+            )
+            .await;
+            (result, remembered_copy)
+        }
+    };
+
+    let modern_state = host.state_dir("modern");
+    let modern = stdio_fixture("modern", &modern_state, &["--modern-only"]);
+    let mut remembered = Remembered::default();
+    let (session, after) = open(modern.clone(), &mut remembered).await;
+    let session = session.expect("a modern-only server is served");
+    assert_eq!(session.generation(), Generation::Modern);
+    assert_eq!(after.generation, Some(Generation::Modern));
+    session
+        .keepalive(&modern.timeouts)
+        .await
+        .expect("keepalive without ping");
+    session.close(modern.timeouts.stop_grace).await;
+
+    let legacy_state = host.state_dir("legacy");
+    let legacy = stdio_fixture("legacy", &legacy_state, &[]);
+    let (session, after) = open(legacy.clone(), &mut Remembered::default()).await;
+    let session = session.expect("a legacy server is served");
+    assert_eq!(session.generation(), Generation::Legacy);
+    assert_eq!(after.generation, Some(Generation::Legacy));
+    session.keepalive(&legacy.timeouts).await.expect("ping");
+    session.close(legacy.timeouts.stop_grace).await;
+
+    let mut pinned = legacy.clone();
+    pinned.protocol = ProtocolChoice::Modern;
+    let (refused, _) = open(pinned, &mut Remembered::default()).await;
+    let fault = refused
+        .err()
+        .expect("a legacy server cannot speak 2026-07-28")
+        .to_string();
+    assert!(fault.contains("\"2026-07-28\" is configured"), "{fault}");
+    let mut pinned = modern.clone();
+    pinned.protocol = ProtocolChoice::Legacy;
+    let (refused, _) = open(pinned, &mut Remembered::default()).await;
+    let fault = refused
+        .err()
+        .expect("a 2026-07-28-only server refuses initialize")
+        .to_string();
+    assert!(fault.contains("\"2025-11-25\" is configured"), "{fault}");
+}

@@ -672,6 +672,39 @@ fn error_bad_max_message() {
 }
 
 #[test]
+fn the_protocol_generation_may_be_pinned_per_server() {
+    let config = toml(
+        "[servers.a]\ncommand = \"x\"\n\
+         [servers.b]\ncommand = \"x\"\nprotocol = \"2026-07-28\"\n\
+         [servers.c]\nurl = \"http://h/mcp\"\nprotocol = \"2025-11-25\"\n\
+         [servers.d]\nurl = \"http://h/mcp\"\nprotocol = \"auto\"\n",
+    )
+    .unwrap();
+    let choices: Vec<ProtocolChoice> = config.servers.iter().map(|s| s.protocol).collect();
+    assert_eq!(
+        choices,
+        [
+            ProtocolChoice::Auto,
+            ProtocolChoice::Modern,
+            ProtocolChoice::Legacy,
+            ProtocolChoice::Auto
+        ]
+    );
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    for value in ["\"2024-11-05\"", "\"latest\"", "2026"] {
+        let err = json_err(&format!(
+            r#"{{"mcpServers": {{"s": {{"command": "x", "protocol": {value}}}}}}}"#
+        ));
+        assert_names(&err, JSON_FILE, Some("s"), Some("protocol"));
+    }
+    let err = json_err(
+        r#"{"mcpServers": {"s": {"type": "sse", "url": "http://h/sse", "protocol": "2026-07-28"}}}"#,
+    );
+    assert_names(&err, JSON_FILE, Some("s"), Some("protocol"));
+    assert!(err.to_string().contains("legacy SSE"), "{err}");
+}
+
+#[test]
 fn error_both_command_and_url() {
     let err = json_err(r#"{"mcpServers": {"s": {"command": "x", "url": "http://h/"}}}"#);
     assert!(matches!(err, ConfigError::Transport { .. }), "{err:?}");

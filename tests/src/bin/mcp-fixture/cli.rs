@@ -163,6 +163,10 @@ pub struct Behaviour {
     /// `control.json`) to the sessions subscribed to it.
     #[arg(long, value_delimiter = ',', value_name = "URIS")]
     pub updated: Option<Vec<String>>,
+    /// Speak protocol 2026-07-28 only: `server/discover`, no `initialize`, no `ping`, change
+    /// notifications on `subscriptions/listen` streams only.
+    #[arg(long)]
+    pub modern_only: bool,
     /// Send each message added to this list (through `control.json`) as a `warning` log
     /// message to every session.
     #[arg(long, value_delimiter = ',', value_name = "MESSAGES")]

@@ -12,7 +12,11 @@ use std::{
 #[allow(deprecated)] // logging: the fixture plays a server of the older generation
 use rmcp::{
     Peer, RoleServer,
-    model::{LoggingLevel, LoggingMessageNotificationParam, ResourceUpdatedNotificationParam},
+    model::{
+        LoggingLevel, LoggingMessageNotificationParam, ResourceUpdatedNotificationParam,
+        SubscriptionFilter,
+    },
+    service::SubscriptionSink,
 };
 use serde_json::{Map, Value};
 
@@ -39,6 +43,9 @@ pub struct Fixture {
     peers: Mutex<Vec<Peer<RoleServer>>>,
     /// Sessions subscribed to a resource URI.
     subscribers: Mutex<Vec<(Peer<RoleServer>, String)>>,
+    /// 2026-07-28 `subscriptions/listen` streams, with what each accepted.
+    streams: Mutex<Vec<(u64, SubscriptionSink, SubscriptionFilter)>>,
+    next_stream: AtomicU64,
 }
 
 /// The last `control.json` that parsed; a torn or invalid file keeps it in force.
@@ -71,6 +78,8 @@ impl Fixture {
             exit_armed: AtomicBool::new(false),
             peers: Mutex::new(Vec::new()),
             subscribers: Mutex::new(Vec::new()),
+            streams: Mutex::new(Vec::new()),
+            next_stream: AtomicU64::new(0),
         })
     }
 
@@ -143,6 +152,48 @@ impl Fixture {
         peers.push(peer);
     }
 
+    /// A `subscriptions/listen` stream opened; its resource URIs are recorded in
+    /// `subscriptions.log` as subscriptions.
+    pub fn add_stream(&self, sink: SubscriptionSink, accepted: SubscriptionFilter) -> u64 {
+        for uri in accepted.resource_subscriptions.iter().flatten() {
+            self.record_subscription("subscribe", uri);
+        }
+        let id = self.next_stream.fetch_add(1, Ordering::SeqCst);
+        self.streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((id, sink, accepted));
+        id
+    }
+
+    pub fn remove_stream(&self, id: u64) {
+        self.streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(stream, _, _)| *stream != id);
+    }
+
+    /// Sends to every stream whose filter `wants` the notification.
+    fn notify_streams<F, Fut>(&self, wants: impl Fn(&SubscriptionFilter) -> bool, notify: F)
+    where
+        F: Fn(SubscriptionSink) -> Fut,
+        Fut: std::future::Future<Output = Result<(), rmcp::service::SubscriptionSendError>>
+            + Send
+            + 'static,
+    {
+        let streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, sink, accepted) in streams.iter() {
+            if wants(accepted) {
+                let sent = notify(sink.clone());
+                tokio::spawn(async move {
+                    if let Err(error) = sent.await {
+                        eprintln!("mcp-fixture: notifying a stream: {error}");
+                    }
+                });
+            }
+        }
+    }
+
     /// `resources/subscribe` from `peer`; recorded in `subscriptions.log`.
     pub fn subscribe(&self, peer: Peer<RoleServer>, uri: &str) {
         self.record_subscription("subscribe", uri);
@@ -195,11 +246,19 @@ impl Fixture {
             if settings.prompts != prompts {
                 prompts = settings.prompts.clone();
                 self.notify_peers(|peer| async move { peer.notify_prompt_list_changed().await });
+                self.notify_streams(
+                    |f| f.prompts_list_changed == Some(true),
+                    |sink| async move { sink.notify_prompt_list_changed().await },
+                );
             }
             let now = (settings.resources.clone(), settings.templates.clone());
             if now != resources {
                 resources = now;
                 self.notify_peers(|peer| async move { peer.notify_resource_list_changed().await });
+                self.notify_streams(
+                    |f| f.resources_list_changed == Some(true),
+                    |sink| async move { sink.notify_resource_list_changed().await },
+                );
             }
             let all_updated = settings.updated.clone().unwrap_or_default();
             for uri in all_updated.iter().skip(updated) {
@@ -226,6 +285,19 @@ impl Fixture {
     }
 
     fn notify_updated(&self, uri: &str) {
+        let wanted = uri.to_string();
+        let sent = wanted.clone();
+        self.notify_streams(
+            move |f| {
+                f.resource_subscriptions
+                    .as_ref()
+                    .is_some_and(|uris| uris.contains(&wanted))
+            },
+            move |sink| {
+                let uri = sent.clone();
+                async move { sink.notify_resource_updated(uri).await }
+            },
+        );
         let subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
         for (peer, _) in subscribers
             .iter()
@@ -249,6 +321,7 @@ impl Fixture {
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
         peers.retain(|peer| !peer.is_transport_closed());
         for peer in peers.clone() {
+            // One task per peer: a stalled session must not delay the others.
             let sent = notify(peer);
             tokio::spawn(async move {
                 if let Err(error) = sent.await {
@@ -259,16 +332,11 @@ impl Fixture {
     }
 
     fn notify_tools_changed(&self) {
-        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        peers.retain(|peer| !peer.is_transport_closed());
-        for peer in peers.clone() {
-            // One task per peer: a stalled session must not delay the others.
-            tokio::spawn(async move {
-                if let Err(error) = peer.notify_tool_list_changed().await {
-                    eprintln!("mcp-fixture: notifying tools/list_changed: {error}");
-                }
-            });
-        }
+        self.notify_streams(
+            |f| f.tools_list_changed == Some(true),
+            |sink| async move { sink.notify_tool_list_changed().await },
+        );
+        self.notify_peers(|peer| async move { peer.notify_tool_list_changed().await });
     }
 }
 

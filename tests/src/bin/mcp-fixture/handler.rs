@@ -11,9 +11,9 @@ use rmcp::{
         ListResourcesResult, ListToolsResult, PaginatedRequestParams, PingRequestMethod,
         PromptsCapability, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
         ResourcesCapability, ServerCapabilities, ServerConfig, SubscribeRequestParams,
-        UnsubscribeRequestParams,
+        SubscriptionFilter, UnsubscribeRequestParams,
     },
-    service::{NotificationContext, RequestContext},
+    service::{NotificationContext, RequestContext, SubscriptionContext},
 };
 use serde_json::Value;
 
@@ -71,11 +71,33 @@ impl ServerHandler for Handler {
     }
 
     // Only the revisions with an `initialize` handshake: the fixture plays a classic
-    // session-based server (and keeps `ping`, which later revisions drop).
+    // session-based server (and keeps `ping`, which later revisions drop). With
+    // `--modern-only`, only 2026-07-28.
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        if self.fixture.settings().modern_only {
+            return Cow::Owned(vec![ProtocolVersion::V_2026_07_28]);
+        }
         Cow::Borrowed(ProtocolVersion::known_up_to(
             &ProtocolVersion::LATEST_WITH_INITIALIZE,
         ))
+    }
+
+    /// 2026-07-28 clients get change notifications on `subscriptions/listen`: everything
+    /// they ask for that the fixture offers.
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(requested.clone())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let id = self
+            .fixture
+            .add_stream(context.sink().clone(), context.accepted().clone());
+        context.cancelled().await;
+        self.fixture.remove_stream(id);
+        Ok(())
     }
 
     async fn initialize(

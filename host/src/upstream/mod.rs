@@ -2,7 +2,9 @@
 //! tools, prompts and resources, keepalives, requests with deadlines (tool calls and what the
 //! gateway forwards), progress and cancellation, noticing its end and closing it.
 
-use std::collections::HashMap;
+mod listen;
+
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -11,17 +13,20 @@ use std::time::Duration;
 #[allow(deprecated)] // sampling and logging types: see the handler
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientRequest, CreateMessageRequestParams, CreateMessageResult, ErrorCode, ErrorData,
-    Implementation, JsonObject, ListPromptsRequest, ListResourceTemplatesRequest,
-    ListResourcesRequest, ListToolsRequest, LoggingMessageNotificationParam,
-    PaginatedRequestParams, PingRequest, ProgressNotificationParam, ProgressToken,
-    ResourceUpdatedNotificationParam, ServerResult,
+    ClientRequest, CreateMessageRequestParams, CreateMessageResult, DiscoverRequest,
+    DiscoverRequestParams, ErrorCode, ErrorData, Implementation, JsonObject, ListPromptsRequest,
+    ListResourceTemplatesRequest, ListResourcesRequest, ListToolsRequest,
+    LoggingMessageNotificationParam, PaginatedRequestParams, PingRequest,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, ResourceUpdatedNotificationParam,
+    ServerCapabilities, ServerResult, SubscribeRequest, SubscribeRequestParams, UnsubscribeRequest,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{
-    NotificationContext, PeerRequestOptions, RequestContext, RunningService, ServiceError,
+    ClientInitializeError, NotificationContext, PeerRequestOptions, RequestContext, RunningService,
+    ServiceError,
 };
 use rmcp::transport::async_rw::AsyncRwTransport;
-use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+use rmcp::{ClientHandler, ClientServiceExt, Peer, RoleClient};
 use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, broadcast, watch};
 use tokio_util::sync::CancellationToken;
@@ -31,6 +36,7 @@ use crate::config::{ServerSpec, Timeouts, TransportSpec};
 use crate::policy::{Fault, Tool, TransportKind};
 use crate::transport::SessionEnd;
 use crate::transport::gate::Guarded;
+use crate::transport::generation::{self, Generation};
 use crate::transport::http::{self, HttpFlavor, HttpOptions};
 use crate::transport::limit::{self, BoundedReader};
 use crate::transport::stdio::{self, ChildProcess};
@@ -51,11 +57,11 @@ pub struct Changed {
     pub catalog: bool,
 }
 
-const TOOLS_CHANGED: u8 = 1;
-const CATALOG_CHANGED: u8 = 2;
+pub(crate) const TOOLS_CHANGED: u8 = 1;
+pub(crate) const CATALOG_CHANGED: u8 = 2;
 
 impl ListChanges {
-    fn raise(&self, bits: u8) {
+    pub(crate) fn raise(&self, bits: u8) {
         self.pending.fetch_or(bits, Ordering::SeqCst);
         self.wake.notify_one();
     }
@@ -207,6 +213,8 @@ impl ClientHandler for UpstreamHandler {
     fn get_info(&self) -> rmcp::model::ClientConfig {
         let mut info = rmcp::model::ClientConfig::default();
         info.client_info = Implementation::new("tether", env!("CARGO_PKG_VERSION"));
+        // What `initialize` offers; 2026-07-28 is negotiated by `server/discover`.
+        info.protocol_version = ProtocolVersion::V_2025_11_25;
         info
     }
 }
@@ -244,6 +252,17 @@ pub struct Session {
     end: SessionEnd,
     max_message: usize,
     in_flight: Arc<InFlight>,
+    generation: Generation,
+    /// Resource URIs clients want updates of; a 2026-07-28 session listens for them.
+    resource_uris: watch::Sender<BTreeSet<String>>,
+}
+
+/// What a server showed on earlier connects, for the next one: its HTTP flavor and protocol
+/// generation. Forgotten when a connect fails (the server may have been replaced).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Remembered {
+    pub flavor: Option<HttpFlavor>,
+    pub generation: Option<Generation>,
 }
 
 impl Session {
@@ -252,7 +271,7 @@ impl Session {
     /// List changes go to `changes`, resource updates and log messages to `events`.
     pub async fn open(
         spec: &ServerSpec,
-        flavor: &mut Option<HttpFlavor>,
+        remembered: &mut Remembered,
         changes: Arc<ListChanges>,
         events: broadcast::Sender<ServerEvent>,
         log_dir: &Path,
@@ -260,10 +279,11 @@ impl Session {
         let in_flight = Arc::new(InFlight::default());
         let handler = UpstreamHandler {
             server: spec.name.as_str().into(),
-            changes,
-            events,
+            changes: changes.clone(),
+            events: events.clone(),
             in_flight: in_flight.clone(),
         };
+        let lifecycle = generation::lifecycle(spec.protocol, remembered.generation);
         let deadline = spec.timeouts.connect;
         let mut end = SessionEnd::new();
         let (service, process, transport) = match &spec.transport {
@@ -281,12 +301,27 @@ impl Session {
                 let transport = AsyncRwTransport::new_client(reader, stdin)
                     .with_max_line_length(spec.max_message.saturating_add(2));
                 let transport = Guarded::new(transport, end.clone());
-                match tokio::time::timeout(deadline, handler.serve(transport)).await {
+                let opening = handler.serve_with_lifecycle(transport, lifecycle);
+                match tokio::time::timeout(deadline, opening).await {
                     Ok(Ok(service)) => (service, Some(process), TransportKind::Stdio),
                     Ok(Err(error)) => {
-                        let fault = match process.wait_exit(Duration::from_millis(200)).await {
+                        // A server that answered and refused the handshake exits afterwards
+                        // because its stdin closes: its refusal is the fault, not the exit.
+                        let answered = !matches!(
+                            error,
+                            ClientInitializeError::ConnectionClosed(_)
+                                | ClientInitializeError::TransportError { .. }
+                        );
+                        let exited = match answered {
+                            true => None,
+                            false => process.wait_exit(Duration::from_millis(200)).await,
+                        };
+                        let fault = match exited {
                             Some(code) => Fault::ProcessExited(code),
-                            None => Fault::HandshakeFailed(error.to_string()),
+                            None => Fault::HandshakeFailed(generation::describe_refusal(
+                                &error,
+                                spec.protocol,
+                            )),
                         };
                         process.terminate(spec.timeouts.stop_grace).await;
                         return Err(fault);
@@ -303,15 +338,15 @@ impl Session {
                 sse_fallback,
             } => {
                 // Once a flavor worked it is remembered; without fallback it is always Streamable.
-                let wanted = match (*flavor, sse_fallback) {
+                let wanted = match (remembered.flavor, sse_fallback) {
                     (Some(known), _) => Some(known),
                     (None, false) => Some(HttpFlavor::Streamable),
                     (None, true) => None,
                 };
-                let options = http_options(headers, spec);
+                let options = http_options(headers, spec, lifecycle);
                 let session =
                     http::connect_session(url, wanted, &options, || handler.clone()).await?;
-                *flavor = Some(session.flavor);
+                remembered.flavor = Some(session.flavor);
                 let kind = match session.flavor {
                     HttpFlavor::Streamable => TransportKind::StreamableHttp,
                     HttpFlavor::Sse => TransportKind::Sse,
@@ -320,7 +355,7 @@ impl Session {
                 (session.service, None, kind)
             }
             TransportSpec::Sse { url, headers } => {
-                let options = http_options(headers, spec);
+                let options = http_options(headers, spec, rmcp::ClientLifecycleMode::Initialize);
                 let session =
                     http::connect_session(url, Some(HttpFlavor::Sse), &options, || handler.clone())
                         .await?;
@@ -332,6 +367,18 @@ impl Session {
         session.end = end;
         session.max_message = spec.max_message;
         session.in_flight = in_flight;
+        remembered.generation = Some(session.generation);
+        if session.generation == Generation::Modern {
+            listen::spawn(listen::Listener {
+                server: spec.name.clone(),
+                peer: session.peer.clone(),
+                capabilities: session.capabilities(),
+                changes,
+                events,
+                uris: session.resource_uris.subscribe(),
+                ended: session.ended.clone(),
+            });
+        }
         Ok(session)
     }
 
@@ -342,6 +389,9 @@ impl Session {
         transport: TransportKind,
     ) -> Session {
         let peer = service.peer().clone();
+        let generation = peer.peer_info().map_or(Generation::Legacy, |info| {
+            Generation::of(&info.protocol_version)
+        });
         let server_info = peer
             .peer_info()
             .and_then(|info| {
@@ -368,6 +418,8 @@ impl Session {
             end: SessionEnd::new(),
             max_message: ServerSpec::DEFAULT_MAX_MESSAGE,
             in_flight: Arc::default(),
+            generation,
+            resource_uris: watch::channel(BTreeSet::new()).0,
         }
     }
 
@@ -383,14 +435,73 @@ impl Session {
         self.process.as_ref().map(ChildProcess::pid)
     }
 
-    /// Whether the server offers `resources/subscribe`.
+    /// The protocol generation this session speaks.
+    pub fn generation(&self) -> Generation {
+        self.generation
+    }
+
+    fn capabilities(&self) -> ServerCapabilities {
+        self.peer
+            .peer_info()
+            .map(|info| info.capabilities.clone())
+            .unwrap_or_default()
+    }
+
+    /// Whether the server offers resource subscriptions.
     pub fn offers_resource_subscriptions(&self) -> bool {
-        self.peer.peer_info().is_some_and(|info| {
-            info.capabilities
-                .resources
-                .as_ref()
-                .is_some_and(|r| r.subscribe == Some(true))
-        })
+        self.capabilities()
+            .resources
+            .is_some_and(|r| r.subscribe == Some(true))
+    }
+
+    /// Asks the server for updates of `uri`: `resources/subscribe` on 2025-11-25 and older, the
+    /// session's `subscriptions/listen` stream on 2026-07-28.
+    #[allow(deprecated)] // resources/subscribe is legacy-only, and legacy servers need it
+    pub async fn subscribe_resource(
+        &self,
+        uri: &str,
+        timeouts: &Timeouts,
+    ) -> Result<(), CallFailure> {
+        if self.generation == Generation::Modern {
+            self.resource_uris
+                .send_if_modified(|uris| uris.insert(uri.to_string()));
+            return Ok(());
+        }
+        let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(
+            SubscribeRequestParams::new(uri),
+        ));
+        self.exchange(
+            "resources/subscribe",
+            request,
+            timeouts,
+            &CallContext::default(),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Stops updates of `uri` (nobody wants them any more).
+    #[allow(deprecated)]
+    pub async fn unsubscribe_resource(
+        &self,
+        uri: &str,
+        timeouts: &Timeouts,
+    ) -> Result<(), CallFailure> {
+        if self.generation == Generation::Modern {
+            self.resource_uris.send_if_modified(|uris| uris.remove(uri));
+            return Ok(());
+        }
+        let request = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(
+            UnsubscribeRequestParams::new(uri),
+        ));
+        self.exchange(
+            "resources/unsubscribe",
+            request,
+            timeouts,
+            &CallContext::default(),
+        )
+        .await
+        .map(drop)
     }
 
     /// Whether requests can still go out: the session has not ended and its process lives.
@@ -515,8 +626,20 @@ impl Session {
         tracing::warn!(server = %self.server, "skipping an invalid tool in tools/list: {reason}");
     }
 
-    /// Proves the session: `ping`, or `tools/list` for servers that do not implement ping.
+    /// Proves the session: `ping`, or `tools/list` for servers that do not implement ping; on
+    /// 2026-07-28, which has no ping, `server/discover` (sent as is, never from a cache).
     pub async fn keepalive(&self, timeouts: &Timeouts) -> Result<(), Fault> {
+        if self.generation == Generation::Modern {
+            let discover =
+                ClientRequest::DiscoverRequest(DiscoverRequest::new(DiscoverRequestParams {}));
+            return match self.request(discover, timeouts.keepalive_deadline).await {
+                Ok(ServerResult::DiscoverResult(_)) => Ok(()),
+                Ok(_) => Err(Fault::KeepaliveFailed(
+                    "unexpected answer to server/discover".into(),
+                )),
+                Err(error) => Err(Fault::KeepaliveFailed(describe_service_error(&error))),
+            };
+        }
         if !self.ping_unsupported.load(Ordering::Relaxed) {
             let ping = ClientRequest::PingRequest(PingRequest::default());
             match self.request(ping, timeouts.keepalive_deadline).await {
@@ -638,11 +761,7 @@ impl Session {
     /// offers it. A list the server fails to give, or one over `max_message`, is left empty
     /// with a warning: it must not cost the server its tools. A transport failure is a fault.
     pub async fn list_catalog(&self, timeouts: &Timeouts) -> Result<ServerCatalog, Fault> {
-        let capabilities = self
-            .peer
-            .peer_info()
-            .map(|info| info.capabilities.clone())
-            .unwrap_or_default();
+        let capabilities = self.capabilities();
         let mut catalog = ServerCatalog::default();
         if capabilities.prompts.is_some() {
             catalog.prompts = self
@@ -807,12 +926,14 @@ fn describe_service_error(error: &ServiceError) -> String {
 fn http_options(
     headers: &std::collections::BTreeMap<String, String>,
     spec: &ServerSpec,
+    lifecycle: rmcp::ClientLifecycleMode,
 ) -> HttpOptions {
     HttpOptions {
         headers: headers.clone(),
         connect_timeout: spec.timeouts.connect,
         request_timeout: spec.timeouts.keepalive_deadline,
         max_message: spec.max_message,
+        lifecycle,
     }
 }
 
