@@ -56,6 +56,8 @@ impl Transport {
 enum Route {
     Direct,
     Tether,
+    /// `tether serve` for a client of protocol 2026-07-28 (no `initialize`).
+    TetherModern,
     InProcess,
     McpHub,
 }
@@ -65,6 +67,7 @@ impl Route {
         match self {
             Route::Direct => "direct",
             Route::Tether => "tether serve",
+            Route::TetherModern => "tether serve, 2026-07-28 client",
             Route::InProcess => "Supervisor::call_tool (in-process, no downstream hop)",
             Route::McpHub => "mcp-hub 4.2.1",
         }
@@ -143,7 +146,30 @@ async fn direct(transport: Transport, name: &str) -> Setup {
     }
 }
 
-async fn through_tether(transport: Transport, name: &str) -> Setup {
+/// The bench's client of `generation` on `transport` (stdio: the child's pipes).
+pub async fn connect_client<T, E, A>(
+    transport: T,
+    modern: bool,
+) -> RunningService<RoleClient, Agent>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    use rmcp::ClientServiceExt;
+    let lifecycle = if modern {
+        rmcp::ClientLifecycleMode::Discover {
+            preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+        }
+    } else {
+        rmcp::ClientLifecycleMode::Initialize
+    };
+    Agent::default()
+        .serve_with_lifecycle(transport, lifecycle)
+        .await
+        .expect("an MCP session with the gateway")
+}
+
+async fn through_tether(transport: Transport, name: &str, modern: bool) -> Setup {
     let dir = scratch(name);
     let state = dir.join("up");
     std::fs::create_dir_all(&state).unwrap();
@@ -151,7 +177,8 @@ async fn through_tether(transport: Transport, name: &str) -> Setup {
         Transport::Stdio => {
             let config = util::stdio_config(&dir, &state);
             let mut tether = tether_serve(&dir, &config, &[], "info", false);
-            let client = util::serve_over_stdio(&mut tether, Agent::default()).await;
+            let io = (tether.stdout.take().unwrap(), tether.stdin.take().unwrap());
+            let client = connect_client(io, modern).await;
             Setup {
                 client,
                 tool: "up__echo".into(),
@@ -166,10 +193,7 @@ async fn through_tether(transport: Transport, name: &str) -> Setup {
             let mut tether = tether_serve(&dir, &config, &["--http", "127.0.0.1:0"], "info", true);
             let url = word_after(tether.stderr.take().unwrap(), "serving MCP at ").await;
             let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url);
-            let client = Agent::default()
-                .serve(transport)
-                .await
-                .expect("MCP over HTTP");
+            let client = connect_client(transport, modern).await;
             Setup {
                 client,
                 tool: "up__echo".into(),
@@ -344,8 +368,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     for transport in transports {
         let label = transport.label();
         let routes = match transport {
-            Transport::Stdio => vec![Route::Direct, Route::Tether, Route::InProcess],
-            Transport::Http => vec![Route::Direct, Route::Tether],
+            Transport::Stdio => vec![
+                Route::Direct,
+                Route::Tether,
+                Route::TetherModern,
+                Route::InProcess,
+            ],
+            Transport::Http => vec![Route::Direct, Route::Tether, Route::TetherModern],
             Transport::Sse => vec![Route::Direct, Route::McpHub],
         };
         for &concurrency in &args.concurrency {
@@ -359,7 +388,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                                 return in_process(&name, concurrency, args.calls).await;
                             }
                             Route::Direct => direct(transport, &name).await,
-                            Route::Tether => through_tether(transport, &name).await,
+                            Route::Tether => through_tether(transport, &name, false).await,
+                            Route::TetherModern => through_tether(transport, &name, true).await,
                             Route::McpHub => {
                                 through_mcp_hub(args.mcp_hub.as_ref().unwrap(), &name).await
                             }

@@ -3,6 +3,7 @@
 
 mod chaos;
 mod cold_start;
+mod cost;
 mod gateway;
 mod policy;
 mod recovery;
@@ -26,6 +27,8 @@ enum Command {
     Policy(policy::Args),
     /// Echo-tool latency and throughput through `tether serve` vs direct.
     Gateway(gateway::Args),
+    /// The gateway's instructions per forwarded call (callgrind), for both client generations.
+    GatewayCost(cost::Args),
     /// SIGKILL an upstream and time each recovery step.
     Recovery(recovery::Args),
     /// Host memory, idle CPU and readiness for many supervised servers.
@@ -53,6 +56,7 @@ fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Policy(args) => policy::run(&args),
         Command::Gateway(args) => gateway::run(&args),
+        Command::GatewayCost(args) => cost::run(&args),
         Command::Recovery(args) => recovery::run(&args),
         Command::Scale(args) => scale::run(&args),
         Command::Swap(args) => swap::run(&args),
