@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
+use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, JsonObject};
 use tokio::sync::watch;
 
 use crate::policy::{
@@ -68,17 +68,19 @@ impl Supervisor {
     ) -> Result<CallToolResult, CallError> {
         self.call_tool_in(advertised, arguments, CallContext::default())
             .await
+            .map(|response| complete(advertised, response))
     }
 
-    /// [`Supervisor::call_tool`] for a client that may cancel the call or wants its progress.
+    /// [`Supervisor::call_tool`] for a client that may cancel the call, wants its progress, or
+    /// can answer a server's request for input (protocol 2026-07-28): such a request comes back
+    /// as [`CallToolResponse::InputRequired`], and the retry carries the answers in `context`.
     pub async fn call_tool_in(
         &self,
         advertised: &str,
         arguments: Option<JsonObject>,
         context: CallContext,
-    ) -> Result<CallToolResult, CallError> {
-        self.call_tool_with_hook(advertised, arguments, context, async {})
-            .await
+    ) -> Result<CallToolResponse, CallError> {
+        self.call(advertised, arguments, context, async {}).await
     }
 
     /// Counts the call in flight for a graceful shutdown, or refuses it if one has begun.
@@ -99,8 +101,20 @@ impl Supervisor {
         context: CallContext,
         before_dispatch: impl std::future::Future<Output = ()>,
     ) -> Result<CallToolResult, CallError> {
+        self.call(advertised, arguments, context, before_dispatch)
+            .await
+            .map(|response| complete(advertised, response))
+    }
+
+    async fn call(
+        &self,
+        advertised: &str,
+        arguments: Option<JsonObject>,
+        context: CallContext,
+        before_dispatch: impl std::future::Future<Output = ()>,
+    ) -> Result<CallToolResponse, CallError> {
         let Some(_in_flight) = self.enter_call() else {
-            return Ok(refusal(
+            return Ok(refused(
                 "Tether is shutting down; the call was not sent. Do not retry it here.".into(),
             ));
         };
@@ -138,7 +152,7 @@ impl Supervisor {
             // answer is dropped), so the breaker hears what the server really did.
             Admission::Probe => CallContext {
                 cancel: Default::default(),
-                progress: context.progress,
+                ..context
             },
         };
         let Some(SessionLookup {
@@ -172,7 +186,7 @@ impl Supervisor {
                 CallOutcome::TransportError(Fault::TransportClosed("no live session".into())),
                 started,
             );
-            return Ok(refusal(format!(
+            return Ok(refused(format!(
                 "Server \"{server}\" is reconnecting; the call was not sent. Wait about {} s and retry.",
                 spec.timeouts.reconnect_wait.as_secs().max(1)
             )));
@@ -217,17 +231,17 @@ impl Supervisor {
                     .await;
                 self.report_result(&server, retry_id, &retried, started);
                 return Ok(match retried {
-                    Err(CallFailure::Lost(fault)) => refusal(format!(
+                    Err(CallFailure::Lost(fault)) => refused(format!(
                         "The connection to server \"{server}\" was lost during the call, and again during one retry on a fresh session ({}). The tool is read-only, so retrying is safe: wait a few seconds and retry.",
                         fault_words(&fault)
                     )),
-                    other => answer(&server, other, true),
+                    other => respond(&server, other, true),
                 });
             }
-            return Ok(answer(&server, result, true));
+            return Ok(respond(&server, result, true));
         }
         self.report_result(&server, call_id, &result, started);
-        Ok(answer(&server, result, route.tool.read_only))
+        Ok(respond(&server, result, route.tool.read_only))
     }
 
     /// Asks for a reconnect because a call found `server`'s session dead, unless a newer
@@ -257,9 +271,9 @@ impl Supervisor {
     }
 
     /// A refusal for the model, counted as a call that was not sent.
-    fn refuse(&self, server: &str, message: String) -> CallToolResult {
+    fn refuse(&self, server: &str, message: String) -> CallToolResponse {
         self.observe(server, CallResultKind::Refused, Duration::ZERO);
-        refusal(message)
+        refused(message)
     }
 
     fn observe(&self, server: &str, result: CallResultKind, duration: Duration) {
@@ -364,6 +378,8 @@ fn outcome(result: &Result<CallToolResult, CallFailure>) -> CallOutcome {
         }
         // Never reported (see `report_result`); were it, it would not be the server's fault.
         Err(CallFailure::Cancelled) => CallOutcome::ToolError("cancelled by the client".into()),
+        // The server answered: it works, and asks the client for input.
+        Err(CallFailure::InputRequired(_)) => CallOutcome::Ok,
     }
 }
 
@@ -378,6 +394,36 @@ fn text_of(result: &CallToolResult) -> String {
 
 fn refusal(message: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message)])
+}
+
+fn refused(message: String) -> CallToolResponse {
+    refusal(message).into()
+}
+
+/// The response for a call that went out: the server's request for input passes on as is (the
+/// caller may be able to answer it), everything else is [`answer`]ed.
+fn respond(
+    server: &str,
+    result: Result<CallToolResult, CallFailure>,
+    read_only: bool,
+) -> CallToolResponse {
+    match result {
+        Err(CallFailure::InputRequired(request)) => CallToolResponse::InputRequired(*request),
+        other => answer(server, other, read_only).into(),
+    }
+}
+
+/// A response as a plain result, for a caller that cannot answer a server's request for input.
+pub fn complete(advertised: &str, response: CallToolResponse) -> CallToolResult {
+    match response {
+        CallToolResponse::Complete(result) => result,
+        CallToolResponse::InputRequired(_) => refusal(format!(
+            "The tool \"{advertised}\" needs more input from the user before it can finish (the server asked for it the protocol 2026-07-28 way, which this client does not support). The call did not complete; it may be used from a client that supports protocol 2026-07-28."
+        )),
+        _ => refusal(format!(
+            "The tool \"{advertised}\" answered with a kind of result Tether does not pass on."
+        )),
+    }
 }
 
 /// The agent's answer for a call that went out (or tried to).
@@ -407,6 +453,9 @@ fn answer(
         Err(CallFailure::Protocol(error)) => refusal(format!(
             "Server \"{server}\" rejected the call: {}. Fix the arguments before retrying.",
             error.message
+        )),
+        Err(CallFailure::InputRequired(_)) => refusal(format!(
+            "Server \"{server}\" needs more input from the user to finish the call, which this client cannot give."
         )),
         Err(CallFailure::Cancelled) => refusal(format!(
             "The call to server \"{server}\" was cancelled by the client; the server was told to stop. It may or may not have run."

@@ -148,6 +148,7 @@ impl Gateway {
         let call = CallContext {
             cancel: context.ct.clone(),
             progress: progress_sink(context),
+            ..CallContext::default()
         };
         session
             .exchange(method, request, &spec.timeouts, &call)
@@ -325,7 +326,35 @@ fn failure_words(failure: &CallFailure) -> String {
             crate::transport::limit::describe_size(*limit)
         ),
         CallFailure::Cancelled => "cancelled by the client".into(),
+        CallFailure::InputRequired(_) => "the server needs input from the user first".into(),
     }
+}
+
+/// Whether the client negotiated protocol 2026-07-28 or later (it can answer a server's
+/// request for input).
+fn modern_client(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|v| v.as_str() >= rmcp::model::ProtocolVersion::V_2026_07_28.as_str())
+}
+
+/// A server's request for input, for a forwarded `prompts/get` or `resources/read`: passed on
+/// to a client that can answer it, a clear error for one that cannot.
+fn input_required(
+    server: &str,
+    method: &str,
+    input: rmcp::model::InputRequiredResult,
+    context: &RequestContext<RoleServer>,
+) -> Result<rmcp::model::InputRequiredResult, McpError> {
+    if modern_client(context) {
+        return Ok(input);
+    }
+    Err(McpError::invalid_request(
+        format!(
+            "server {server:?} needs more input from the user to answer {method}, which a client of protocol 2026-07-28 or later can give; this client negotiated an older version"
+        ),
+        None,
+    ))
 }
 
 /// A forwarded result's `_meta`, without what describes the upstream (rmcp adds Tether's own).
@@ -436,13 +465,20 @@ impl ServerHandler for Gateway {
         let call = CallContext {
             cancel: context.ct.clone(),
             progress: progress_sink(&context),
+            // A retry after the server asked for input carries the answers through.
+            input_responses: request.input_responses,
+            request_state: request.request_state,
         };
         match self
             .supervisor
             .call_tool_in(&request.name, request.arguments, call)
             .await
         {
-            Ok(mut result) => {
+            Ok(CallToolResponse::InputRequired(input)) if modern_client(&context) => {
+                Ok(CallToolResponse::InputRequired(input))
+            }
+            Ok(response) => {
+                let mut result = crate::calls::complete(&request.name, response);
                 // Upstreams of the older generation send no `resultType`; 2026-07-28 clients
                 // require it. rmcp strips "complete" again for older clients.
                 result.result_type.get_or_insert(ResultType::COMPLETE);
@@ -487,6 +523,8 @@ impl ServerHandler for Gateway {
         };
         let mut upstream = GetPromptRequestParams::new(original);
         upstream.arguments = request.arguments;
+        upstream.input_responses = request.input_responses;
+        upstream.request_state = request.request_state;
         let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(upstream));
         match self
             .forward(server, "prompts/get", request, &context)
@@ -496,6 +534,9 @@ impl ServerHandler for Gateway {
                 result.result_type.get_or_insert(ResultType::COMPLETE);
                 result.meta = own_meta(result.meta);
                 Ok(result.into())
+            }
+            ServerResult::InputRequiredResult(input) => {
+                input_required(server, "prompts/get", input, &context).map(Into::into)
             }
             _ => Err(unexpected(server, "prompts/get")),
         }
@@ -535,7 +576,9 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let server = self.route_uri(&request.uri)?;
-        let upstream = ReadResourceRequestParams::new(request.uri);
+        let mut upstream = ReadResourceRequestParams::new(request.uri);
+        upstream.input_responses = request.input_responses;
+        upstream.request_state = request.request_state;
         let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(upstream));
         match self
             .forward(&server, "resources/read", request, &context)
@@ -545,6 +588,9 @@ impl ServerHandler for Gateway {
                 result.result_type.get_or_insert(ResultType::COMPLETE);
                 result.meta = own_meta(result.meta);
                 Ok(result.into())
+            }
+            ServerResult::InputRequiredResult(input) => {
+                input_required(&server, "resources/read", input, &context).map(Into::into)
             }
             _ => Err(unexpected(&server, "resources/read")),
         }

@@ -14,12 +14,12 @@ use std::time::Duration;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
     ClientRequest, CreateMessageRequestParams, CreateMessageResult, DiscoverRequest,
-    DiscoverRequestParams, ErrorCode, ErrorData, Implementation, JsonObject, ListPromptsRequest,
-    ListResourceTemplatesRequest, ListResourcesRequest, ListToolsRequest,
-    LoggingMessageNotificationParam, PaginatedRequestParams, PingRequest,
-    ProgressNotificationParam, ProgressToken, ProtocolVersion, ResourceUpdatedNotificationParam,
-    ServerCapabilities, ServerResult, SubscribeRequest, SubscribeRequestParams, UnsubscribeRequest,
-    UnsubscribeRequestParams,
+    DiscoverRequestParams, ErrorCode, ErrorData, Implementation, InputRequiredResult,
+    InputResponses, JsonObject, ListPromptsRequest, ListResourceTemplatesRequest,
+    ListResourcesRequest, ListToolsRequest, LoggingMessageNotificationParam,
+    PaginatedRequestParams, PingRequest, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    ResourceUpdatedNotificationParam, ServerCapabilities, ServerResult, SubscribeRequest,
+    SubscribeRequestParams, UnsubscribeRequest, UnsubscribeRequestParams,
 };
 use rmcp::service::{
     ClientInitializeError, NotificationContext, PeerRequestOptions, RequestContext, RunningService,
@@ -99,13 +99,16 @@ pub enum ServerEvent {
 /// Receives an upstream call's progress, already in the caller's terms.
 pub type ProgressSink = Arc<dyn Fn(ProgressNotificationParam) + Send + Sync>;
 
-/// What a caller gives a request besides its parameters: a way to cancel it and, if it asked,
-/// where its progress goes.
+/// What a caller gives a request besides its parameters: a way to cancel it, where its
+/// progress goes if it asked, and for a retry after a server's request for input, the answers
+/// and the server's request state.
 #[derive(Clone, Default)]
 pub struct CallContext {
     /// Cancelled when the caller gives up (`notifications/cancelled`, a closed stream).
     pub cancel: CancellationToken,
     pub progress: Option<ProgressSink>,
+    pub input_responses: Option<InputResponses>,
+    pub request_state: Option<String>,
 }
 
 /// Progress sinks of the requests in flight, by the progress token sent upstream.
@@ -220,7 +223,7 @@ impl ClientHandler for UpstreamHandler {
 }
 
 /// How a call failed when it did not produce a result.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum CallFailure {
     /// No answer within the deadline; the server may still be working on it.
     TimedOut(Duration),
@@ -235,6 +238,9 @@ pub enum CallFailure {
     TooLarge { size: u64, limit: u64 },
     /// The caller cancelled it; the server was told (`notifications/cancelled`).
     Cancelled,
+    /// Not a failure: the server (2026-07-28) needs input from the client first, then a retry
+    /// with the answers and its request state.
+    InputRequired(Box<InputRequiredResult>),
 }
 
 /// An initialized session.
@@ -672,12 +678,17 @@ impl Session {
         if let Some(arguments) = arguments {
             params = params.with_arguments(arguments);
         }
+        params.input_responses = context.input_responses.clone();
+        params.request_state = context.request_state.clone();
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         match self
             .exchange("tools/call", request, timeouts, context)
             .await?
         {
             ServerResult::CallToolResult(result) => Ok(result),
+            ServerResult::InputRequiredResult(input) => {
+                Err(CallFailure::InputRequired(Box::new(input)))
+            }
             _ => Err(CallFailure::Protocol(ErrorData::internal_error(
                 "unexpected answer to tools/call",
                 None,

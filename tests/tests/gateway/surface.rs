@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, ClientRequest, CustomRequest, GetPromptRequestParams,
-    LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
-    ProtocolVersion, ReadResourceRequestParams, ResourceContents, ResourceUpdatedNotificationParam,
-    ServerNotification, ServerResult, SetLevelRequestParams, SubscribeRequestParams,
-    SubscriptionFilter,
+    CallToolRequest, CallToolRequestParams, CallToolResponse, ClientRequest, CustomRequest,
+    GetPromptRequestParams, GetPromptResponse, LoggingLevel, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, ReadResourceRequestParams,
+    ResourceContents, ResourceUpdatedNotificationParam, ServerNotification, ServerResult,
+    SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -602,7 +602,7 @@ async fn upstreams_of_2026_07_28_only_are_detected_and_fully_served() {
     let config = json!({"mcpServers": {
         "local": {"command": FIXTURE, "args": [
             "--transport", "stdio", "--state-dir", local.path_str(), "--modern-only",
-            "--prompts", "greet", "--resources", "local://a",
+                        "--prompts", "greet,ask", "--resources", "local://a",
         ]},
         "web": {"url": format!("http://{}/mcp", web_server.addr), "type": "http"},
     }});
@@ -612,14 +612,14 @@ async fn upstreams_of_2026_07_28_only_are_detected_and_fully_served() {
     let watcher = Watcher::default();
     let client = watcher
         .clone()
-        .serve(StreamableHttpClientTransport::from_uri(url))
+        .serve(StreamableHttpClientTransport::from_uri(url.clone()))
         .await
         .expect("a legacy session");
     let peer = client.peer();
     wait_for(
         "both modern upstreams' prompts are listed",
         || prompt_names(peer),
-        |p| *p == set(&["local__greet", "web__hello"]),
+        |p| *p == set(&["local__ask", "local__greet", "web__hello"]),
     )
     .await;
     for tool in ["local__echo", "web__echo"] {
@@ -668,6 +668,87 @@ async fn upstreams_of_2026_07_28_only_are_detected_and_fully_served() {
         watcher.heard(|h| h.updated == ["local://a"])
     })
     .await;
+
+    // A server's request for input (InputRequiredResult) reaches a client that can answer it,
+    // and the answer reaches the server; a legacy client gets words instead.
+    local.control(json!({"tools": ["echo", "confirm"]}));
+    let modern = modern_http_client(&url, Watcher::default()).await;
+    let asked = wait_for(
+        "local__confirm is served",
+        || async {
+            modern
+                .peer()
+                .call_tool_once(CallToolRequestParams::new("local__confirm"))
+                .await
+                .map_err(error_message)
+        },
+        |answer| matches!(answer, Ok(CallToolResponse::InputRequired(_))),
+    )
+    .await;
+    let Ok(CallToolResponse::InputRequired(asked)) = asked else {
+        unreachable!()
+    };
+    assert_eq!(asked.request_state.as_deref(), Some("state-1"));
+    assert!(
+        asked
+            .input_requests
+            .as_ref()
+            .unwrap()
+            .contains_key("confirm")
+    );
+    let mut retry = CallToolRequestParams::new("local__confirm");
+    retry.input_responses = Some(
+        [(
+            "confirm".to_string(),
+            json!({"action": "accept", "content": {"ok": true}}),
+        )]
+        .into(),
+    );
+    retry.request_state = asked.request_state.clone();
+    let answered = modern
+        .peer()
+        .call_tool(retry)
+        .await
+        .expect("the retry is answered");
+    assert!(
+        text(&answered).starts_with("confirmed {") && text(&answered).ends_with("with state-1"),
+        "{}",
+        text(&answered)
+    );
+    let legacy = peer
+        .call_tool(CallToolRequestParams::new("local__confirm"))
+        .await
+        .expect("a legacy client gets a result");
+    assert_eq!(legacy.is_error, Some(true));
+    assert!(
+        text(&legacy).contains("needs more input"),
+        "{}",
+        text(&legacy)
+    );
+    // The same for a prompt.
+    let Ok(GetPromptResponse::InputRequired(asked)) = modern
+        .peer()
+        .get_prompt_once(GetPromptRequestParams::new("local__ask"))
+        .await
+    else {
+        panic!("prompts/get passes the request for input on");
+    };
+    let mut retry = GetPromptRequestParams::new("local__ask");
+    retry.input_responses = Some([("confirm".to_string(), json!({"action": "decline"}))].into());
+    retry.request_state = asked.request_state;
+    let prompt = modern
+        .peer()
+        .get_prompt(retry)
+        .await
+        .expect("the retry is answered");
+    assert!(format!("{prompt:?}").contains("with state-1"), "{prompt:?}");
+    let refused = error_message(
+        peer.get_prompt(GetPromptRequestParams::new("local__ask"))
+            .await
+            .unwrap_err(),
+    );
+    assert!(refused.contains("needs more input"), "{refused}");
+
     assert!(terminate(tether).await.success());
     web_server.kill().await;
 }

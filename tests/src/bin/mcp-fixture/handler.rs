@@ -184,7 +184,7 @@ impl ServerHandler for Handler {
                 None,
             ));
         }
-        let arguments = request.arguments.unwrap_or_default();
+        let arguments = request.arguments.clone().unwrap_or_default();
         let call = tools::parse(name, &arguments)
             .map_err(|message| McpError::invalid_params(message, None))?;
 
@@ -204,6 +204,9 @@ impl ServerHandler for Handler {
         }
         if settings.slow_ms > 0 {
             tokio::time::sleep(Duration::from_millis(settings.slow_ms)).await;
+        }
+        if matches!(call, tools::Call::Confirm) {
+            return Ok(confirm(request.input_responses, request.request_state));
         }
         let result = tokio::select! {
             result = tools::run(call, &context) => result,
@@ -239,6 +242,22 @@ impl ServerHandler for Handler {
         request: GetPromptRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
+        // On 2026-07-28, a prompt named `ask` first asks the client for input, like `confirm`.
+        if request.name == "ask" && self.fixture.settings().modern_only {
+            return Ok(
+                match confirm(request.input_responses, request.request_state) {
+                    CallToolResponse::InputRequired(input) => input.into(),
+                    CallToolResponse::Complete(result) => {
+                        rmcp::model::GetPromptResult::new(vec![rmcp::model::PromptMessage::new(
+                            rmcp::model::Role::User,
+                            result.content[0].clone(),
+                        )])
+                        .into()
+                    }
+                    _ => unreachable!("confirm answers or asks"),
+                },
+            );
+        }
         catalog::get_prompt(
             &self.fixture.settings(),
             &request.name,
@@ -301,5 +320,37 @@ impl ServerHandler for Handler {
     ) -> Result<(), McpError> {
         self.fixture.unsubscribe(&request.uri);
         Ok(())
+    }
+}
+
+/// `confirm`: without input responses, asks for a confirmation (an elicitation the client must
+/// answer, with opaque state to echo); with them, answers with what the client said.
+fn confirm(
+    responses: Option<rmcp::model::InputResponses>,
+    state: Option<String>,
+) -> CallToolResponse {
+    match responses {
+        None => {
+            let ask: rmcp::model::InputRequest = serde_json::from_value(serde_json::json!({
+                "method": "elicitation/create",
+                "params": {
+                    "mode": "form",
+                    "message": "Confirm?",
+                    "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}},
+                },
+            }))
+            .expect("a valid elicitation request");
+            rmcp::model::InputRequiredResult::new(
+                Some([("confirm".to_string(), ask)].into()),
+                Some("state-1".into()),
+            )
+            .into()
+        }
+        Some(responses) => CallToolResult::success(vec![ContentBlock::text(format!(
+            "confirmed {} with {}",
+            responses.get("confirm").cloned().unwrap_or_default(),
+            state.unwrap_or_default()
+        ))])
+        .into(),
     }
 }

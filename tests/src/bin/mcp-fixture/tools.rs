@@ -23,6 +23,7 @@ const ALL_TOOLS: &[&str] = &[
     "exit_now",
     "fail",
     "env",
+    "confirm",
 ];
 /// How often `slow` reports progress when the request carried a progress token.
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
@@ -37,6 +38,7 @@ pub fn advertised(settings: &Behaviour) -> Vec<&'static str> {
         .iter()
         .copied()
         .filter(|name| wanted(name) && (*name != "env" || settings.print_env))
+        .filter(|name| *name != "confirm" || settings.modern_only)
         .collect()
 }
 
@@ -72,6 +74,11 @@ pub fn definition(name: &str) -> Tool {
         ),
         "env" => (
             "Returns the server's environment as a JSON object.",
+            object_schema(json!({}), &[]),
+        ),
+        "confirm" => (
+            "Asks the client to confirm (an InputRequiredResult, 2026-07-28), then answers with the \
+             confirmation and the echoed request state.",
             object_schema(json!({}), &[]),
         ),
         other => unreachable!("no tool named {other}"),
@@ -122,6 +129,8 @@ pub enum Call {
     },
     Fail,
     Env,
+    /// Handled by the handler: it needs the request's input responses.
+    Confirm,
 }
 
 /// Checks the arguments of a call to `name` (an advertised tool).
@@ -169,6 +178,7 @@ pub fn parse(name: &str, args: &JsonObject) -> Result<Call, String> {
         },
         "fail" => Call::Fail,
         "env" => Call::Env,
+        "confirm" => Call::Confirm,
         other => return Err(format!("unknown tool: {other}")),
     })
 }
@@ -191,6 +201,7 @@ pub async fn run(call: Call, context: &RequestContext<RoleServer>) -> CallToolRe
         Call::Hang => std::future::pending().await,
         Call::ExitNow { code } => fixture::exit(code, "exit_now tool"),
         Call::Fail => CallToolResult::error(vec![ContentBlock::text("fail tool always fails")]),
+        Call::Confirm => unreachable!("the handler answers confirm"),
         Call::Env => {
             let env: serde_json::Map<String, Value> = std::env::vars()
                 .map(|(k, v)| (k, Value::String(v)))
