@@ -209,12 +209,8 @@ impl Downstream {
 
     /// A server's log message, to the legacy sessions whose level it meets, its logger named
     /// after the server (`<server>` or `<server>/<logger>`).
-    pub(super) fn log(&self, server: &str, mut message: LoggingMessageNotificationParam) {
-        message.logger = Some(match message.logger.take() {
-            Some(logger) => format!("{server}/{logger}"),
-            None => server.to_string(),
-        });
-        message.meta = None;
+    pub(super) fn log(&self, server: &str, message: LoggingMessageNotificationParam) {
+        let message = attributed(server, message);
         let listeners = self.lock();
         for session in &listeners.sessions {
             if session
@@ -241,8 +237,22 @@ fn send<E: std::fmt::Display>(notification: impl Future<Output = Result<(), E>> 
     });
 }
 
+/// A server's log message as clients see it: its logger named after the server (`<server>` or
+/// `<server>/<logger>`), without the server's `_meta`.
+pub(super) fn attributed(
+    server: &str,
+    mut message: LoggingMessageNotificationParam,
+) -> LoggingMessageNotificationParam {
+    message.logger = Some(match message.logger.take() {
+        Some(logger) => format!("{server}/{logger}"),
+        None => server.to_string(),
+    });
+    message.meta = None;
+    message
+}
+
 /// RFC 5424 order, least severe first.
-fn severity(level: LoggingLevel) -> u8 {
+pub(super) fn severity(level: LoggingLevel) -> u8 {
     match level {
         LoggingLevel::Debug => 0,
         LoggingLevel::Info => 1,

@@ -148,6 +148,7 @@ impl Gateway {
         let call = CallContext {
             cancel: context.ct.clone(),
             progress: progress_sink(context),
+            log: log_sink(server, context),
             ..CallContext::default()
         };
         session
@@ -311,6 +312,38 @@ fn forward_error(server: &str, method: &str, failure: CallFailure) -> McpError {
     }
 }
 
+/// Where the log messages of a 2026-07-28 client's call go, if its request asked for them
+/// (`_meta` `logLevel`): the call's own stream, at or above that level, marked with the server.
+/// Older clients set a level per session instead (`logging/setLevel`, see `downstream.rs`).
+#[allow(deprecated)] // logging is deprecated in 2026-07-28, but clients still opt in
+fn log_sink(
+    server: &str,
+    context: &RequestContext<RoleServer>,
+) -> Option<(rmcp::model::LoggingLevel, crate::upstream::LogSink)> {
+    if !modern_client(context) {
+        return None;
+    }
+    let level = context.meta.log_level()?;
+    let peer = context.peer.clone();
+    let (messages, mut pending) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        while let Some(message) = pending.recv().await {
+            if let Err(error) = peer.notify_logging_message(message).await {
+                tracing::debug!("could not pass a log message on: {error}");
+                return;
+            }
+        }
+    });
+    let server = server.to_string();
+    let sink: crate::upstream::LogSink = Arc::new(move |message| {
+        if downstream::severity(message.level) >= downstream::severity(level) {
+            // A client too slow to read its log misses some; the answer still comes.
+            let _ = messages.try_send(downstream::attributed(&server, message));
+        }
+    });
+    Some((level, sink))
+}
+
 /// Words for a failure that is not the server's own error.
 fn failure_words(failure: &CallFailure) -> String {
     match failure {
@@ -468,6 +501,11 @@ impl ServerHandler for Gateway {
             // A retry after the server asked for input carries the answers through.
             input_responses: request.input_responses,
             request_state: request.request_state,
+            log: self
+                .supervisor
+                .registry()
+                .route_for_call(&request.name)
+                .and_then(|route| log_sink(&route.server, &context)),
         };
         match self
             .supervisor

@@ -99,6 +99,10 @@ pub enum ServerEvent {
 /// Receives an upstream call's progress, already in the caller's terms.
 pub type ProgressSink = Arc<dyn Fn(ProgressNotificationParam) + Send + Sync>;
 
+/// Receives the log messages that belong to an upstream call (see [`CallContext::log`]).
+#[allow(deprecated)] // logging is deprecated in 2026-07-28 but clients still opt in
+pub type LogSink = Arc<dyn Fn(LoggingMessageNotificationParam) + Send + Sync>;
+
 /// What a caller gives a request besides its parameters: a way to cancel it, where its
 /// progress goes if it asked, and for a retry after a server's request for input, the answers
 /// and the server's request state.
@@ -109,12 +113,58 @@ pub struct CallContext {
     pub progress: Option<ProgressSink>,
     pub input_responses: Option<InputResponses>,
     pub request_state: Option<String>,
+    /// A 2026-07-28 caller that asked for log messages (`_meta` `logLevel`): the level is
+    /// passed on to the server, and the server's messages during the call go to the sink.
+    #[allow(deprecated)]
+    pub log: Option<(rmcp::model::LoggingLevel, LogSink)>,
 }
 
 /// Progress sinks of the requests in flight, by the progress token sent upstream.
 #[derive(Default)]
 struct InFlight {
     progress: Mutex<HashMap<ProgressToken, ProgressSink>>,
+    /// The calls in flight, with the log sink of those whose caller asked for log messages.
+    calls: Mutex<Vec<(u64, Option<LogSink>)>>,
+    next_call: std::sync::atomic::AtomicU64,
+}
+
+impl InFlight {
+    /// Where a log message from the server goes: upstream notifications name no request, so
+    /// a message belongs to a call only when that call is the only one in flight.
+    fn log_sink(&self) -> Option<LogSink> {
+        match &self.calls.lock().unwrap_or_else(|e| e.into_inner())[..] {
+            [(_, sink)] => sink.clone(),
+            _ => None,
+        }
+    }
+}
+
+/// Counts a call in flight (with its log sink) until it ends, however it ends.
+struct CallRoute<'a> {
+    in_flight: &'a InFlight,
+    id: u64,
+}
+
+impl<'a> CallRoute<'a> {
+    fn enter(in_flight: &'a InFlight, log: Option<LogSink>) -> Self {
+        let id = in_flight.next_call.fetch_add(1, Ordering::Relaxed);
+        in_flight
+            .calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((id, log));
+        Self { in_flight, id }
+    }
+}
+
+impl Drop for CallRoute<'_> {
+    fn drop(&mut self) {
+        self.in_flight
+            .calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(id, _)| *id != self.id);
+    }
 }
 
 /// Unregisters a request's progress sink when the request ends, however it ends.
@@ -175,6 +225,11 @@ impl ClientHandler for UpstreamHandler {
         message: LoggingMessageNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
+        // A 2026-07-28 client asked for the log messages of its call; older clients get the
+        // server's messages by their session's level.
+        if let Some(sink) = self.in_flight.log_sink() {
+            sink(message.clone());
+        }
         let _ = self.events.send(ServerEvent::Log {
             server: self.server.to_string(),
             message,
@@ -712,6 +767,12 @@ impl Session {
         let mut options = PeerRequestOptions::with_timeout(timeouts.call);
         options.reset_timeout_on_progress = true;
         options.max_total_timeout = Some(timeouts.call_max);
+        if let Some((level, _)) = &context.log {
+            let mut meta = rmcp::model::RequestMetaObject::new();
+            meta.set_log_level(*level);
+            options.meta = Some(meta);
+        }
+        let _call = CallRoute::enter(&self.in_flight, context.log.clone().map(|(_, sink)| sink));
         let handle = match self.peer.send_request_with_option(request, options).await {
             Ok(handle) => handle,
             Err(error) => {

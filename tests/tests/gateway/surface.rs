@@ -818,3 +818,54 @@ async fn the_generation_is_detected_remembered_and_can_be_pinned() {
         .to_string();
     assert!(fault.contains("\"2025-11-25\" is configured"), "{fault}");
 }
+
+/// A 2026-07-28 client asks for log messages per request (`_meta` `logLevel`): those its call's
+/// server sends during the call reach it on the call's stream, at or above its level.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_07_28_client_gets_the_log_messages_of_its_call_at_its_level() {
+    let upstreams = two_upstreams();
+    let (tether, url) = serve_http(upstreams.dir.path(), &upstreams.config).await;
+    let watcher = Watcher::default();
+    let client = modern_http_client(&url, watcher.clone()).await;
+    let peer = client.peer();
+    wait_for(
+        "notes' tools are listed",
+        || async { peer.list_all_tools().await.map(|t| t.len()).unwrap_or(0) },
+        |n| *n > 0,
+    )
+    .await;
+    let mut sent = Vec::new();
+    for (level, message) in [
+        (LoggingLevel::Error, "below the level"),
+        (LoggingLevel::Warning, "at the level"),
+    ] {
+        let mut meta = rmcp::model::RequestMetaObject::new();
+        meta.set_log_level(level);
+        let params = CallToolRequestParams::new("notes__slow")
+            .with_arguments(args(json!({"ms": 1500})).unwrap());
+        let handle = peer
+            .send_request_with_option(
+                ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+                {
+                    let mut options = PeerRequestOptions::no_options();
+                    options.meta = Some(meta);
+                    options
+                },
+            )
+            .await
+            .unwrap();
+        let calls = upstreams.notes.calls_of("slow");
+        wait_until("the call reached notes", || {
+            upstreams.notes.calls_of("slow") > calls
+        })
+        .await;
+        sent.push(message);
+        upstreams.notes.control(json!({"logs": sent}));
+        handle.await_response().await.expect("slow answers");
+    }
+    let logs = watcher.heard(|h| h.logs.clone());
+    assert_eq!(logs.len(), 1, "only the message at the level: {logs:?}");
+    assert_eq!(logs[0].data, json!("at the level"));
+    assert_eq!(logs[0].logger.as_deref(), Some("notes"));
+    assert!(terminate(tether).await.success());
+}
