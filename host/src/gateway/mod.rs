@@ -27,8 +27,9 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
@@ -36,7 +37,7 @@ use crate::calls::CallError;
 use crate::catalog::{self, CatalogChange, UriRoute};
 use crate::registry::Route;
 use crate::supervisor::Supervisor;
-use crate::upstream::{CallContext, CallFailure, ProgressSink, ServerEvent};
+use crate::upstream::{CallContext, CallFailure, ProgressSink, ServerEvent, Session};
 use downstream::Downstream;
 
 /// Items per page of the merged prompt and resource lists.
@@ -49,6 +50,9 @@ pub struct Gateway {
     sessions: Arc<AtomicU64>,
     /// This clone's downstream session.
     session: u64,
+    /// The upstream session each server's wanted URIs were last subscribed on (held weakly:
+    /// the address of a dropped session is never reused while it is here).
+    resubscribed: Arc<std::sync::Mutex<HashMap<String, Weak<Session>>>>,
 }
 
 impl Clone for Gateway {
@@ -59,6 +63,7 @@ impl Clone for Gateway {
             downstream: self.downstream.clone(),
             sessions: self.sessions.clone(),
             session: self.sessions.fetch_add(1, Ordering::Relaxed),
+            resubscribed: self.resubscribed.clone(),
         }
     }
 }
@@ -76,6 +81,7 @@ impl Gateway {
             downstream,
             sessions: Arc::new(AtomicU64::new(1)),
             session: 0,
+            resubscribed: Arc::default(),
         };
         let announcer = gateway.clone();
         let task = tokio::spawn(async move {
@@ -228,12 +234,30 @@ impl Gateway {
             .is_some_and(|session| session.offers_resource_subscriptions())
     }
 
-    /// After `server`'s publication changed (a new session, most often), subscribes it again
+    /// After `server`'s publication changed, if it did on a new session, subscribes it again
     /// to every URI clients still want from it: a new session knows no subscriptions.
     #[allow(deprecated)]
     fn resubscribe(&self, server: &str) {
         if !self.offers_subscriptions(server) {
             return;
+        }
+        let Some(current) = self
+            .supervisor
+            .shared
+            .session(server)
+            .and_then(|lookup| lookup.current)
+        else {
+            return;
+        };
+        {
+            let mut done = self.resubscribed.lock().unwrap_or_else(|e| e.into_inner());
+            if done
+                .get(server)
+                .is_some_and(|last| std::ptr::eq(last.as_ptr(), Arc::as_ptr(&current)))
+            {
+                return;
+            }
+            done.insert(server.to_string(), Arc::downgrade(&current));
         }
         let view = self.supervisor.catalog().view();
         let wanted: Vec<String> = self
@@ -270,15 +294,10 @@ impl Gateway {
 fn progress_sink(context: &RequestContext<RoleServer>) -> Option<ProgressSink> {
     let token = context.meta.get_progress_token()?;
     let peer = context.peer.clone();
-    let (updates, mut pending) = tokio::sync::mpsc::channel::<ProgressNotificationParam>(64);
-    tokio::spawn(async move {
-        while let Some(update) = pending.recv().await {
-            if let Err(error) = peer.notify_progress(update).await {
-                tracing::debug!("could not pass progress on: {error}");
-                return;
-            }
-        }
-    });
+    // The forwarding task starts with the first update: most calls report no progress (rmcp
+    // clients send a token with every request).
+    let updates =
+        std::sync::OnceLock::<tokio::sync::mpsc::Sender<ProgressNotificationParam>>::new();
     let last = std::sync::Mutex::new(f64::NEG_INFINITY);
     Some(Arc::new(move |upstream: ProgressNotificationParam| {
         let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
@@ -289,8 +308,21 @@ fn progress_sink(context: &RequestContext<RoleServer>) -> Option<ProgressSink> {
         let mut update = ProgressNotificationParam::new(token.clone(), upstream.progress);
         update.total = upstream.total;
         update.message = upstream.message;
+        let sender = updates.get_or_init(|| {
+            let (sender, mut pending) = tokio::sync::mpsc::channel(64);
+            let peer = peer.clone();
+            tokio::spawn(async move {
+                while let Some(update) = pending.recv().await {
+                    if let Err(error) = peer.notify_progress(update).await {
+                        tracing::debug!("could not pass progress on: {error}");
+                        return;
+                    }
+                }
+            });
+            sender
+        });
         // A client too slow to take its progress misses some; the answer still comes.
-        let _ = updates.try_send(update);
+        let _ = sender.try_send(update);
     }))
 }
 
@@ -501,10 +533,11 @@ impl ServerHandler for Gateway {
             // A retry after the server asked for input carries the answers through.
             input_responses: request.input_responses,
             request_state: request.request_state,
-            log: self
-                .supervisor
-                .registry()
-                .route_for_call(&request.name)
+            // Only a client that asked for log messages costs a route lookup.
+            log: context
+                .meta
+                .log_level()
+                .and_then(|_| self.supervisor.registry().route_for_call(&request.name))
                 .and_then(|route| log_sink(&route.server, &context)),
         };
         match self
