@@ -578,3 +578,48 @@ async fn paginated_tool_lists_are_read_in_full_up_to_the_page_cap() {
     })
     .await;
 }
+
+/// A client's cancellation reaches the server and never counts against it: more cancelled
+/// calls than the breaker's failure threshold leave it closed, its failures at zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_calls_reach_the_server_and_never_count_as_its_failures() {
+    let host = Host::fast();
+    let state = host.state_dir("patient");
+    host.supervisor
+        .add_server(stdio_fixture("patient", &state, &[]))
+        .unwrap();
+    wait_until("tools visible", || !host.tools("patient").is_empty()).await;
+    // FAST_POLICY's breaker opens after 3 failures.
+    for round in 1..=4 {
+        let context = tether::upstream::CallContext::default();
+        let cancel = context.cancel.clone();
+        let call =
+            host.supervisor
+                .call_tool_in("patient__slow", args(json!({"ms": 20000})), context);
+        let canceller = async {
+            wait_until("the call runs", || state.calls_of("slow") == round).await;
+            cancel.cancel();
+        };
+        let (response, ()) = tokio::join!(call, canceller);
+        let result = tether::calls::complete("patient__slow", response.unwrap());
+        assert!(
+            text(&result).contains("cancelled by the client"),
+            "{}",
+            text(&result)
+        );
+    }
+    wait_until("the server heard every cancellation", || {
+        state.cancelled() == 4
+    })
+    .await;
+    let status = host.supervisor.policy_status().await;
+    let patient = status.iter().find(|s| s.server == "patient").unwrap();
+    assert_eq!(patient.breaker, BreakerState::Closed);
+    assert_eq!(patient.breaker_failures, 0, "{patient:?}");
+    let answer = host
+        .supervisor
+        .call_tool("patient__echo", args(json!({"text": "still here"})))
+        .await
+        .unwrap();
+    assert_eq!(text(&answer), "still here");
+}
