@@ -24,7 +24,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::calls::{CallObserver, CallResultKind};
-use crate::policy::{BreakerState, ServerState, TransportKind};
+use crate::policy::{BreakerState, ServerState};
 use crate::supervisor::Supervisor;
 
 /// The `Content-Type` of [`Metrics::render`]'s output (Prometheus text format 0.0.4).
@@ -139,15 +139,6 @@ pub fn breaker_name(state: BreakerState) -> &'static str {
     }
 }
 
-/// A transport's name as the WIT spells it (`streamable-http`).
-pub fn transport_name(kind: TransportKind) -> &'static str {
-    match kind {
-        TransportKind::Stdio => "stdio",
-        TransportKind::StreamableHttp => "streamable-http",
-        TransportKind::Sse => "sse",
-    }
-}
-
 impl Metrics {
     pub fn new() -> Self {
         Self {
@@ -201,7 +192,7 @@ impl Metrics {
             transport
                 .get_or_create(&ServerTransportLabels {
                     server: server(),
-                    transport: transport_name(view.transport),
+                    transport: crate::transport::kind_name(view.transport),
                 })
                 .set(1);
             let label = ServerLabel { server: server() };

@@ -35,9 +35,10 @@ use subtle::ConstantTimeEq;
 use tokio::sync::{Mutex, broadcast, watch};
 use tokio::task::JoinHandle;
 
-use crate::metrics::{Metrics, breaker_name, state_name, transport_name};
+use crate::metrics::{Metrics, breaker_name, state_name};
 use crate::policy::{PolicyError, PolicySource, ReconnectSource, ServerStatus};
 use crate::supervisor::{ReloadReport, ServerView, Supervisor};
+use crate::transport::kind_name;
 
 /// The largest policy component `PUT /policy` accepts.
 pub const MAX_COMPONENT_BYTES: usize = 64 << 20;
@@ -290,7 +291,7 @@ fn server_json(supervisor: &Supervisor, view: &ServerView, status: Option<&Serve
     json!({
         "name": view.name,
         "state": state_name(view.state),
-        "transport": transport_name(view.transport),
+                "transport": kind_name(view.transport),
         "pid": view.pid,
         "tools": supervisor.registry().server_tools(&view.name).len(),
         "breaker": status.map(|s| breaker_name(s.breaker)),

@@ -12,7 +12,25 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-pub use crate::policy::Fault;
+pub use crate::policy::{Fault, TransportKind};
+
+/// A transport's name as the contract and the admin API spell it (`streamable-http`).
+pub fn kind_name(kind: TransportKind) -> &'static str {
+    match kind {
+        TransportKind::Stdio => "stdio",
+        TransportKind::StreamableHttp => "streamable-http",
+        TransportKind::Sse => "sse",
+    }
+}
+
+/// A transport's name in a sentence for people (`Streamable HTTP`).
+pub fn kind_words(kind: TransportKind) -> &'static str {
+    match kind {
+        TransportKind::Stdio => "stdio",
+        TransportKind::StreamableHttp => "Streamable HTTP",
+        TransportKind::Sse => "SSE",
+    }
+}
 
 /// Why the transport ended a session: set once, by the first fault that ends it.
 ///

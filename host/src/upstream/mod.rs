@@ -609,7 +609,7 @@ impl Session {
         }
         Fault::TransportClosed(format!(
             "the {} session ended",
-            transport_name(self.transport)
+            crate::transport::kind_words(self.transport)
         ))
     }
 
@@ -977,14 +977,6 @@ impl Session {
         if let Some(process) = &self.process {
             process.terminate(grace).await;
         }
-    }
-}
-
-fn transport_name(kind: TransportKind) -> &'static str {
-    match kind {
-        TransportKind::Stdio => "stdio",
-        TransportKind::StreamableHttp => "Streamable HTTP",
-        TransportKind::Sse => "SSE",
     }
 }
 
