@@ -13,9 +13,7 @@ use tether::transport::http::{HttpOptions, connect_sse};
 use tokio::process::{Child, Command};
 
 use crate::stats::{Samples, us, us_delta};
-use crate::util::{
-    self, Agent, echo_ok, fixture, scratch, table, tether_serve, tool_names, word_after,
-};
+use crate::util::{self, Agent, echo_ok, fixture, scratch, table, tool_names, word_after};
 
 #[derive(clap::Parser)]
 pub struct Args {
@@ -31,6 +29,9 @@ pub struct Args {
     /// Also measure mcp-hub (path to its `mcp-hub` executable) in front of a stdio fixture.
     #[arg(long)]
     mcp_hub: Option<std::path::PathBuf>,
+    /// Also measure another build of `tether-cli` (e.g. an older commit's) in the same rounds.
+    #[arg(long)]
+    baseline_tether: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Copy)]
@@ -58,6 +59,8 @@ enum Route {
     Tether,
     /// `tether serve` for a client of protocol 2026-07-28 (no `initialize`).
     TetherModern,
+    /// `tether serve` of `--baseline-tether`, for the same client as `Tether`.
+    TetherBaseline,
     InProcess,
     McpHub,
 }
@@ -68,6 +71,7 @@ impl Route {
             Route::Direct => "direct",
             Route::Tether => "tether serve",
             Route::TetherModern => "tether serve, 2026-07-28 client",
+            Route::TetherBaseline => "tether serve, baseline build",
             Route::InProcess => "Supervisor::call_tool (in-process, no downstream hop)",
             Route::McpHub => "mcp-hub 4.2.1",
         }
@@ -169,14 +173,22 @@ where
         .expect("an MCP session with the gateway")
 }
 
-async fn through_tether(transport: Transport, name: &str, modern: bool) -> Setup {
+async fn through_tether(
+    transport: Transport,
+    name: &str,
+    modern: bool,
+    binary: Option<&std::path::Path>,
+) -> Setup {
+    let binary = binary
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_else(|| util::sibling("tether-cli"));
     let dir = scratch(name);
     let state = dir.join("up");
     std::fs::create_dir_all(&state).unwrap();
     let setup = match transport {
         Transport::Stdio => {
             let config = util::stdio_config(&dir, &state);
-            let mut tether = tether_serve(&dir, &config, &[], "info", false);
+            let mut tether = util::tether_serve_with(&binary, &dir, &config, &[], "info", false);
             let io = (tether.stdout.take().unwrap(), tether.stdin.take().unwrap());
             let client = connect_client(io, modern).await;
             Setup {
@@ -190,7 +202,14 @@ async fn through_tether(transport: Transport, name: &str, modern: bool) -> Setup
             let config = dir.join("servers.json");
             let json = serde_json::json!({"mcpServers": {"up": {"url": format!("{base}/mcp")}}});
             std::fs::write(&config, json.to_string()).unwrap();
-            let mut tether = tether_serve(&dir, &config, &["--http", "127.0.0.1:0"], "info", true);
+            let mut tether = util::tether_serve_with(
+                &binary,
+                &dir,
+                &config,
+                &["--http", "127.0.0.1:0"],
+                "info",
+                true,
+            );
             let url = word_after(tether.stderr.take().unwrap(), "serving MCP at ").await;
             let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url);
             let client = connect_client(transport, modern).await;
@@ -377,6 +396,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             Transport::Http => vec![Route::Direct, Route::Tether, Route::TetherModern],
             Transport::Sse => vec![Route::Direct, Route::McpHub],
         };
+        let mut routes = routes;
+        if args.baseline_tether.is_some() && !matches!(transport, Transport::Sse) {
+            routes.insert(2, Route::TetherBaseline);
+        }
         for &concurrency in &args.concurrency {
             let mut results: Vec<Measured> = routes.iter().map(|_| Measured::default()).collect();
             for round in 0..args.rounds {
@@ -388,8 +411,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                                 return in_process(&name, concurrency, args.calls).await;
                             }
                             Route::Direct => direct(transport, &name).await,
-                            Route::Tether => through_tether(transport, &name, false).await,
-                            Route::TetherModern => through_tether(transport, &name, true).await,
+                            Route::Tether => through_tether(transport, &name, false, None).await,
+                            Route::TetherModern => {
+                                through_tether(transport, &name, true, None).await
+                            }
+                            Route::TetherBaseline => {
+                                let baseline = args.baseline_tether.as_deref();
+                                through_tether(transport, &name, false, baseline).await
+                            }
                             Route::McpHub => {
                                 through_mcp_hub(args.mcp_hub.as_ref().unwrap(), &name).await
                             }

@@ -133,7 +133,26 @@ pub fn tether_serve(
     log: &str,
     stderr_piped: bool,
 ) -> Child {
-    Command::new(sibling("tether-cli"))
+    tether_serve_with(
+        &sibling("tether-cli"),
+        dir,
+        config,
+        extra,
+        log,
+        stderr_piped,
+    )
+}
+
+/// [`tether_serve`] with another build of `tether-cli` (a baseline to compare against).
+pub fn tether_serve_with(
+    binary: &Path,
+    dir: &Path,
+    config: &Path,
+    extra: &[&str],
+    log: &str,
+    stderr_piped: bool,
+) -> Child {
+    Command::new(binary)
         .arg("serve")
         .arg("--config")
         .arg(config)
