@@ -1,8 +1,9 @@
 //! Prompts, resources and resource templates: what each upstream server offers, which of it
 //! agents see, and where a prompt name or a resource URI goes.
 //!
-//! A server's offer is visible exactly while the policy publishes the server (its tools), so
-//! prompts and resources come and go with its tools. Prompts are namespaced like tools
+//! A server's offer is visible exactly while the policy has the server up: while it publishes
+//! the server's tools, or, for a server with no tools to publish, while it reports the server
+//! connected or healthy. So prompts and resources come and go with the tools, in the same step. Prompts are namespaced like tools
 //! (`<server>__<prompt>`, sanitised, at most 64 chars); URIs are not rewritten (they are the
 //! server's own and may be embedded in content): a table routes each URI to the server that
 //! listed it. Anything two servers claim (an advertised prompt name, a URI, a URI template)
@@ -174,8 +175,21 @@ impl CatalogView {
 #[derive(Default)]
 struct Tables {
     servers: BTreeMap<String, Arc<ServerCatalog>>,
-    visible: BTreeSet<String>,
+    /// Servers whose tools the policy publishes.
+    published: BTreeSet<String>,
+    /// Servers the policy reports connected or healthy.
+    live: BTreeSet<String>,
     view: Arc<CatalogView>,
+}
+
+impl Tables {
+    fn shows(&self, server: &str) -> bool {
+        self.published.contains(server) || self.live.contains(server)
+    }
+
+    fn shown(&self) -> BTreeSet<String> {
+        self.published.union(&self.live).cloned().collect()
+    }
 }
 
 /// Every server's offer and the merged view agents get; changes are broadcast.
@@ -204,37 +218,48 @@ impl Catalog {
             if !unchanged {
                 tables.servers.insert(server.to_string(), Arc::new(catalog));
             }
-            !unchanged && tables.visible.contains(server)
+            !unchanged && tables.shows(server)
         });
     }
 
-    /// Shows or hides `server`'s offer: it follows the policy's publication of the server.
-    pub fn set_visible(&self, server: &str, visible: bool) {
+    /// The policy published (`true`) or withdrew (`false`) `server`'s tools.
+    pub fn set_published(&self, server: &str, published: bool) {
+        self.mark(server, published, |tables| &mut tables.published);
+    }
+
+    /// The policy reported `server` connected or healthy (`true`), or anything else.
+    pub fn set_live(&self, server: &str, live: bool) {
+        self.mark(server, live, |tables| &mut tables.live);
+    }
+
+    fn mark(&self, server: &str, on: bool, set: fn(&mut Tables) -> &mut BTreeSet<String>) {
         self.update(|tables| {
-            let changed = if visible {
-                tables.visible.insert(server.to_string())
+            let before = tables.shows(server);
+            if on {
+                set(tables).insert(server.to_string());
             } else {
-                tables.visible.remove(server)
-            };
-            changed && tables.servers.contains_key(server)
+                set(tables).remove(server);
+            }
+            before != tables.shows(server) && tables.servers.contains_key(server)
         });
     }
 
     /// Forgets a removed server.
     pub fn forget(&self, server: &str) {
         self.update(|tables| {
-            let was_shown = tables.visible.remove(server);
+            let was_shown = tables.shows(server);
+            tables.published.remove(server);
+            tables.live.remove(server);
             tables.servers.remove(server).is_some() && was_shown
         });
     }
 
-    /// Whether `server`'s offer is shown (the policy publishes it).
+    /// Whether `server`'s offer is shown.
     pub fn is_visible(&self, server: &str) -> bool {
         self.tables
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .visible
-            .contains(server)
+            .shows(server)
     }
 
     /// The merged view as it is now.
@@ -258,7 +283,7 @@ impl Catalog {
             if !edit(&mut tables) {
                 return;
             }
-            let view = CatalogView::build(&tables.servers, &tables.visible);
+            let view = CatalogView::build(&tables.servers, &tables.shown());
             let change = CatalogChange {
                 prompts: view.prompts != tables.view.prompts,
                 resources: view.resources != tables.view.resources
@@ -405,13 +430,13 @@ mod tests {
     }
 
     #[test]
-    fn an_offer_is_visible_only_while_its_server_is_published() {
+    fn an_offer_is_visible_only_while_its_server_is_published_or_live() {
         let catalog = Catalog::default();
         let mut changes = catalog.subscribe();
         catalog.set("files", offer(&["summarize"], &["file:///a"], &[]));
         assert!(catalog.view().prompts.is_empty(), "not published yet");
         assert!(changes.try_recv().is_err());
-        catalog.set_visible("files", true);
+        catalog.set_published("files", true);
         let view = catalog.view();
         assert_eq!(view.prompts[0].name, "files__summarize");
         assert_eq!(
@@ -429,12 +454,12 @@ mod tests {
                 resources: true
             }
         );
-        catalog.set_visible("files", false);
+        catalog.set_published("files", false);
         assert!(catalog.view().prompts.is_empty());
         assert_eq!(catalog.view().route_uri("file:///a"), UriRoute::Unknown);
         assert!(changes.try_recv().is_ok());
         // Hiding again, or setting the same offer, changes nothing.
-        catalog.set_visible("files", false);
+        catalog.set_published("files", false);
         catalog.set("files", offer(&["summarize"], &["file:///a"], &[]));
         assert!(changes.try_recv().is_err());
     }
@@ -442,7 +467,7 @@ mod tests {
     #[test]
     fn only_the_lists_that_changed_are_announced() {
         let catalog = Catalog::default();
-        catalog.set_visible("s", true);
+        catalog.set_published("s", true);
         let mut changes = catalog.subscribe();
         catalog.set("s", offer(&["a"], &[], &[]));
         assert_eq!(
@@ -460,10 +485,22 @@ mod tests {
                 resources: true
             }
         );
+        // A server without tools is shown while the policy reports it live.
+        catalog.set("docs-only", offer(&["howto"], &[], &[]));
+        assert!(changes.try_recv().is_err(), "not live yet");
+        catalog.set_live("docs-only", true);
+        assert!(changes.try_recv().unwrap().prompts);
+        assert!(catalog.view().prompt("docs-only__howto").is_some());
+        catalog.set_published("docs-only", true);
+        catalog.set_live("docs-only", false);
+        assert!(changes.try_recv().is_err(), "still published");
+        catalog.set_published("docs-only", false);
+        assert!(changes.try_recv().unwrap().prompts);
+        assert!(catalog.view().prompt("docs-only__howto").is_none());
         // A server with nothing besides tools announces nothing when it comes and goes.
-        catalog.set_visible("tools-only", true);
+        catalog.set_published("tools-only", true);
         catalog.set("tools-only", ServerCatalog::default());
-        catalog.set_visible("tools-only", false);
+        catalog.set_published("tools-only", false);
         assert!(changes.try_recv().is_err());
     }
 
@@ -479,7 +516,7 @@ mod tests {
         catalog.set("a.b", offer(&["c"], &[], &[]));
         catalog.set("a_b", offer(&["c"], &[], &[]));
         for server in ["a", "b", "a.b", "a_b"] {
-            catalog.set_visible(server, true);
+            catalog.set_published(server, true);
         }
         let view = catalog.view();
         let names: Vec<&str> = view.prompts.iter().map(|p| p.name.as_str()).collect();
@@ -503,8 +540,8 @@ mod tests {
             offer(&[], &[], &["notes://{id}", "notes://{id}/raw"]),
         );
         catalog.set("files", offer(&[], &[], &["file:///{+path}"]));
-        catalog.set_visible("notes", true);
-        catalog.set_visible("files", true);
+        catalog.set_published("notes", true);
+        catalog.set_published("files", true);
         let view = catalog.view();
         assert_eq!(
             view.route_uri("notes://12"),

@@ -441,15 +441,16 @@ impl Shared {
                         token: wake.token,
                     },
                 ),
-                // A server's prompts and resources are visible exactly while it is published.
+                // A server's prompts and resources are shown while its tools are published (or,
+                // without tools, while it is up): the catalog follows these actions.
                 Action::PublishTools(publication) => {
                     let server = publication.server.clone();
                     self.registry.publish(publication);
-                    self.catalog.set_visible(&server, true);
+                    self.catalog.set_published(&server, true);
                 }
                 Action::WithdrawTools(server) => {
                     self.registry.withdraw(&server);
-                    self.catalog.set_visible(&server, false);
+                    self.catalog.set_published(&server, false);
                 }
                 Action::StateChanged(change) => self.state_changed(change),
             }
@@ -464,6 +465,8 @@ impl Shared {
     }
 
     fn state_changed(&self, change: StateChange) {
+        let up = matches!(change.state, ServerState::Connected | ServerState::Healthy);
+        self.catalog.set_live(&change.server, up);
         let servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(handle) = servers.get(&change.server) {
             let mut view = handle.view.lock().unwrap_or_else(|e| e.into_inner());

@@ -96,7 +96,11 @@ impl Gateway {
                         Err(RecvError::Closed) => return,
                     },
                     change = catalog.recv() => match change {
-                        Ok(change) => announcer.downstream.catalog_changed(change),
+                                                Ok(change) => {
+                            announcer.downstream.catalog_changed(change);
+                            // A server with resources but no tools changes no tool list.
+                            announcer.resubscribe_owners();
+                        }
                         Err(RecvError::Lagged(_)) => announcer.downstream.catalog_changed(CatalogChange { prompts: true, resources: true }),
                         Err(RecvError::Closed) => return,
                     },
@@ -232,6 +236,23 @@ impl Gateway {
             .session(server)
             .and_then(|lookup| lookup.current)
             .is_some_and(|session| session.offers_resource_subscriptions())
+    }
+
+    /// [`Gateway::resubscribe`] for every server that owns a URI clients want.
+    fn resubscribe_owners(&self) {
+        let view = self.supervisor.catalog().view();
+        let owners: std::collections::BTreeSet<String> = self
+            .downstream
+            .subscribed_uris()
+            .iter()
+            .filter_map(|uri| match view.route_uri(uri) {
+                UriRoute::Server(server) => Some(server),
+                _ => None,
+            })
+            .collect();
+        for server in owners {
+            self.resubscribe(&server);
+        }
     }
 
     /// After `server`'s publication changed, if it did on a new session, subscribes it again

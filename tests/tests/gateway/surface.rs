@@ -444,7 +444,13 @@ async fn a_legacy_client_gets_resource_updates_and_log_messages_it_asked_for() {
         "marked with its server"
     );
     assert_eq!(log.data, json!("disk almost full"));
-    // After the server restarts, the subscription is renewed on the new session.
+    // After the server restarts, the subscription is renewed on the new session, even when
+    // the server comes back without tools (no tool list changes then, only its resources).
+    upstreams.notes.control(json!({
+        "tools": [],
+        "updated": ["notes://today"],
+        "logs": ["disk almost full"],
+    }));
     let first_pid = upstreams.notes.pid().unwrap();
     kill(first_pid, 9);
     wait_until("notes was subscribed again after its restart", || {
@@ -457,6 +463,13 @@ async fn a_legacy_client_gets_resource_updates_and_log_messages_it_asked_for() {
                 .count()
                 >= 2
     })
+    .await;
+    // A server without tools still shows its resources while it is up.
+    wait_for(
+        "the tool-less notes lists its resources",
+        || resource_uris(peer),
+        |uris| uris.contains("notes://today"),
+    )
     .await;
     assert!(terminate(tether).await.success());
 }
