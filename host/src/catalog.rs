@@ -97,18 +97,17 @@ impl CatalogView {
 
     fn build(servers: &BTreeMap<String, Arc<ServerCatalog>>, visible: &BTreeSet<String>) -> Self {
         let mut view = CatalogView::default();
-        let visible = || servers.iter().filter(|(name, _)| visible.contains(*name));
+        let shown: Vec<(&str, &ServerCatalog)> = servers
+            .iter()
+            .filter(|(name, _)| visible.contains(*name))
+            .map(|(name, catalog)| (name.as_str(), &**catalog))
+            .collect();
 
-        let mut prompts: BTreeMap<String, Vec<(&str, &Prompt)>> = BTreeMap::new();
-        for (server, catalog) in visible() {
-            for prompt in &catalog.prompts {
-                let advertised = tether_policy::naming::advertised_name(server, &prompt.name);
-                prompts
-                    .entry(advertised)
-                    .or_default()
-                    .push((server.as_str(), prompt));
-            }
-        }
+        let prompts = claims(
+            &shown,
+            |c| &c.prompts,
+            |server, prompt: &Prompt| tether_policy::naming::advertised_name(server, &prompt.name),
+        );
         for (advertised, claims) in prompts {
             if let [(server, prompt)] = claims[..] {
                 view.prompt_routes.insert(
@@ -127,49 +126,61 @@ impl CatalogView {
             }
         }
 
-        let mut resources: BTreeMap<&str, Vec<(&str, &Resource)>> = BTreeMap::new();
-        for (server, catalog) in visible() {
-            for resource in &catalog.resources {
-                let claims = resources.entry(resource.uri.as_str()).or_default();
-                // One server listing a URI twice is still one owner.
-                if claims.iter().all(|(owner, _)| *owner != server) {
-                    claims.push((server.as_str(), resource));
-                }
-            }
-        }
+        let resources = claims(&shown, |c| &c.resources, |_, r: &Resource| r.uri.clone());
         for (uri, claims) in resources {
             if let [(server, resource)] = claims[..] {
-                view.resource_routes
-                    .insert(uri.to_string(), server.to_string());
+                view.resource_routes.insert(uri, server.to_string());
                 view.resources.push(resource.clone());
             } else {
-                let owners: Vec<String> = claims.iter().map(|(s, _)| s.to_string()).collect();
+                let owners = owners(&claims);
                 tracing::warn!(%uri, listed_by = ?owners, "resource URI listed by more than one server; refused");
-                view.contested_uris.insert(uri.to_string(), owners);
+                view.contested_uris.insert(uri, owners);
             }
         }
 
-        let mut templates: BTreeMap<&str, Vec<(&str, &ResourceTemplate)>> = BTreeMap::new();
-        for (server, catalog) in visible() {
-            for template in &catalog.templates {
-                let claims = templates.entry(template.uri_template.as_str()).or_default();
-                if claims.iter().all(|(owner, _)| *owner != server) {
-                    claims.push((server.as_str(), template));
-                }
-            }
-        }
+        let templates = claims(
+            &shown,
+            |c| &c.templates,
+            |_, t: &ResourceTemplate| t.uri_template.clone(),
+        );
         for (source, claims) in templates {
             if let [(server, template)] = claims[..] {
                 view.template_routes
-                    .push((UriTemplate::parse(source), server.to_string()));
+                    .push((UriTemplate::parse(&source), server.to_string()));
                 view.templates.push(template.clone());
             } else {
-                let owners: Vec<String> = claims.iter().map(|(s, _)| s.to_string()).collect();
+                let owners = owners(&claims);
                 tracing::warn!(template = %source, listed_by = ?owners, "resource template listed by more than one server; hidden");
             }
         }
         view
     }
+}
+
+/// The shown servers' items of one kind by key (advertised name, URI, template), with the
+/// servers that claim each. A server that lists a key twice is still one claim.
+fn claims<'a, T>(
+    shown: &[(&'a str, &'a ServerCatalog)],
+    items: impl Fn(&'a ServerCatalog) -> &'a [T],
+    key: impl Fn(&str, &T) -> String,
+) -> BTreeMap<String, Vec<(&'a str, &'a T)>> {
+    let mut claims: BTreeMap<String, Vec<(&str, &T)>> = BTreeMap::new();
+    for &(server, catalog) in shown {
+        for item in items(catalog) {
+            let claimants = claims.entry(key(server, item)).or_default();
+            if claimants.iter().all(|(owner, _)| *owner != server) {
+                claimants.push((server, item));
+            }
+        }
+    }
+    claims
+}
+
+fn owners<T>(claims: &[(&str, T)]) -> Vec<String> {
+    claims
+        .iter()
+        .map(|(server, _)| server.to_string())
+        .collect()
 }
 
 #[derive(Default)]

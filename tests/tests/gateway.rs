@@ -869,7 +869,7 @@ async fn a_2026_07_28_client_calls_tools_and_hears_list_changes_on_its_subscript
     use rmcp::model::{ProtocolVersion, ResultType, ServerNotification, SubscriptionFilter};
     use rmcp::{ClientLifecycleMode, ClientServiceExt};
 
-    let (dir, state, config) = one_upstream();
+    let (dir, _state, config) = one_upstream();
     let (tether, url) = serve_http(dir.path(), &config).await;
     let client = ()
         .serve_with_lifecycle(
@@ -925,6 +925,5 @@ async fn a_2026_07_28_client_calls_tools_and_hears_list_changes_on_its_subscript
         ),
         "{notification:?}"
     );
-    let _ = state;
     assert!(terminate(tether).await.success());
 }

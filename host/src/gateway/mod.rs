@@ -225,7 +225,7 @@ impl Gateway {
         let _ = context;
         let (session, spec) = self.live_session(server, "resources/subscribe")?;
         session
-            .subscribe_resource(uri, &spec.timeouts)
+            .subscribe_resource(uri, true, &spec.timeouts)
             .await
             .map_err(|failure| forward_error(server, "resources/subscribe", failure))
     }
@@ -259,14 +259,12 @@ impl Gateway {
     /// to every URI clients still want from it: a new session knows no subscriptions.
     #[allow(deprecated)]
     fn resubscribe(&self, server: &str) {
-        if !self.offers_subscriptions(server) {
-            return;
-        }
-        let Some(current) = self
+        let Some((session, spec)) = self
             .supervisor
             .shared
             .session(server)
-            .and_then(|lookup| lookup.current)
+            .and_then(|lookup| lookup.current.map(|s| (s, lookup.spec)))
+            .filter(|(session, _)| session.offers_resource_subscriptions())
         else {
             return;
         };
@@ -274,11 +272,11 @@ impl Gateway {
             let mut done = self.resubscribed.lock().unwrap_or_else(|e| e.into_inner());
             if done
                 .get(server)
-                .is_some_and(|last| std::ptr::eq(last.as_ptr(), Arc::as_ptr(&current)))
+                .is_some_and(|last| std::ptr::eq(last.as_ptr(), Arc::as_ptr(&session)))
             {
                 return;
             }
-            done.insert(server.to_string(), Arc::downgrade(&current));
+            done.insert(server.to_string(), Arc::downgrade(&session));
         }
         let view = self.supervisor.catalog().view();
         let wanted: Vec<String> = self
@@ -290,19 +288,10 @@ impl Gateway {
         if wanted.is_empty() {
             return;
         }
-        let Some(session) = self
-            .supervisor
-            .shared
-            .session(server)
-            .and_then(|lookup| lookup.current.map(|s| (s, lookup.spec)))
-        else {
-            return;
-        };
         let server = server.to_string();
         tokio::spawn(async move {
-            let (session, spec) = session;
             for uri in wanted {
-                if let Err(failure) = session.subscribe_resource(&uri, &spec.timeouts).await {
+                if let Err(failure) = session.subscribe_resource(&uri, true, &spec.timeouts).await {
                     tracing::warn!(server = %server, %uri, "could not subscribe again: {}", failure_words(&failure));
                 }
             }
@@ -790,7 +779,7 @@ impl ServerHandler for Gateway {
             {
                 // Nobody else wants it: the server may stop sending updates.
                 if let Err(failure) = session
-                    .unsubscribe_resource(&request.uri, &spec.timeouts)
+                    .subscribe_resource(&request.uri, false, &spec.timeouts)
                     .await
                 {
                     tracing::debug!(uri = %request.uri, "unsubscribing upstream: {}", failure_words(&failure));

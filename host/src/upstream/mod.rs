@@ -515,54 +515,40 @@ impl Session {
             .is_some_and(|r| r.subscribe == Some(true))
     }
 
-    /// Asks the server for updates of `uri`: `resources/subscribe` on 2025-11-25 and older, the
-    /// session's `subscriptions/listen` stream on 2026-07-28.
+    /// Asks the server for updates of `uri` (`wanted`), or to stop them: `resources/subscribe`
+    /// and `unsubscribe` on 2025-11-25 and older, the URIs of the session's
+    /// `subscriptions/listen` stream on 2026-07-28.
     #[allow(deprecated)] // resources/subscribe is legacy-only, and legacy servers need it
     pub async fn subscribe_resource(
         &self,
         uri: &str,
+        wanted: bool,
         timeouts: &Timeouts,
     ) -> Result<(), CallFailure> {
         if self.generation == Generation::Modern {
-            self.resource_uris
-                .send_if_modified(|uris| uris.insert(uri.to_string()));
+            self.resource_uris.send_if_modified(|uris| match wanted {
+                true => uris.insert(uri.to_string()),
+                false => uris.remove(uri),
+            });
             return Ok(());
         }
-        let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(
-            SubscribeRequestParams::new(uri),
-        ));
-        self.exchange(
-            "resources/subscribe",
-            request,
-            timeouts,
-            &CallContext::default(),
-        )
-        .await
-        .map(drop)
-    }
-
-    /// Stops updates of `uri` (nobody wants them any more).
-    #[allow(deprecated)]
-    pub async fn unsubscribe_resource(
-        &self,
-        uri: &str,
-        timeouts: &Timeouts,
-    ) -> Result<(), CallFailure> {
-        if self.generation == Generation::Modern {
-            self.resource_uris.send_if_modified(|uris| uris.remove(uri));
-            return Ok(());
-        }
-        let request = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(
-            UnsubscribeRequestParams::new(uri),
-        ));
-        self.exchange(
-            "resources/unsubscribe",
-            request,
-            timeouts,
-            &CallContext::default(),
-        )
-        .await
-        .map(drop)
+        let (method, request) = match wanted {
+            true => (
+                "resources/subscribe",
+                ClientRequest::SubscribeRequest(SubscribeRequest::new(
+                    SubscribeRequestParams::new(uri),
+                )),
+            ),
+            false => (
+                "resources/unsubscribe",
+                ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(
+                    UnsubscribeRequestParams::new(uri),
+                )),
+            ),
+        };
+        self.exchange(method, request, timeouts, &CallContext::default())
+            .await
+            .map(drop)
     }
 
     /// Whether requests can still go out: the session has not ended and its process lives.

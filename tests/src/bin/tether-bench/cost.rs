@@ -9,12 +9,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::process::Command;
 
 use crate::gateway::connect_client;
-use crate::util::{self, echo_ok, scratch, table, tool_names};
+use crate::util::{self, echo_ok, scratch, table};
 
 #[derive(clap::Parser)]
 pub struct Args {
@@ -55,18 +55,14 @@ async fn instructions(tether: &Path, name: &str, modern: bool, calls: usize) -> 
     let pid = serve.id().expect("running");
     let io = (serve.stdout.take().unwrap(), serve.stdin.take().unwrap());
     let client = connect_client(io, modern).await;
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while !tool_names(client.peer())
-        .await
-        .iter()
-        .any(|t| t == "up__echo")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the gateway never listed up__echo"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // Slow polls: every list the client sends is counted in both runs alike.
+    util::wait_for_tool(
+        client.peer(),
+        "up__echo",
+        Duration::from_secs(300),
+        Duration::from_millis(200),
+    )
+    .await;
     for _ in 0..calls {
         assert!(echo_ok(client.peer(), "up__echo").await, "echo failed");
     }

@@ -221,18 +221,13 @@ async fn through_tether(
         }
         Transport::Sse => unreachable!("tether serve serves stdio and Streamable HTTP only"),
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !tool_names(setup.client.peer())
-        .await
-        .iter()
-        .any(|t| t == "up__echo")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the gateway never listed up__echo"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    util::wait_for_tool(
+        setup.client.peer(),
+        "up__echo",
+        Duration::from_secs(30),
+        Duration::from_millis(10),
+    )
+    .await;
     setup
 }
 

@@ -223,6 +223,18 @@ pub async fn echo_ok(peer: &Peer<RoleClient>, tool: &str) -> bool {
     matches!(peer.call_tool(echo_params(tool)).await, Ok(r) if r.is_error != Some(true))
 }
 
+/// Waits (polling `tools/list` every `poll`) until the gateway lists `tool`; panics after `within`.
+pub async fn wait_for_tool(peer: &Peer<RoleClient>, tool: &str, within: Duration, poll: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !tool_names(peer).await.iter().any(|t| t == tool) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the gateway never listed {tool}"
+        );
+        tokio::time::sleep(poll).await;
+    }
+}
+
 pub async fn tool_names(peer: &Peer<RoleClient>) -> Vec<String> {
     peer.list_all_tools()
         .await
