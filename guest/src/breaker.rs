@@ -78,6 +78,13 @@ impl Breaker {
         None
     }
 
+    /// The call was cancelled by its agent: if it was the probe, another call may probe.
+    pub fn on_cancelled(&mut self, call_id: u64) {
+        if self.state == BreakerState::HalfOpen && self.probe == Some(Probe::Call(call_id)) {
+            self.probe = None;
+        }
+    }
+
     /// The call failed in transport or timed out.
     pub fn on_failure(
         &mut self,

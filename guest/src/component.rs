@@ -8,11 +8,11 @@ use std::cell::RefCell;
 
 use crate::model;
 
-/// Bindings for `wit/policy.wit`, shared with wrapper components.
+/// Bindings for `wit/0.2/policy.wit` (contract 0.2), shared with wrapper components.
 #[allow(clippy::all, missing_docs)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../wit",
+        path: "../wit/0.2",
         world: "policy-component",
         pub_export_macro: true,
         export_macro_name: "export_policy",
@@ -37,8 +37,14 @@ pub trait PolicyLogic {
     fn set_settings(&mut self, settings_json: &str) -> Result<(), String>;
     fn handle(&mut self, event: model::Event) -> Vec<model::Action>;
     fn admit(&mut self, request: model::CallRequest) -> model::Admission;
-    fn status(&self) -> Vec<model::ServerStatus>;
+    /// Every server's status at host time `now`.
+    fn status(&self, now: model::Millis) -> Vec<model::ServerStatus>;
     fn snapshot(&self) -> Vec<u8>;
+    /// Adopts another implementation's state on a fresh instance (contract 0.2 `take-over`).
+    fn take_over(&mut self, handover: model::Handover) -> Result<Vec<model::Action>, String> {
+        let _ = handover;
+        Err("this policy cannot take over another policy's state".into())
+    }
     fn take_logs(&mut self) -> Vec<(model::LogLevel, String)>;
 }
 
@@ -61,11 +67,14 @@ impl PolicyLogic for crate::Policy {
     fn admit(&mut self, request: model::CallRequest) -> model::Admission {
         crate::Policy::admit(self, request)
     }
-    fn status(&self) -> Vec<model::ServerStatus> {
-        crate::Policy::status(self)
+    fn status(&self, now: model::Millis) -> Vec<model::ServerStatus> {
+        crate::Policy::status_at(self, now)
     }
     fn snapshot(&self) -> Vec<u8> {
         crate::Policy::snapshot(self)
+    }
+    fn take_over(&mut self, handover: model::Handover) -> Result<Vec<model::Action>, String> {
+        crate::Policy::take_over(self, handover)
     }
     fn take_logs(&mut self) -> Vec<(model::LogLevel, String)> {
         crate::Policy::take_logs(self)
@@ -159,9 +168,17 @@ pub fn guest_admit(request: wit::CallRequest) -> wit::Admission {
     })
 }
 
-pub fn guest_status() -> Vec<wit::ServerStatus> {
+pub fn guest_status(now: u64) -> Vec<wit::ServerStatus> {
     with_instance(Vec::new(), |p| {
-        p.status().into_iter().map(status_to_wit).collect()
+        p.status(now).into_iter().map(status_to_wit).collect()
+    })
+}
+
+pub fn guest_take_over(handover: wit::Handover) -> Result<Vec<wit::Action>, String> {
+    let handover = handover_from_wit(handover);
+    with_instance(Err(NOT_INITIALIZED.to_string()), |p| {
+        p.take_over(handover)
+            .map(|actions| actions.into_iter().map(action_to_wit).collect())
     })
 }
 
@@ -195,8 +212,15 @@ macro_rules! export_policy_logic {
             ) -> $crate::component::bindings::tether::policy::types::Admission {
                 $crate::component::guest_admit(request)
             }
-            fn status() -> Vec<$crate::component::bindings::tether::policy::types::ServerStatus> {
-                $crate::component::guest_status()
+            fn status(
+                now: u64,
+            ) -> Vec<$crate::component::bindings::tether::policy::types::ServerStatus> {
+                $crate::component::guest_status(now)
+            }
+            fn take_over(
+                handover: $crate::component::bindings::tether::policy::types::Handover,
+            ) -> Result<Vec<$crate::component::bindings::tether::policy::types::Action>, String> {
+                $crate::component::guest_take_over(handover)
             }
             fn snapshot() -> Vec<u8> {
                 $crate::component::guest_snapshot()
@@ -238,9 +262,8 @@ fn tools_from_wit(tools: Vec<wit::Tool>) -> Vec<model::Tool> {
         .into_iter()
         .map(|t| model::Tool {
             name: t.name,
-            description: t.description,
-            input_schema: t.input_schema,
             read_only: t.read_only,
+            revision: t.revision,
         })
         .collect()
 }
@@ -248,17 +271,7 @@ fn tools_from_wit(tools: Vec<wit::Tool>) -> Vec<model::Tool> {
 pub fn event_from_wit(event: wit::Event) -> model::Event {
     use wit::EventKind as W;
     let kind = match event.kind {
-        W::ServerConfigured(c) => model::EventKind::ServerConfigured(model::ServerConfig {
-            name: c.name,
-            transport: match c.transport {
-                wit::TransportKind::Stdio => model::TransportKind::Stdio,
-                wit::TransportKind::StreamableHttp => model::TransportKind::StreamableHttp,
-                wit::TransportKind::Sse => model::TransportKind::Sse,
-            },
-            include: c.include,
-            exclude: c.exclude,
-            settings: c.settings,
-        }),
+        W::ServerConfigured(c) => model::EventKind::ServerConfigured(config_from_wit(c)),
         W::ServerRemoved(name) => model::EventKind::ServerRemoved(name),
         W::Connected(s) => model::EventKind::Connected(model::SessionInfo {
             server: s.server,
@@ -283,6 +296,7 @@ pub fn event_from_wit(event: wit::Event) -> model::Event {
                     model::CallOutcome::TransportError(fault_from_wit(f))
                 }
                 wit::CallOutcome::Timeout => model::CallOutcome::Timeout,
+                wit::CallOutcome::Cancelled => model::CallOutcome::Cancelled,
             },
             duration_ms: r.duration_ms,
         }),
@@ -334,8 +348,6 @@ pub fn action_to_wit(action: model::Action) -> wit::Action {
                 .map(|t| wit::PublishedTool {
                     advertised: t.advertised,
                     original: t.original,
-                    description: t.description,
-                    input_schema: t.input_schema,
                     read_only: t.read_only,
                 })
                 .collect(),
@@ -355,6 +367,10 @@ pub fn admission_to_wit(admission: model::Admission) -> wit::Admission {
         model::Admission::Probe => wit::Admission::Probe,
         model::Admission::Reject(message) => wit::Admission::Reject(message),
         model::Admission::Reconnect(message) => wit::Admission::Reconnect(message),
+        model::Admission::Hold(hold) => wit::Admission::Hold(wit::Hold {
+            wait_ms: hold.wait_ms,
+            message: hold.message,
+        }),
     }
 }
 
@@ -373,5 +389,68 @@ pub fn status_to_wit(s: model::ServerStatus) -> wit::ServerStatus {
         last_fault: s.last_fault,
         since: s.since,
         published_tools: s.published_tools,
+        next_attempt_at: s.next_attempt_at,
+        breaker_until: s.breaker_until,
+    }
+}
+
+fn config_from_wit(c: wit::ServerConfig) -> model::ServerConfig {
+    model::ServerConfig {
+        name: c.name,
+        transport: match c.transport {
+            wit::TransportKind::Stdio => model::TransportKind::Stdio,
+            wit::TransportKind::StreamableHttp => model::TransportKind::StreamableHttp,
+            wit::TransportKind::Sse => model::TransportKind::Sse,
+        },
+        include: c.include,
+        exclude: c.exclude,
+        settings: c.settings,
+    }
+}
+
+fn state_from_wit(state: wit::ServerState) -> model::ServerState {
+    match state {
+        wit::ServerState::Connecting => model::ServerState::Connecting,
+        wit::ServerState::Connected => model::ServerState::Connected,
+        wit::ServerState::Healthy => model::ServerState::Healthy,
+        wit::ServerState::BackingOff => model::ServerState::BackingOff,
+        wit::ServerState::Parked => model::ServerState::Parked,
+        wit::ServerState::Stopped => model::ServerState::Stopped,
+    }
+}
+
+pub fn handover_from_wit(h: wit::Handover) -> model::Handover {
+    model::Handover {
+        now: h.now,
+        previous: model::PolicyInfo {
+            name: h.previous.name,
+            version: h.previous.version,
+        },
+        servers: h
+            .servers
+            .into_iter()
+            .map(|s| model::ServerHandover {
+                config: config_from_wit(s.config),
+                session: s.session.map(|live| model::LiveSession {
+                    server_info: live.server_info,
+                    tools: tools_from_wit(live.tools),
+                    proven: live.proven,
+                }),
+                connecting: s.connecting,
+                state: state_from_wit(s.state),
+                breaker: match s.breaker {
+                    wit::BreakerState::Closed => model::BreakerState::Closed,
+                    wit::BreakerState::Open => model::BreakerState::Open,
+                    wit::BreakerState::HalfOpen => model::BreakerState::HalfOpen,
+                },
+                breaker_until: s.breaker_until,
+                failures: s.failures,
+                breaker_failures: s.breaker_failures,
+                tool_errors: s.tool_errors,
+                last_fault: s.last_fault,
+                since: s.since,
+                next_attempt_at: s.next_attempt_at,
+            })
+            .collect(),
     }
 }

@@ -1,4 +1,4 @@
-//! Plain Rust mirrors of the WIT types in `wit/policy.wit`, so the policy logic can be built and
+//! Plain Rust mirrors of the WIT types in `wit/0.2/policy.wit`, so the policy logic can be built and
 //! unit-tested natively without any wasm machinery. The component glue converts at the edge.
 
 use serde::{Deserialize, Serialize};
@@ -57,12 +57,13 @@ impl std::fmt::Display for Fault {
     }
 }
 
+/// A tool: its name, and a revision that changes with its description or schema (which the
+/// host keeps).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tool {
     pub name: String,
-    pub description: Option<String>,
-    pub input_schema: String,
     pub read_only: bool,
+    pub revision: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,6 +101,8 @@ pub enum CallOutcome {
     ToolError(String),
     TransportError(Fault),
     Timeout,
+    /// The agent cancelled the call: nothing is learned about the server.
+    Cancelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -151,13 +154,14 @@ pub struct Event {
     pub kind: EventKind,
 }
 
+/// A tool as published. The revision is not part of the contract's `published-tool`: it makes
+/// a changed description a changed publication (the host then shows the new text).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PublishedTool {
     pub advertised: String,
     pub original: String,
-    pub description: Option<String>,
-    pub input_schema: String,
     pub read_only: bool,
+    pub revision: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -216,11 +220,19 @@ pub struct CallRequest {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    pub wait_ms: Millis,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Admission {
     Allow,
     Probe,
     Reject(String),
     Reconnect(String),
+    /// Not sent yet: ask again once a fresh session is up (or answer the message).
+    Hold(Hold),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -234,6 +246,39 @@ pub struct ServerStatus {
     pub last_fault: Option<String>,
     pub since: Millis,
     pub published_tools: u32,
+    pub next_attempt_at: Option<Millis>,
+    pub breaker_until: Option<Millis>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveSession {
+    pub server_info: String,
+    pub tools: Vec<Tool>,
+    pub proven: bool,
+}
+
+/// One server as handed over by the host when this policy takes over from another.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerHandover {
+    pub config: ServerConfig,
+    pub session: Option<LiveSession>,
+    pub connecting: bool,
+    pub state: ServerState,
+    pub breaker: BreakerState,
+    pub breaker_until: Option<Millis>,
+    pub failures: u32,
+    pub breaker_failures: u32,
+    pub tool_errors: u32,
+    pub last_fault: Option<String>,
+    pub since: Millis,
+    pub next_attempt_at: Option<Millis>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handover {
+    pub now: Millis,
+    pub servers: Vec<ServerHandover>,
+    pub previous: PolicyInfo,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

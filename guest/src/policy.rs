@@ -9,11 +9,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::backoff::{backoff_delay, probe_delay};
-use crate::breaker::{Probe, Transition};
+use crate::breaker::{OpenReason, Probe, Transition};
 use crate::model::{
     Action, Admission, BreakerState, CallOutcome, CallReport, CallRequest, Event, EventKind, Fault,
-    LogLevel, Millis, PolicyInfo, ReconnectRequest, ReconnectSource, ServerConfig, ServerFault,
-    ServerState, ServerStatus, SessionInfo, StateChange, TimerFired, Tool, Wake,
+    Handover, Hold, LogLevel, Millis, PolicyInfo, ReconnectRequest, ReconnectSource, ServerConfig,
+    ServerFault, ServerHandover, ServerState, ServerStatus, SessionInfo, StateChange, TimerFired,
+    Tool, Wake,
 };
 use crate::registry::{Filters, Plan, Registry};
 use crate::server::{ParkReason, PendingWake, Server, effective_settings};
@@ -180,7 +181,20 @@ impl Policy {
                     .wake
                     .filter(|_| backing_off)
                     .map(|w| w.at.saturating_sub(now));
-                Admission::Reject(words::reconnecting(name, server.last_fault.as_ref(), wait))
+                let message = words::reconnecting(name, server.last_fault.as_ref(), wait);
+                // A session is on its way (an attempt in flight, or one due soon): the call
+                // waits for it rather than failing.
+                let hold = server.settings.hold_ms;
+                let hold_for = match wait {
+                    _ if hold == 0 => None,
+                    None if !backing_off => Some(hold),
+                    Some(wait) if wait <= hold => Some(wait.saturating_add(hold)),
+                    _ => None,
+                };
+                match hold_for {
+                    Some(wait_ms) => Admission::Hold(Hold { wait_ms, message }),
+                    None => Admission::Reject(message),
+                }
             }
             ServerState::Connected | ServerState::Healthy => match server.breaker.state {
                 BreakerState::Closed => Admission::Allow,
@@ -207,12 +221,138 @@ impl Policy {
         }
     }
 
-    /// Every known server's status, sorted by name.
+    /// Every known server's status, sorted by name, at the latest time seen.
     pub fn status(&self) -> Vec<ServerStatus> {
+        self.status_at(self.now)
+    }
+
+    /// Every known server's status at host time `now` (never before the latest time seen).
+    pub fn status_at(&self, now: Millis) -> Vec<ServerStatus> {
+        let now = now.max(self.now);
         self.servers
             .iter()
-            .map(|(name, server)| server.status(self.now, self.registry.published_count(name)))
+            .map(|(name, server)| server.status(now, self.registry.published_count(name)))
             .collect()
+    }
+
+    /// Adopts the state another implementation handed over, on a policy that knows no server
+    /// yet. Live sessions are kept (and published), attempts in flight awaited, planned attempts
+    /// and self-probes re-armed for when the previous policy planned them; failure counts and
+    /// the breaker carry over. Returns the actions that make the host match.
+    pub fn take_over(&mut self, handover: Handover) -> Result<Vec<Action>, String> {
+        if !self.servers.is_empty() {
+            return Err("take-over needs a policy that knows no server yet".into());
+        }
+        self.now = self.now.max(handover.now);
+        let mut out = Vec::new();
+        let mut names = BTreeSet::new();
+        for server in &handover.servers {
+            if !names.insert(server.config.name.as_str()) {
+                return Err(format!(
+                    "the handover names server {:?} twice",
+                    server.config.name
+                ));
+            }
+        }
+        self.log(
+            LogLevel::Info,
+            format!(
+                "taking over {} servers from {} {}",
+                handover.servers.len(),
+                handover.previous.name,
+                handover.previous.version
+            ),
+        );
+        for server in handover.servers {
+            self.adopt(server, &mut out);
+        }
+        Ok(out)
+    }
+
+    fn adopt(&mut self, h: ServerHandover, out: &mut Vec<Action>) {
+        let now = self.now;
+        let name = h.config.name.clone();
+        let effective = effective_settings(&self.settings, &h.config);
+        let settings = effective.clone().unwrap_or_else(|_| self.settings.clone());
+        let mut server = Server::new(h.config, settings, h.since.min(now));
+        server.failures = h.failures;
+        server.tool_errors = h.tool_errors;
+        server.handed_fault = h.last_fault;
+        server.breaker.failures = h.breaker_failures;
+        match h.breaker {
+            BreakerState::Closed => {}
+            BreakerState::Open => {
+                let open_ms = server.settings.breaker.open_ms;
+                let until = h.breaker_until.unwrap_or(now.saturating_add(open_ms));
+                server.breaker.state = BreakerState::Open;
+                server.breaker.open_until = until;
+                server.breaker.last_open_ms = until.saturating_sub(now).max(open_ms);
+                server.breaker.reason = OpenReason::Failures(h.breaker_failures);
+            }
+            BreakerState::HalfOpen => {
+                server.breaker.state = BreakerState::HalfOpen;
+                server.breaker.last_open_ms = server.settings.breaker.open_ms;
+                server.breaker.reason = OpenReason::Failures(h.breaker_failures);
+            }
+        }
+        server.ever_connected = h.session.is_some()
+            || matches!(h.state, ServerState::Connected | ServerState::Healthy)
+            || h.failures > 0;
+        if let Err(e) = effective {
+            self.servers.insert(name.clone(), server);
+            self.park(&name, ParkReason::Config(e.clone()), false, out);
+            if let Some(server) = self.servers.get_mut(&name) {
+                server.config_error = Some(e);
+            }
+            return;
+        }
+        let delay = h.next_attempt_at.map(|at| at.saturating_sub(now));
+        if let Some(live) = h.session {
+            server.live = true;
+            server.proven = live.proven;
+            server.tools = live.tools;
+            server.state = if live.proven {
+                ServerState::Healthy
+            } else {
+                ServerState::Connected
+            };
+            self.servers.insert(name.clone(), server);
+            self.publish(&name, out);
+        } else if h.connecting {
+            // Its outcome arrives as an event.
+            server.state = ServerState::Connecting;
+            self.servers.insert(name.clone(), server);
+        } else {
+            match h.state {
+                ServerState::Stopped => {
+                    server.state = ServerState::Stopped;
+                    self.servers.insert(name.clone(), server);
+                }
+                ServerState::Parked => {
+                    server.state = ServerState::Parked;
+                    server.park_reason = Some(ParkReason::HandedOver);
+                    self.servers.insert(name.clone(), server);
+                    let delay = delay.unwrap_or_else(|| {
+                        self.servers
+                            .get(&name)
+                            .map_or(0, |s| s.settings.park.probe_initial_ms)
+                    });
+                    out.extend(self.arm(&name, delay));
+                }
+                // Waiting to try again (or the previous policy's attempt never went out).
+                _ => {
+                    server.state = ServerState::BackingOff;
+                    self.servers.insert(name.clone(), server);
+                    match delay {
+                        Some(delay) if delay > 0 => out.extend(self.arm(&name, delay)),
+                        _ => {
+                            let detail = "taken over; attempting now".to_string();
+                            self.start_attempt(&name, detail, out);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// All state but the log buffer, as versioned JSON.
@@ -506,6 +646,11 @@ impl Policy {
                 server
                     .breaker
                     .on_failure(now, call_id, &server.settings.breaker)
+            }
+            // Says nothing of the server; a cancelled probe frees the probe for another call.
+            CallOutcome::Cancelled => {
+                server.breaker.on_cancelled(call_id);
+                None
             }
         };
         let state = server.state;

@@ -100,8 +100,7 @@ impl Registry {
                     _ => plan.tools.push(PublishedTool {
                         advertised,
                         original: tool.name.clone(),
-                        description: tool.description.clone(),
-                        input_schema: tool.input_schema.clone(),
+                        revision: tool.revision,
                         read_only: tool.read_only,
                     }),
                 }
@@ -199,9 +198,8 @@ mod tests {
     fn tool(name: &str) -> Tool {
         Tool {
             name: name.into(),
-            description: Some(format!("does {name}")),
-            input_schema: "{}".into(),
             read_only: false,
+            revision: name.len() as u64,
         }
     }
 
@@ -234,7 +232,7 @@ mod tests {
             unreachable!()
         };
         assert_eq!(p.tools[0].original, "alpha");
-        assert_eq!(p.tools[0].description.as_deref(), Some("does alpha"));
+        assert_eq!(p.tools[0].revision, 5);
         assert_eq!(r.published_count("s"), 2);
     }
 

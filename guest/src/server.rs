@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backoff::seeded_rng;
 use crate::breaker::Breaker;
-use crate::model::{Fault, Millis, ServerConfig, ServerState, ServerStatus, Tool};
+use crate::model::{BreakerState, Fault, Millis, ServerConfig, ServerState, ServerStatus, Tool};
 use crate::registry::Filters;
 use crate::settings::Settings;
 use crate::words::fault_phrase;
@@ -21,6 +21,8 @@ pub enum ParkReason {
     RevivalFailed(Fault),
     /// The server's own configuration (overrides, globs) is invalid.
     Config(String),
+    /// Parked by the policy this one took over from.
+    HandedOver,
 }
 
 impl ParkReason {
@@ -33,6 +35,7 @@ impl ParkReason {
             }
             ParkReason::RevivalFailed(fault) => format!("revival attempt failed: {fault}"),
             ParkReason::Config(error) => format!("configuration error: {error}"),
+            ParkReason::HandedOver => "parked by the previous policy".into(),
         }
     }
 
@@ -49,6 +52,7 @@ impl ParkReason {
                 fault_phrase(fault)
             ),
             ParkReason::Config(_) => "parked: its configuration is invalid".into(),
+            ParkReason::HandedOver => "parked after repeated connection failures".into(),
         }
     }
 }
@@ -94,6 +98,9 @@ pub struct Server {
     pub prev_backoff: Option<Millis>,
     /// The tools of the current (or last) session, as the server advertised them.
     pub tools: Vec<Tool>,
+    /// The last fault as another implementation described it, when this policy took over.
+    #[serde(default)]
+    pub handed_fault: Option<String>,
 }
 
 impl Server {
@@ -118,6 +125,7 @@ impl Server {
             park_reason: None,
             prev_backoff: None,
             tools: Vec::new(),
+            handed_fault: None,
         }
     }
 
@@ -155,9 +163,19 @@ impl Server {
             failures: self.failures,
             breaker_failures: self.breaker.failures,
             tool_errors: self.tool_errors,
-            last_fault: self.last_fault.as_ref().map(ToString::to_string),
+            last_fault: self
+                .last_fault
+                .as_ref()
+                .map(ToString::to_string)
+                .or_else(|| self.handed_fault.clone()),
             since: self.since,
             published_tools,
+            next_attempt_at: self
+                .wake
+                .filter(|_| matches!(self.state, ServerState::BackingOff | ServerState::Parked))
+                .map(|wake| wake.at),
+            breaker_until: (self.breaker.state_at(now) == BreakerState::Open)
+                .then_some(self.breaker.open_until),
         }
     }
 }

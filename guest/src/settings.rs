@@ -83,6 +83,9 @@ impl Default for BreakerSettings {
     }
 }
 
+/// The longest hold a host accepts (contract 0.2).
+pub const MAX_HOLD_MS: u64 = 60_000;
+
 /// All tunables of the default policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -96,6 +99,9 @@ pub struct Settings {
     pub seed: u64,
     pub park: ParkSettings,
     pub breaker: BreakerSettings,
+    /// How long a call may be held for a fresh session that is on its way (an attempt in
+    /// flight, or one due within this time); 0: never hold, refuse at once.
+    pub hold_ms: u64,
 }
 
 impl Default for Settings {
@@ -107,6 +113,7 @@ impl Default for Settings {
             seed: 0,
             park: ParkSettings::default(),
             breaker: BreakerSettings::default(),
+            hold_ms: 2_000,
         }
     }
 }
@@ -133,6 +140,7 @@ impl Settings {
                 "initial_attempts" => self.initial_attempts = u32_field(value, "initial_attempts")?,
                 "reconnect_budget" => self.reconnect_budget = u32_field(value, "reconnect_budget")?,
                 "seed" => self.seed = u64_field(value, "seed")?,
+                "hold_ms" => self.hold_ms = u64_field(value, "hold_ms")?,
                 "backoff" => {
                     for (key, value) in section(value, "backoff")? {
                         let b = &mut self.backoff;
@@ -187,6 +195,12 @@ impl Settings {
         }
         if self.reconnect_budget < 1 {
             return Err("setting `reconnect_budget` must be at least 1".into());
+        }
+        if self.hold_ms > MAX_HOLD_MS {
+            return Err(format!(
+                "setting `hold_ms` must be at most {MAX_HOLD_MS} (got {})",
+                self.hold_ms
+            ));
         }
         let b = &self.backoff;
         if !b.factor.is_finite() || b.factor < 1.0 {

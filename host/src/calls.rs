@@ -10,8 +10,8 @@ use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, JsonObject};
 use tokio::sync::watch;
 
 use crate::policy::{
-    Admission, CallOutcome, CallReport, CallRequest, EventKind, Fault, ReconnectRequest,
-    ReconnectSource,
+    Admission, CallOutcome, CallReport, CallRequest, EventKind, Fault, Hold, PolicyError,
+    ReconnectRequest, ReconnectSource,
 };
 use crate::supervisor::{SessionLookup, Supervisor};
 use crate::upstream::{CallContext, CallFailure, Session};
@@ -49,6 +49,22 @@ impl CallResultKind {
 /// Hears about every finished call.
 pub trait CallObserver: Send + Sync {
     fn observe(&self, server: &str, result: CallResultKind, duration: Duration);
+}
+
+/// How often a held call asks again while a fresh session is up but the policy has not heard
+/// of it yet (the `connected` event is decided right after the session is stored).
+const HELD_RECHECK: Duration = Duration::from_millis(5);
+
+/// At most this many such rechecks (2 s) per call: a policy that holds a call while a live
+/// session is there does not get to hold it to its deadline.
+const MAX_HELD_RECHECKS: usize = 400;
+
+/// Why a call got no admission.
+enum Unadmitted {
+    /// Its client cancelled it while it was held.
+    Cancelled,
+    /// The policy could not decide.
+    Undecided(PolicyError),
 }
 
 /// A call that could not even be routed.
@@ -125,15 +141,18 @@ impl Supervisor {
             .ok_or_else(|| CallError::UnknownTool(advertised.to_string()))?;
         let server = route.server.clone();
         let call_id = shared.next_call_id();
-        let request = CallRequest {
-            now: shared.clock.now_ms(),
-            call_id,
-            server: server.clone(),
-            tool: route.tool.original.clone(),
-        };
-        let admission = match shared.policy.admit(request).await {
+        let admission = match self
+            .admit(&server, call_id, &route.tool.original, &context.cancel)
+            .await
+        {
             Ok(admission) => admission,
-            Err(error) => {
+            Err(Unadmitted::Cancelled) => {
+                self.observe(&server, CallResultKind::Cancelled, Duration::ZERO);
+                return Ok(refused(
+                    "The call was cancelled before it was sent.".to_string(),
+                ));
+            }
+            Err(Unadmitted::Undecided(error)) => {
                 tracing::error!(server = %server, "admission failed, refusing the call: {error}");
                 return Ok(self.refuse(&server, format!(
                     "Tether could not decide whether to call server \"{server}\"; the call was not sent. Wait a few seconds and retry."
@@ -141,15 +160,17 @@ impl Supervisor {
             }
         };
         let context = match admission {
-            Admission::Reject(message) => return Ok(self.refuse(&server, message)),
+            Admission::Reject(message) | Admission::Hold(Hold { message, .. }) => {
+                return Ok(self.refuse(&server, message));
+            }
             Admission::Reconnect(message) => {
                 self.reconnect_for_call(&server);
                 return Ok(self.refuse(&server, message));
             }
             Admission::Allow => context,
-            // The policy waits for its probe's outcome, and contract 0.1 has no word for
-            // "cancelled": a probe runs to its end even if its client gives up (the client's
-            // answer is dropped), so the breaker hears what the server really did.
+            // The policy waits for its probe's outcome: a probe runs to its end even if its
+            // client gives up (the client's answer is dropped), so the breaker hears what the
+            // server really did, not that someone lost interest.
             Admission::Probe => CallContext {
                 cancel: Default::default(),
                 ..context
@@ -244,6 +265,73 @@ impl Supervisor {
         Ok(respond(&server, result, route.tool.read_only))
     }
 
+    /// Asks the policy to admit the call. A held call (contract 0.2) waits, within the call
+    /// deadline, for a session newer than the one the server has, then is asked about again
+    /// with the same id; a hold that runs out is answered with the policy's refusal. Nothing
+    /// is sent while held, so the call runs at most once.
+    async fn admit(
+        &self,
+        server: &str,
+        call_id: u64,
+        tool: &str,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<Admission, Unadmitted> {
+        let shared = &self.shared;
+        let deadline = shared
+            .session(server)
+            .map_or(Duration::ZERO, |lookup| lookup.spec.timeouts.call);
+        let deadline = Instant::now() + deadline;
+        let mut rechecks = 0;
+        loop {
+            let request = CallRequest {
+                now: shared.clock.now_ms(),
+                call_id,
+                server: server.to_string(),
+                tool: tool.to_string(),
+            };
+            let admission = shared
+                .policy
+                .admit(request)
+                .await
+                .map_err(Unadmitted::Undecided)?;
+            let Admission::Hold(hold) = &admission else {
+                return Ok(admission);
+            };
+            let Some(lookup) = shared.session(server) else {
+                return Ok(admission);
+            };
+            let until = deadline.min(Instant::now() + Duration::from_millis(hold.wait_ms));
+            if Instant::now() >= until {
+                return Ok(admission);
+            }
+            let alive = lookup.current.as_ref().filter(|s| s.is_alive());
+            let wait = async {
+                match alive {
+                    // A live session the policy has not heard of yet (its `connected` is on
+                    // the way): ask again in a moment.
+                    Some(_) => {
+                        tokio::time::sleep(HELD_RECHECK).await;
+                        true
+                    }
+                    None => {
+                        let within = until.saturating_duration_since(Instant::now());
+                        wait_for_fresh(lookup.updates, lookup.current.as_ref(), within)
+                            .await
+                            .is_some()
+                    }
+                }
+            };
+            tokio::select! {
+                fresh = wait => if !fresh || rechecks > MAX_HELD_RECHECKS {
+                    tracing::debug!(server, call_id, "a held call found no fresh session in time");
+                    return Ok(admission);
+                },
+                () = cancel.cancelled() => return Err(Unadmitted::Cancelled),
+            }
+            rechecks += usize::from(alive.is_some());
+        }
+    }
+
     /// Asks for a reconnect because a call found `server`'s session dead, unless a newer
     /// session has already replaced it (a stale request would tear down a healthy session).
     fn reconnect_if_current(
@@ -297,8 +385,8 @@ impl Supervisor {
             .unwrap_or_else(|e| e.into_inner()) = Some(observer);
     }
 
-    /// Tells the policy how a call that went out ended. A cancelled call is only counted:
-    /// contract 0.1 has no word for it, and it says nothing about the server's health.
+    /// Tells the policy how a call that went out ended. A cancelled call is reported as such
+    /// (contract 0.2); the edge of contract 0.1, which has no word for it, drops the report.
     fn report_result(
         &self,
         server: &str,
@@ -306,12 +394,7 @@ impl Supervisor {
         result: &Result<CallToolResult, CallFailure>,
         started: Instant,
     ) {
-        match result {
-            Err(CallFailure::Cancelled) => {
-                self.observe(server, CallResultKind::Cancelled, started.elapsed())
-            }
-            result => self.report(server, call_id, outcome(result), started),
-        }
+        self.report(server, call_id, outcome(result), started);
     }
 
     /// Tells the policy how a call ended. The report is queued ahead of any later admission
@@ -323,6 +406,7 @@ impl Supervisor {
             CallOutcome::ToolError(_) => CallResultKind::ToolError,
             CallOutcome::TransportError(_) => CallResultKind::TransportError,
             CallOutcome::Timeout => CallResultKind::Timeout,
+            CallOutcome::Cancelled => CallResultKind::Cancelled,
         };
         self.observe(server, kind, started.elapsed());
         self.shared.feed(EventKind::CallFinished(CallReport {
@@ -376,8 +460,8 @@ fn outcome(result: &Result<CallToolResult, CallFailure>) -> CallOutcome {
         Err(CallFailure::TooLarge { .. }) => {
             CallOutcome::ToolError("the answer was larger than max_message".into())
         }
-        // Never reported (see `report_result`); were it, it would not be the server's fault.
-        Err(CallFailure::Cancelled) => CallOutcome::ToolError("cancelled by the client".into()),
+        // Reported to 0.2 policies; a 0.1 policy has no word for it and never hears of it.
+        Err(CallFailure::Cancelled) => CallOutcome::Cancelled,
         // The server answered: it works, and asks the client for input.
         Err(CallFailure::InputRequired(_)) => CallOutcome::Ok,
     }

@@ -70,7 +70,23 @@ enum PolicyCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Replace the running gateway's policy with a component, keeping its state.
+    /// Replay a recording (`tether serve --record FILE`) against a candidate policy (default:
+    /// the embedded one) and print where its decisions differ from the recorded ones. Exits 0
+    /// when none differ, 1 when some do, 2 when the recording or the candidate cannot be used.
+    Replay {
+        /// The recording.
+        recording: PathBuf,
+        /// The candidate component (.wasm).
+        candidate: Option<PathBuf>,
+        /// Settings JSON for the candidate (default: the recording's initial settings).
+        #[arg(long)]
+        settings: Option<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replace the running gateway's policy with a component, keeping its state (by snapshot
+    /// for the same implementation, by handover for another) and its sessions.
     Swap {
         file: PathBuf,
         #[command(flatten)]
@@ -145,6 +161,10 @@ pub struct ServeArgs {
     /// TETHER_MCP_TOKEN). Requests without it get 401.
     #[arg(long, value_name = "PATH", requires = "http")]
     pub mcp_token_file: Option<PathBuf>,
+    /// Record the policy's every decision (events, admissions, actions) in FILE as JSON lines,
+    /// for `tether policy replay`. Holds no secrets (see docs/POLICY-CONTRACT.md).
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
     /// How long calls in flight may take to finish once shutdown starts (e.g. "30s", "2m").
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
@@ -168,6 +188,18 @@ pub fn main() -> ExitCode {
         } => {
             init_logging("warn");
             policy_check(file, &settings, json)
+        }
+        Command::Policy {
+            command:
+                PolicyCommand::Replay {
+                    recording,
+                    candidate,
+                    settings,
+                    json,
+                },
+        } => {
+            init_logging("warn");
+            policy_replay(&recording, candidate, settings, json)
         }
         command => {
             init_logging("warn");
@@ -195,7 +227,7 @@ async fn admin_command(command: Command) -> ExitCode {
         } => client::policy_set(&admin, &settings).await,
         Command::Serve(_)
         | Command::Policy {
-            command: PolicyCommand::Check { .. },
+            command: PolicyCommand::Check { .. } | PolicyCommand::Replay { .. },
         } => unreachable!("handled in main"),
     }
 }
@@ -244,6 +276,83 @@ fn policy_check(file: Option<PathBuf>, settings: &str, json: bool) -> ExitCode {
         println!("{} passed, {failed} failed", results.len() - failed);
     }
     if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn policy_replay(
+    recording: &std::path::Path,
+    candidate: Option<PathBuf>,
+    settings: Option<String>,
+    json: bool,
+) -> ExitCode {
+    use crate::policy::{PolicyRuntime, RuntimeOptions, record};
+    let records = match record::read(recording) {
+        Ok(records) => records,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let source = candidate.map_or(PolicySource::Embedded, PolicySource::File);
+    let settings = settings
+        .or_else(|| record::initial_settings(&records).map(str::to_string))
+        .unwrap_or_else(|| "{}".to_string());
+    let runtime = match PolicyRuntime::start(RuntimeOptions {
+        source: source.clone(),
+        settings,
+        fallback_to_default: false,
+        ..RuntimeOptions::default()
+    }) {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = match record::replay(&records, &runtime) {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("error: the candidate failed during the replay: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("the report serializes")
+        );
+    } else {
+        println!(
+            "replayed {} decisions of {} against {}: {} differ",
+            report.decisions,
+            recording.display(),
+            source.label(),
+            report.divergences
+        );
+        if report.policy_changes > 0 {
+            println!(
+                "note: the recording changes policy {} times (swaps or fallbacks); it is compared as recorded",
+                report.policy_changes
+            );
+        }
+        for (kind, count) in &report.by_kind {
+            println!("  {count:>6}  {kind}");
+        }
+        for divergence in report.first_per_server.values() {
+            println!(
+                "first on {} (line {}, {}):\n    recorded:  {}\n    candidate: {}",
+                divergence.server,
+                divergence.line,
+                divergence.kind,
+                divergence.recorded,
+                divergence.candidate
+            );
+        }
+    }
+    if report.divergences == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

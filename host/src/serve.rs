@@ -143,6 +143,7 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .cache_dir
             .clone()
             .or_else(|| dirs::cache_dir().map(|d| d.join("tether").join("policies"))),
+        record: args.record.clone(),
         ..RuntimeOptions::default()
     };
     let policy = tokio::task::spawn_blocking(move || PolicyRuntime::start(options))

@@ -26,8 +26,9 @@ use tokio::time::Instant;
 use crate::catalog::{Catalog, ServerCatalog};
 use crate::config::{ServerSpec, Timeouts};
 use crate::policy::{
-    Action, Event, EventKind, Fault, PolicyError, PolicyRuntime, ServerFault, ServerState,
-    ServerStatus, ServerTools, SessionInfo, StateChange, TimerFired, Tool, TransportKind,
+    Action, Event, EventKind, Fault, PolicyError, PolicyRuntime, PolicySource, ServerFault,
+    ServerState, ServerStatus, ServerTools, SessionInfo, StateChange, SwapReport, TimerFired, Tool,
+    TransportKind,
 };
 use crate::registry::Registry;
 use crate::upstream::{ListChanges, Remembered, ServerEvent, Session};
@@ -154,6 +155,7 @@ impl Supervisor {
     pub fn start(policy: PolicyRuntime, log_dir: PathBuf) -> Self {
         let (decided, decisions) = mpsc::unbounded_channel();
         let clock = Clock::new();
+        policy.set_clock(Arc::new(move || clock.now_ms()));
         let shared = Arc::new(Shared {
             feeder: Feeder {
                 policy: policy.clone(),
@@ -307,6 +309,25 @@ impl Supervisor {
             .values()
             .map(|h| h.view.lock().unwrap_or_else(|e| e.into_inner()).clone())
             .collect()
+    }
+
+    /// Replaces the running policy while everything keeps running: no session is torn down,
+    /// and the incoming policy's actions (publications, timers) run in decision order. Between
+    /// implementations the state is handed over (see [`SwapReport`]).
+    pub async fn swap_policy(&self, source: PolicySource) -> Result<SwapReport, PolicyError> {
+        let policy = self.shared.policy.clone();
+        let loaded = tokio::task::spawn_blocking(move || policy.load(&source))
+            .await
+            .unwrap_or(Err(PolicyError::Stopped))?;
+        let (answer, answered) = oneshot::channel();
+        let decided = self.shared.feeder.decided.clone();
+        self.shared.policy.swap_then(loaded, move |result| {
+            if let Ok(report) = &result {
+                let _ = decided.send(Ok(report.actions.clone()));
+            }
+            let _ = answer.send(result);
+        });
+        answered.await.unwrap_or(Err(PolicyError::Stopped))
     }
 
     /// The policy's view of every server.

@@ -17,6 +17,7 @@ pub mod components {
     pub const HOSTILE: &str = env!("TETHER_TEST_POLICY_HOSTILE");
     pub const WRONG: &str = env!("TETHER_TEST_POLICY_WRONG");
     pub const NEXT_MINOR: &str = env!("TETHER_TEST_POLICY_NEXT_MINOR");
+    pub const OTHER: &str = env!("TETHER_TEST_POLICY_OTHER");
     pub const INCOMPATIBLE: &str = env!("TETHER_TEST_POLICY_INCOMPATIBLE");
 }
 

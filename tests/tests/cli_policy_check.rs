@@ -44,7 +44,7 @@ fn a_wrong_policy_fails_naming_the_scenario_and_what_differed() {
 fn an_incompatible_or_broken_component_is_refused_before_any_scenario() {
     let (code, stdout, stderr) = policy_check(&[components::INCOMPATIBLE]);
     assert_eq!(code, Some(2), "{stdout}\n{stderr}");
-    assert!(stderr.contains("tether:policy@0.2.0"), "{stderr}");
+    assert!(stderr.contains("tether:policy@0.3.0"), "{stderr}");
 
     let dir = tempfile::tempdir().unwrap();
     let junk = dir.path().join("junk.wasm");

@@ -10,7 +10,7 @@ use tether::policy::{
     Tool, conformance,
 };
 use tether_tests::{
-    component, components, configured, connect_failed, connected, disconnected, has_connect,
+    component, components, configured, connect_failed, connected, disconnected, has_connect, tool,
 };
 
 /// One engine for the whole test binary: each component is compiled once.
@@ -320,10 +320,11 @@ fn nonsensical_actions_are_refused_as_invalid_output() {
         );
         assert!(has_connect(&actions, "b"), "{actions:?}");
         let seen = notices(&mut rx);
+        // (A 0.2 policy's publication is checked first for tools its server offers.)
         assert!(
-            seen.iter().any(
-                |n| matches!(n, PolicyNotice::Fault { error, .. } if error.contains("never configured"))
-            ),
+            seen.iter()
+                .any(|n| matches!(n, PolicyNotice::Fault { error, .. }
+                if error.contains("never configured") || error.contains("does not offer"))),
             "inline fuel {inline_fuel}: {seen:?}"
         );
         assert_eq!(
@@ -421,10 +422,13 @@ fn swap_between_different_components_keeps_breaker_and_budget_state() {
     event(&rt, 100, configured("b")).unwrap();
     event(&rt, 110, connect_failed("b")).unwrap();
     let before = rt.status().wait().unwrap();
-    let info = rt
+    let report = rt
         .swap_blocking(&component(components::WRONG))
         .expect("swap");
-    assert_eq!(info.name, "wrong-test-policy");
+    assert_eq!(report.info.name, "wrong-test-policy");
+    // Another implementation: the state moves by handover, and all of it arrives.
+    assert_eq!(report.path, tether::policy::SwapPath::Handover);
+    assert!(report.not_carried.is_empty(), "{:?}", report.not_carried);
     let after = rt.status().wait().unwrap();
     assert_eq!(before, after, "state must survive the swap");
     assert_eq!(server_status(&rt, "a").breaker, BreakerState::Open);
@@ -480,7 +484,9 @@ fn a_newer_compatible_minor_version_loads_and_an_incompatible_one_is_refused() {
     .expect("refused");
     let message = error.to_string();
     assert!(
-        message.contains("tether:policy@0.2.0") && message.contains("0.1"),
+        message.contains("tether:policy@0.3.0")
+            && message.contains("0.2.x")
+            && message.contains("0.1.x"),
         "{message}"
     );
     assert!(message.contains("tether_policy_incompatible"), "{message}");
@@ -762,14 +768,15 @@ fn load_five_servers(rt: &PolicyRuntime) {
 }
 
 #[test]
-fn swaps_and_snapshots_carry_that_much_data_into_fresh_instances() {
-    // A checkpoint after every input: each one snapshots 15 MB of tools.
+fn descriptions_stay_in_the_host_through_snapshots_and_swaps() {
+    // A checkpoint after every input. 15 MB of descriptions and schemas, but a 0.2 policy is
+    // handed names only: its snapshots stay small, and publications get the text from the host.
     let rt = start(PolicySource::Embedded, "{}", 1, true);
     let mut rx = rt.notices();
     load_five_servers(&rt);
     let before = rt.status().wait().unwrap();
     let snapshot = rt.snapshot().wait().expect("snapshot");
-    assert!(snapshot.len() > 15 * MB, "{}", snapshot.len());
+    assert!(snapshot.len() < 64 << 10, "{}", snapshot.len());
     // A swap restores the snapshot into a fresh instance (of the same component, then another).
     rt.swap_blocking(&PolicySource::Embedded).expect("swap");
     assert_eq!(rt.status().wait().unwrap(), before);
@@ -821,9 +828,9 @@ fn recovery_restores_that_much_data_into_a_fresh_instance() {
 }
 
 #[test]
-fn snapshots_beyond_wasmtimes_default_transfer_limit_are_taken() {
-    // Five servers of 15 MB: a snapshot carries some 160 MB, more than the 128 MiB wasmtime lets
-    // one call hand the host by default.
+fn seventy_five_megabytes_of_descriptions_never_reach_the_policy() {
+    // Five servers of 15 MB: under contract 0.1 a snapshot carried some 160 MB, more than the
+    // 128 MiB wasmtime lets one call hand the host by default. Under 0.2 it carries names.
     let rt = start(PolicySource::Embedded, "{}", 64, true);
     let mut rx = rt.notices();
     for (i, server) in ["s1", "s2", "s3", "s4", "s5"].into_iter().enumerate() {
@@ -838,7 +845,7 @@ fn snapshots_beyond_wasmtimes_default_transfer_limit_are_taken() {
     }
     let before = rt.status().wait().unwrap();
     let snapshot = rt.snapshot().wait().expect("snapshot");
-    assert!(snapshot.len() > 128 * MB, "{}", snapshot.len());
+    assert!(snapshot.len() < 64 << 10, "{}", snapshot.len());
     drop(snapshot);
     rt.swap_blocking(&PolicySource::Embedded).expect("swap");
     assert_eq!(rt.status().wait().unwrap(), before);
@@ -861,7 +868,8 @@ fn memory_limit_in(seen: &[PolicyNotice]) -> usize {
 
 #[test]
 fn a_leaking_policy_still_hits_a_cap_that_follows_the_data() {
-    // With 14 MB of tools held, a leak on the 3rd event runs into a cap sized from that data.
+    // 14 MB of descriptions are not the policy's data (a 0.2 policy gets names): a leak on the
+    // 3rd event runs into the base cap plus the names' share.
     // (A checkpoint after every input: the recovered instance counts its events from zero.)
     let rt = hostile(r#""grow_on_event":3"#, 1, true);
     let mut rx = rt.notices();
@@ -875,13 +883,29 @@ fn a_leaking_policy_still_hits_a_cap_that_follows_the_data() {
     event(&rt, 3, EventKind::KeepaliveOk("big".into())).expect("contained");
     let seen = notices(&mut rx);
     let limit = memory_limit_in(&seen);
+    let base = Limits::default().memory_bytes;
     assert!(
-        limit > 32 * MB + 14 * MB && limit < 1024 * MB,
-        "a cap of {limit} bytes for 14 MB of tools"
+        limit > base && limit < base + MB,
+        "a cap of {limit} bytes for 14 tools of 1 MB"
+    );
+    assert_recovered_in_place(&seen);
+
+    // What a 0.2 policy does hold, tool names, moves the cap: 20 000 tools.
+    let rt = hostile(r#""grow_on_event":3"#, 1, true);
+    let mut rx = rt.notices();
+    event(&rt, 1, configured("many")).unwrap();
+    let many: Vec<Tool> = (0..20_000).map(|i| tool(&format!("tool_{i}"))).collect();
+    event(&rt, 2, session("many", many)).unwrap();
+    event(&rt, 3, EventKind::KeepaliveOk("many".into())).expect("contained");
+    let seen = notices(&mut rx);
+    let limit = memory_limit_in(&seen);
+    assert!(
+        limit > base + 5 * MB && limit < 1024 * MB,
+        "a cap of {limit} bytes for 20 000 tools"
     );
     assert_recovered_in_place(&seen);
     assert!(rt.running().label.contains("tether_policy_hostile"));
-    assert_eq!(server_status(&rt, "big").state, ServerState::Healthy);
+    assert_eq!(server_status(&rt, "many").state, ServerState::Healthy);
 
     // Once the server is removed, its data no longer counts: the cap is the base again.
     let rt = hostile(r#""grow_on_event":4"#, 1, true);

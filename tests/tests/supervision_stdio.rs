@@ -283,9 +283,8 @@ async fn a_probe_without_a_session_reconnects_and_the_new_session_closes_the_bre
         host.view("gone").state == ServerState::BackingOff
     })
     .await;
-    // Wait out the 200 ms cooldown. No event reaches the policy while it backs off, and its
-    // status() has no clock, so there is no condition to poll: this is a deadline, not a race.
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    // The cooldown ends without an event: the policy's status at the host's time shows it.
+    wait_for_breaker(&host, "gone", BreakerState::HalfOpen).await;
 
     // The tools are withdrawn, but an agent holding the old list calls one: past the cooldown
     // the half-open probe finds no session, so the call is answered "reconnecting" and the
@@ -622,4 +621,65 @@ async fn cancelled_calls_reach_the_server_and_never_count_as_its_failures() {
         .await
         .unwrap();
     assert_eq!(text(&answer), "still here");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_during_a_respawn_waits_for_the_fresh_session_and_runs_once() {
+    // The next attempt comes 800 ms after a crash: long enough to call into the gap.
+    let host = Host::start(
+        r#"{"backoff": {"base_ms": 800, "cap_ms": 800, "jitter": "none"}, "hold_ms": 0}"#,
+    );
+    let state = host.state_dir("respawn");
+    host.supervisor
+        .add_server(stdio_fixture("respawn", &state, &[]))
+        .unwrap();
+    wait_until("tools visible", || !host.tools("respawn").is_empty()).await;
+    let crash = |state: &StateDir| {
+        let pid = state.pid().unwrap();
+        kill(pid, 9);
+        pid
+    };
+    let backing_off = || host.view("respawn").state == ServerState::BackingOff;
+
+    // Holding off: a call into the gap is refused, not sent.
+    let first = crash(&state);
+    wait_until("the server is backing off", backing_off).await;
+    let result = host
+        .supervisor
+        .call_tool("respawn__side_effect", args(json!({"label": "refused"})))
+        .await
+        .unwrap();
+    assert!(is_error(&result), "{result:?}");
+    assert!(text(&result).contains("not sent"), "{}", text(&result));
+    assert_eq!(state.calls_of("side_effect"), 0);
+    wait_until("the fresh session", || {
+        state.pid().is_some_and(|pid| pid != first) && !host.tools("respawn").is_empty()
+    })
+    .await;
+
+    // The default (holding for up to 2 s): the call waits for the fresh session and runs
+    // once on it.
+    host.supervisor
+        .policy()
+        .set_settings(r#"{"backoff": {"base_ms": 800, "cap_ms": 800, "jitter": "none"}}"#.into())
+        .await
+        .unwrap();
+    let second = crash(&state);
+    wait_until("the server is backing off", backing_off).await;
+    let started = std::time::Instant::now();
+    let result = host
+        .supervisor
+        .call_tool("respawn__side_effect", args(json!({"label": "held"})))
+        .await
+        .unwrap();
+    assert_eq!(text(&result), "done", "{result:?}");
+    assert_eq!(state.calls_of("side_effect"), 1);
+    let third = state.pid().unwrap();
+    assert!(third != second && third != first);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "held for {:?}",
+        started.elapsed()
+    );
+    host.supervisor.shutdown().await;
 }

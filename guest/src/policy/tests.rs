@@ -6,7 +6,7 @@ use rand_core::Rng;
 use rand_pcg::Pcg32;
 
 use super::*;
-use crate::model::{Publication, PublishedTool, ServerTools, Tool, TransportKind};
+use crate::model::{LiveSession, Publication, PublishedTool, ServerTools, Tool, TransportKind};
 
 /// Exact delays: no jitter.
 const NO_JITTER: &str = r#"{"backoff": {"jitter": "none"}}"#;
@@ -34,9 +34,8 @@ fn configured(name: &str) -> EventKind {
 fn tool(name: &str) -> Tool {
     Tool {
         name: name.into(),
-        description: Some(format!("does {name}")),
-        input_schema: "{}".into(),
         read_only: false,
+        revision: 1,
     }
 }
 
@@ -120,9 +119,8 @@ fn publish(server: &str, originals: &[&str]) -> Action {
             .map(|o| PublishedTool {
                 advertised: format!("{server}__{o}"),
                 original: o.to_string(),
-                description: Some(format!("does {o}")),
-                input_schema: "{}".into(),
                 read_only: false,
+                revision: 1,
             })
             .collect(),
     })
@@ -1268,10 +1266,10 @@ fn half_open_probe_without_a_live_session_signals_a_reconnect() {
             "Server \"files\" is reconnecting after its connection closed; the call was not sent. Wait a few seconds and retry.".into()
         )
     );
-    // Only one reconnect is signalled.
+    // Only one reconnect is signalled; the next call waits for its session.
     assert!(matches!(
         p.admit(req(60_001, 11, "files")),
-        Admission::Reject(_)
+        Admission::Hold(_)
     ));
     let a = p.handle(ev(60_002, reconnect("files", ReconnectSource::Probe)));
     assert_eq!(a[1], Action::Connect("files".into()));
@@ -1351,19 +1349,34 @@ fn admit_tells_the_model_to_ask_an_operator_when_parked() {
 }
 
 #[test]
-fn admit_while_backing_off_says_how_long_to_wait() {
+fn admit_holds_a_call_for_an_attempt_due_soon_and_refuses_when_it_is_far() {
     let mut p = healthy(NO_JITTER, "files", &["read"]);
     let a = p.handle(ev(10_000, disconnected("files", closed())));
     let w = wake_of(&a);
     assert_eq!(w.at, 11_000);
+    // The attempt is due in 1 s: wait for it, and for its session (up to `hold_ms`).
+    let message = "Server \"files\" is reconnecting after its connection closed; the call was not sent. Wait about 1 s and retry.";
     assert_eq!(
         p.admit(req(9_500, 1, "files")),
-        Admission::Reject(
-            "Server \"files\" is reconnecting after its connection closed; the call was not sent. Wait about 1 s and retry.".into()
-        )
+        Admission::Hold(Hold {
+            wait_ms: 1_000 + 2_000,
+            message: message.into()
+        })
     );
+    // Holding off: refused at once, with the same words.
     let mut p = healthy(
-        r#"{"backoff": {"jitter": "none", "base_ms": 2000}}"#,
+        r#"{"backoff": {"jitter": "none"}, "hold_ms": 0}"#,
+        "files",
+        &["read"],
+    );
+    p.handle(ev(10_000, disconnected("files", closed())));
+    assert_eq!(
+        p.admit(req(9_500, 1, "files")),
+        Admission::Reject(message.into())
+    );
+    // An attempt further away than `hold_ms`: refused, saying how long to wait.
+    let mut p = healthy(
+        r#"{"backoff": {"jitter": "none", "base_ms": 5000}}"#,
         "files",
         &["read"],
     );
@@ -1371,21 +1384,29 @@ fn admit_while_backing_off_says_how_long_to_wait() {
     assert_eq!(
         p.admit(req(500, 1, "files")),
         Admission::Reject(
-            "Server \"files\" is reconnecting after its process exited with code 3; the call was not sent. Wait about 2 s and retry.".into()
+            "Server \"files\" is reconnecting after its process exited with code 3; the call was not sent. Wait about 5 s and retry.".into()
         )
     );
 }
 
 #[test]
-fn admit_while_connecting_says_connecting() {
+fn admit_while_connecting_holds_the_call_for_the_attempt() {
+    let connecting =
+        "Server \"files\" is connecting; the call was not sent. Wait a few seconds and retry.";
     let mut p = Policy::new("").unwrap();
     p.handle(ev(0, configured("files")));
     assert_eq!(
         p.admit(req(1, 1, "files")),
-        Admission::Reject(
-            "Server \"files\" is connecting; the call was not sent. Wait a few seconds and retry."
-                .into()
-        )
+        Admission::Hold(Hold {
+            wait_ms: 2_000,
+            message: connecting.into()
+        })
+    );
+    let mut p = Policy::new(r#"{"hold_ms": 0}"#).unwrap();
+    p.handle(ev(0, configured("files")));
+    assert_eq!(
+        p.admit(req(1, 1, "files")),
+        Admission::Reject(connecting.into())
     );
 }
 
@@ -1399,7 +1420,9 @@ fn words_for_the_model_never_leak_fault_text_or_say_timed_out_wrongly() {
             Fault::TransportClosed("token=s3cret timed out".into()),
         ),
     ));
-    let Admission::Reject(m) = p.admit(req(1, 1, "files")) else {
+    let (Admission::Reject(m) | Admission::Hold(Hold { message: m, .. })) =
+        p.admit(req(1, 1, "files"))
+    else {
         panic!()
     };
     assert!(!m.contains("s3cret") && !m.contains("timed out"), "{m}");
@@ -1749,4 +1772,150 @@ fn restore_rejects_garbage_and_wrong_versions_with_readable_reasons() {
     broken["policy"]["settings"]["initial_attempts"] = 0.into();
     let e = Policy::restore(&serde_json::to_vec(&broken).unwrap()).unwrap_err();
     assert!(e.contains("`initial_attempts`"), "{e}");
+}
+
+// ----- contract 0.2: cancelled calls, status at a time, take-over -----
+
+#[test]
+fn a_cancelled_call_counts_for_nothing_and_a_cancelled_probe_frees_the_probe() {
+    let mut p = healthy(NO_JITTER, "files", &["read"]);
+    for id in 1..=5 {
+        assert_eq!(p.admit(req(1, id, "files")), Admission::Allow);
+        p.handle(ev(1, call("files", id, CallOutcome::Cancelled)));
+    }
+    let s = status_of(&p, "files");
+    assert_eq!(
+        (s.breaker, s.breaker_failures, s.tool_errors),
+        (BreakerState::Closed, 0, 0)
+    );
+    open_breaker(&mut p, "files", 10);
+    assert_eq!(p.admit(req(60_010, 20, "files")), Admission::Probe);
+    assert!(matches!(
+        p.admit(req(60_011, 21, "files")),
+        Admission::Reject(_)
+    ));
+    p.handle(ev(60_012, call("files", 20, CallOutcome::Cancelled)));
+    assert_eq!(p.admit(req(60_013, 22, "files")), Admission::Probe);
+}
+
+#[test]
+fn status_at_a_later_time_shows_half_open_and_the_next_attempt() {
+    let mut p = healthy(NO_JITTER, "files", &["read"]);
+    open_breaker(&mut p, "files", 0);
+    let s = p.status_at(1);
+    assert_eq!(
+        (s[0].breaker, s[0].breaker_until),
+        (BreakerState::Open, Some(60_000))
+    );
+    let s = p.status_at(60_000);
+    assert_eq!(
+        (s[0].breaker, s[0].breaker_until),
+        (BreakerState::HalfOpen, None)
+    );
+    let a = p.handle(ev(60_000, disconnected("files", closed())));
+    let s = p.status_at(60_001);
+    assert_eq!(s[0].next_attempt_at, Some(wake_of(&a).at));
+    // Earlier than the latest time seen: the latest counts.
+    assert_eq!(p.status_at(0), p.status_at(60_000));
+}
+
+fn handover_of(p: &Policy, now: Millis, live: &[(&str, &[&str], bool)]) -> Handover {
+    Handover {
+        now,
+        previous: PolicyInfo {
+            name: "another".into(),
+            version: "9".into(),
+        },
+        servers: p
+            .status_at(now)
+            .into_iter()
+            .map(|s| {
+                let session =
+                    live.iter()
+                        .find(|(name, ..)| *name == s.server)
+                        .map(|(_, tools, proven)| LiveSession {
+                            server_info: "srv 1.0".into(),
+                            tools: tools.iter().map(|t| tool(t)).collect(),
+                            proven: *proven,
+                        });
+                ServerHandover {
+                    config: cfg(&s.server),
+                    connecting: false,
+                    session,
+                    state: s.state,
+                    breaker: s.breaker,
+                    breaker_until: s.breaker_until,
+                    failures: s.failures,
+                    breaker_failures: s.breaker_failures,
+                    tool_errors: s.tool_errors,
+                    last_fault: s.last_fault,
+                    since: s.since,
+                    next_attempt_at: s.next_attempt_at,
+                }
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn take_over_keeps_sessions_breakers_counts_and_plans_without_connecting() {
+    // The outgoing side: files healthy with an open breaker, web backing off, db parked.
+    let mut old = healthy(NO_JITTER, "files", &["read", "write"]);
+    open_breaker(&mut old, "files", 0);
+    old.handle(ev(0, configured("web")));
+    old.handle(ev(10, connect_failed("web", closed())));
+    old.handle(ev(0, configured("db")));
+    park_permanently(&mut old, "db", 20);
+    let handover = handover_of(&old, 100, &[("files", &["read", "write"], true)]);
+
+    let mut new = Policy::new(NO_JITTER).unwrap();
+    let actions = new.take_over(handover).unwrap();
+    assert!(
+        !actions.iter().any(|a| matches!(a, Action::Connect(_))),
+        "no connect: {actions:?}"
+    );
+    assert!(actions.contains(&publish("files", &["read", "write"])));
+    let before = old.status_at(100);
+    let after = new.status_at(100);
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!(
+            (
+                &a.server,
+                a.state,
+                a.breaker,
+                a.breaker_until,
+                a.failures,
+                a.breaker_failures
+            ),
+            (
+                &b.server,
+                b.state,
+                b.breaker,
+                b.breaker_until,
+                b.failures,
+                b.breaker_failures
+            ),
+        );
+        assert_eq!(a.next_attempt_at, b.next_attempt_at, "{}", a.server);
+        assert_eq!(a.last_fault, b.last_fault);
+    }
+    // The breaker still opens into a single probe at its time; the backoff fires as planned.
+    assert!(matches!(
+        new.admit(req(59_999, 1, "files")),
+        Admission::Reject(_)
+    ));
+    assert_eq!(new.admit(req(60_000, 2, "files")), Admission::Probe);
+    let web = after.iter().find(|s| s.server == "web").unwrap();
+    let wake = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::WakeAt(w) if w.server == "web" => Some(w.clone()),
+            _ => None,
+        })
+        .expect("web's attempt re-armed");
+    assert_eq!(Some(wake.at), web.next_attempt_at);
+    let fired = new.handle(ev(wake.at, timer("web", wake.token)));
+    assert!(fired.contains(&Action::Connect("web".into())));
+    // Take-over is for a fresh policy only.
+    assert!(new.take_over(handover_of(&old, 100, &[])).is_err());
 }

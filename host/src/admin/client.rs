@@ -561,6 +561,23 @@ pub async fn policy_swap(admin: &AdminArgs, file: &Path) -> ExitCode {
             } else {
                 let policy = answer.get("policy").cloned().unwrap_or_default();
                 println!("policy swapped: now running {}", policy_line(&policy));
+                let swap = answer.get("swap").cloned().unwrap_or_default();
+                let path = swap
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .unwrap_or("snapshot");
+                println!(
+                    "state carried by {}",
+                    match path {
+                        "handover" => "a handover (another implementation)",
+                        "events" => "events (a contract 0.1 policy)",
+                        _ => "snapshot (same implementation)",
+                    }
+                );
+                let lost = swap.get("not_carried").and_then(Value::as_array);
+                for what in lost.into_iter().flatten().filter_map(Value::as_str) {
+                    println!("not carried: {what}");
+                }
             }
             Ok(())
         }

@@ -389,16 +389,18 @@ async fn swap_policy(
         .unwrap_or_else(|| "uploaded policy".to_string());
     let _operation = app.operations.lock().await;
     let supervisor = &app.ctx.supervisor;
-    let info = supervisor
-        .policy()
-        .swap(PolicySource::Bytes {
+    let report = supervisor
+        .swap_policy(PolicySource::Bytes {
             label,
             bytes: body.to_vec(),
         })
         .await
         .map_err(policy_error)?;
-    tracing::info!(name = %info.name, version = %info.version, "policy swapped through the admin API");
-    Ok(axum::Json(json!({ "policy": running_policy(supervisor) })))
+    tracing::info!(name = %report.info.name, version = %report.info.version, path = ?report.path, "policy swapped through the admin API");
+    Ok(axum::Json(json!({
+        "policy": running_policy(supervisor),
+        "swap": { "path": report.path, "not_carried": report.not_carried },
+    })))
 }
 
 /// RFC 7396 JSON merge patch: objects merge recursively, `null` removes a key.

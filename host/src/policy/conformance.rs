@@ -6,7 +6,7 @@
 //! own default settings (or the settings given), drive virtual time forward freely and fire
 //! every timer the policy asks for, and allow generous bounds (e.g. "parks within 25 attempts").
 
-use super::bindings::{
+use super::types::{
     Action, Admission, CallOutcome, CallReport, CallRequest, Event, EventKind, Fault,
     ReconnectRequest, ReconnectSource, ServerConfig, ServerFault, ServerState, ServerStatus,
     ServerTools, SessionInfo, TimerFired, Tool, TransportKind,
@@ -405,10 +405,7 @@ fn withdrawals(actions: &[Action], server: &str) -> usize {
         .count()
 }
 
-fn publication<'a>(
-    actions: &'a [Action],
-    server: &str,
-) -> Option<&'a super::bindings::Publication> {
+fn publication<'a>(actions: &'a [Action], server: &str) -> Option<&'a super::types::Publication> {
     actions.iter().rev().find_map(|a| match a {
         Action::PublishTools(p) if p.server == server => Some(p),
         _ => None,
@@ -417,7 +414,9 @@ fn publication<'a>(
 
 fn refusal_names_server(admission: &Admission, server: &str) -> Result<(), String> {
     match admission {
-        Admission::Reject(message) | Admission::Reconnect(message) => expect(
+        Admission::Reject(message)
+        | Admission::Reconnect(message)
+        | Admission::Hold(super::types::Hold { message, .. }) => expect(
             message.contains(server),
             format!("the message for the model must name the server {server:?}: {message:?}"),
         ),

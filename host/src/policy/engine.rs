@@ -13,7 +13,7 @@ use wasmtime::Engine;
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, Linker};
 
-use super::bindings::{CONTRACT_PACKAGE, CONTRACT_VERSION, PolicyComponent, PolicyComponentPre};
+use super::bindings::{CONTRACT_PACKAGE, Contract, v0_1, v0_2};
 use super::instance::StoreState;
 use super::{PolicyError, PolicyFault};
 
@@ -74,8 +74,17 @@ impl PolicyEngine {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
-        PolicyComponent::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
-            .map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
+        // Both contract lines: their `log` imports have different versioned names.
+        v0_1::PolicyComponent::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
+        v0_2::PolicyComponent::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
         Ok(Arc::new(Self {
             engine,
             linker,
@@ -107,7 +116,7 @@ impl PolicyEngine {
             .then_some(EMBEDDED_DEFAULT_POLICY_ARTIFACT)
             .filter(|artifact| !artifact.is_empty());
         let component = self.compile(&label, &bytes, &digest, precompiled)?;
-        let version = contract_version(&self.engine, &component, &label)?;
+        let (version, contract) = contract_version(&self.engine, &component, &label)?;
         let instance_pre =
             self.linker
                 .instantiate_pre(&component)
@@ -115,16 +124,25 @@ impl PolicyEngine {
                     policy: label.clone(),
                     reason: format!("it needs something this host does not provide: {e:#}"),
                 })?;
-        let pre = PolicyComponentPre::new(instance_pre).map_err(|e| PolicyError::NotAPolicy {
+        let not_a_policy = |e: wasmtime::Error| PolicyError::NotAPolicy {
             policy: label.clone(),
-            reason: format!("{e:#}"),
-        })?;
+            reason: format!("its exports do not match tether:policy@{version}: {e:#}"),
+        };
+        let pre = match contract {
+            Contract::V0_1 => {
+                PolicyPre::V0_1(v0_1::PolicyComponentPre::new(instance_pre).map_err(not_a_policy)?)
+            }
+            Contract::V0_2 => {
+                PolicyPre::V0_2(v0_2::PolicyComponentPre::new(instance_pre).map_err(not_a_policy)?)
+            }
+        };
         Ok(Arc::new(LoadedPolicy {
             engine: self.clone(),
             pre,
             label,
             digest,
             version,
+            contract,
         }))
     }
 
@@ -224,12 +242,12 @@ fn store_artifact(path: &Path, component: &Component) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Finds the `tether:policy/policy@X` export and checks X against the host's contract version.
+/// Finds the `tether:policy/policy@X` export and the contract line of X this host speaks.
 fn contract_version(
     engine: &Engine,
     component: &Component,
     label: &str,
-) -> Result<semver::Version, PolicyError> {
+) -> Result<(semver::Version, Contract), PolicyError> {
     let prefix = format!("{CONTRACT_PACKAGE}/policy@");
     let ty = component.component_type();
     let mut exports = Vec::new();
@@ -241,14 +259,13 @@ fn contract_version(
                 policy: label.to_string(),
                 reason: format!("bad contract version {version:?}: {e}"),
             })?;
-            let host = semver::Version::parse(CONTRACT_VERSION).expect("valid contract version");
-            if !compatible(&host, &found) {
+            let Some(contract) = Contract::of(&found) else {
                 return Err(PolicyError::Incompatible {
                     policy: label.to_string(),
                     found: found.to_string(),
                 });
-            }
-            return Ok(found);
+            };
+            return Ok((found, contract));
         }
         exports.push(name.to_string());
     }
@@ -265,24 +282,20 @@ fn contract_version(
     })
 }
 
-/// Semver compatibility as the component model applies it: same major (same minor for 0.x),
-/// and not older than the host.
-fn compatible(host: &semver::Version, found: &semver::Version) -> bool {
-    let same_line = if host.major == 0 {
-        found.major == 0 && found.minor == host.minor
-    } else {
-        found.major == host.major
-    };
-    same_line && found >= host
-}
-
 /// A compiled, vetted policy component, ready to instantiate.
 pub struct LoadedPolicy {
     engine: Arc<PolicyEngine>,
-    pre: PolicyComponentPre<StoreState>,
+    pre: PolicyPre,
     label: String,
     digest: String,
     version: semver::Version,
+    contract: Contract,
+}
+
+/// A component ready to instantiate, with the bindings of its contract line.
+pub(crate) enum PolicyPre {
+    V0_1(v0_1::PolicyComponentPre<StoreState>),
+    V0_2(v0_2::PolicyComponentPre<StoreState>),
 }
 
 impl LoadedPolicy {
@@ -290,8 +303,13 @@ impl LoadedPolicy {
         &self.engine.engine
     }
 
-    pub(crate) fn pre(&self) -> &PolicyComponentPre<StoreState> {
+    pub(crate) fn pre(&self) -> &PolicyPre {
         &self.pre
+    }
+
+    /// The contract line the component speaks.
+    pub fn contract(&self) -> Contract {
+        self.contract
     }
 
     /// Where it came from, for messages.
@@ -328,7 +346,7 @@ impl LoadedPolicy {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::super::bindings::compatible;
 
     #[test]
     fn newer_minor_of_the_same_line_is_compatible_older_and_other_lines_are_not() {
@@ -340,5 +358,17 @@ mod tests {
         assert!(!compatible(&v("0.1.3"), &v("0.1.2")));
         assert!(compatible(&v("1.2.0"), &v("1.5.0")));
         assert!(!compatible(&v("1.2.0"), &v("2.0.0")));
+    }
+
+    #[test]
+    fn each_line_this_host_speaks_is_recognized_and_others_are_not() {
+        use super::super::bindings::Contract;
+        let v = |s| semver::Version::parse(s).unwrap();
+        assert_eq!(Contract::of(&v("0.1.0")), Some(Contract::V0_1));
+        assert_eq!(Contract::of(&v("0.1.1")), Some(Contract::V0_1));
+        assert_eq!(Contract::of(&v("0.2.0")), Some(Contract::V0_2));
+        assert_eq!(Contract::of(&v("0.3.0")), None);
+        assert_eq!(Contract::of(&v("1.0.0")), None);
+        assert_eq!(super::super::bindings::CONTRACT_VERSIONS[0], "0.2.0");
     }
 }

@@ -11,8 +11,8 @@
 //! does what a call may hand back to the host (wasmtime's "hostcall fuel", 128 MiB by default,
 //! which a snapshot of 64 MB of tools exceeds). A policy that leaks or loops still runs into
 //! them: they are never more than the base plus a multiple of the data, and the memory cap never
-//! above wasm32's 4 GiB. (The lasting fix, descriptions and schemas kept in the host, needs a
-//! contract change.)
+//! above wasm32's 4 GiB. A 0.2 policy is handed tool names only (the host keeps descriptions
+//! and schemas), so its tool data is the names' weight; the figures below are for 0.1 policies.
 //!
 //! The bound: the default policy needs up to 8 bytes of linear memory per byte of tool data
 //! (measured; see [`DEFAULT_MEMORY_PER_DATA_BYTE`]), so one instance holds at most about 500 MB
@@ -33,12 +33,13 @@ use wasmtime::component::ResourceTable;
 use wasmtime::{Store, StoreLimits, StoreLimitsBuilder, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::{
-    Action, Admission, CallRequest, Event, EventKind, LogLevel, PolicyComponent, PolicyInfo,
+use super::bindings::{v0_1, v0_2};
+use super::engine::{LoadedPolicy, PolicyPre};
+use super::guest_output::GuestOutput;
+use super::types::{
+    Action, Admission, CallRequest, Event, EventKind, Handover, LogLevel, Millis, PolicyInfo,
     ServerStatus, Tool,
 };
-use super::engine::LoadedPolicy;
-use super::guest_output::GuestOutput;
 use super::{PolicyError, PolicyFault};
 
 /// Resource limits applied to every policy instance.
@@ -95,12 +96,17 @@ const WASM32_MAX_MEMORY: u64 = 1 << 32;
 const TOOL_OVERHEAD: usize = 256;
 
 /// The weight of tool data, in bytes: each string as long as it is escaped in JSON (how
-/// snapshots carry it), plus `TOOL_OVERHEAD` (256 bytes) per tool.
-pub fn tool_data(tools: &[Tool]) -> usize {
+/// snapshots carry it), plus `TOOL_OVERHEAD` (256 bytes) per tool. A 0.2 policy is handed names
+/// only (`descriptions` false): its weight is theirs.
+pub fn tool_data(tools: &[Tool], descriptions: bool) -> usize {
     tools.iter().fold(0usize, |sum, tool| {
-        sum.saturating_add(TOOL_OVERHEAD)
-            .saturating_add(json_len(&tool.name))
-            .saturating_add(tool.description.as_deref().map_or(0, json_len))
+        let sum = sum
+            .saturating_add(TOOL_OVERHEAD)
+            .saturating_add(json_len(&tool.name));
+        if !descriptions {
+            return sum;
+        }
+        sum.saturating_add(tool.description.as_deref().map_or(0, json_len))
             .saturating_add(json_len(&tool.input_schema))
     })
 }
@@ -119,17 +125,17 @@ fn json_len(text: &str) -> usize {
 }
 
 /// The tool data an event hands over: the server whose list it replaces, and its weight.
-fn handed_over(event: &Event) -> Option<(&str, usize)> {
+fn handed_over(event: &Event, descriptions: bool) -> Option<(&str, usize)> {
     match &event.kind {
         EventKind::Connected(session) => Some((
             &session.server,
-            tool_data(&session.tools)
+            tool_data(&session.tools, descriptions)
                 .saturating_add(session.server.len())
                 .saturating_add(session.server_info.len()),
         )),
         EventKind::ToolsChanged(change) => Some((
             &change.server,
-            tool_data(&change.tools).saturating_add(change.server.len()),
+            tool_data(&change.tools, descriptions).saturating_add(change.server.len()),
         )),
         _ => None,
     }
@@ -137,16 +143,20 @@ fn handed_over(event: &Event) -> Option<(&str, usize)> {
 
 /// [`tool_data`] of the list `event` hands over, without the escapes: quick, and at most the
 /// real weight.
-pub(crate) fn rough_tool_data(event: &Event) -> usize {
+pub(crate) fn rough_tool_data(event: &Event, descriptions: bool) -> usize {
     let tools = match &event.kind {
         EventKind::Connected(session) => &session.tools,
         EventKind::ToolsChanged(change) => &change.tools,
         _ => return 0,
     };
     tools.iter().fold(0usize, |sum, tool| {
-        sum.saturating_add(TOOL_OVERHEAD)
-            .saturating_add(tool.name.len())
-            .saturating_add(tool.description.as_deref().map_or(0, str::len))
+        let sum = sum
+            .saturating_add(TOOL_OVERHEAD)
+            .saturating_add(tool.name.len());
+        if !descriptions {
+            return sum;
+        }
+        sum.saturating_add(tool.description.as_deref().map_or(0, str::len))
             .saturating_add(tool.input_schema.len())
     })
 }
@@ -167,7 +177,7 @@ impl HeldData {
             .fold(self.restored, |sum, bytes| sum.saturating_add(*bytes))
     }
 
-    /// Accounts for `event`, which the policy has handled; `handed` is [`handed_over`]`(event)`.
+    /// Accounts for `event`, which the policy has handled; `handed` is [`handed_over`] of it.
     fn note(&mut self, event: &Event, handed: Option<(&str, usize)>) {
         if let Some((server, bytes)) = handed {
             self.servers.insert(server.to_string(), bytes);
@@ -226,10 +236,9 @@ impl WasiView for StoreState {
     }
 }
 
-impl super::bindings::tether::policy::types::Host for StoreState {}
-
-impl super::bindings::tether::policy::log::Host for StoreState {
-    fn log(&mut self, level: LogLevel, message: String) {
+impl StoreState {
+    /// A record the guest logs (through its contract's `log` import).
+    pub(crate) fn write_log(&mut self, level: LogLevel, message: &str) {
         let policy = &*self.label;
         match level {
             LogLevel::Trace => tracing::trace!(target: "tether::policy", policy, "{message}"),
@@ -242,9 +251,15 @@ impl super::bindings::tether::policy::log::Host for StoreState {
 }
 
 /// A live instance of a loaded policy component.
+/// An instance's exports, in the bindings of its contract line.
+enum Bindings {
+    V0_1(v0_1::PolicyComponent),
+    V0_2(v0_2::PolicyComponent),
+}
+
 pub struct PolicyInstance {
     store: Store<StoreState>,
-    bindings: PolicyComponent,
+    bindings: Bindings,
     policy: Arc<LoadedPolicy>,
     limits: Limits,
     /// At most this much fuel per guest call, when set (an inline decision's smaller budget).
@@ -255,6 +270,8 @@ pub struct PolicyInstance {
     held: HeldData,
     /// The memory cap in force (in the store's `StoreLimits`).
     memory_cap: usize,
+    /// Each server's latest tool list, when the instance is fed outside a runtime ([`Self::handle`]).
+    tools: BTreeMap<String, Vec<Tool>>,
 }
 
 impl PolicyInstance {
@@ -282,7 +299,11 @@ impl PolicyInstance {
             .set_fuel(limits.fuel_per_call)
             .map_err(|e| policy.fault("instantiation", PolicyFault::Trap(format!("{e:#}"))))?;
         let memory_cap = memory_cap(limits, 0);
-        let bindings = policy.pre().instantiate(&mut store).map_err(|e| {
+        let instantiated = match policy.pre() {
+            PolicyPre::V0_1(pre) => pre.instantiate(&mut store).map(Bindings::V0_1),
+            PolicyPre::V0_2(pre) => pre.instantiate(&mut store).map(Bindings::V0_2),
+        };
+        let bindings = instantiated.map_err(|e| {
             let fault = classify(&e, limits.fuel_per_call, memory_cap);
             policy.fault("instantiation", fault)
         })?;
@@ -295,6 +316,7 @@ impl PolicyInstance {
             fuel_budget: limits.fuel_per_call,
             held: HeldData::default(),
             memory_cap,
+            tools: BTreeMap::new(),
         })
     }
 
@@ -327,7 +349,7 @@ impl PolicyInstance {
         &mut self,
         during: &'static str,
         incoming: usize,
-        f: impl FnOnce(&PolicyComponent, &mut Store<StoreState>) -> wasmtime::Result<R>,
+        f: impl FnOnce(&Bindings, &mut Store<StoreState>) -> wasmtime::Result<R>,
     ) -> Result<R, PolicyError> {
         let data = self.held.total().saturating_add(incoming);
         let fuel = fuel_budget(&self.limits, data);
@@ -353,17 +375,24 @@ impl PolicyInstance {
         })
     }
 
-    fn exports(bindings: &PolicyComponent) -> &super::bindings::PolicyExports {
-        bindings.tether_policy_policy()
+    /// Whether this policy is handed tool descriptions and schemas (contract 0.1).
+    fn descriptions(&self) -> bool {
+        self.policy.contract().carries_descriptions()
     }
 
     pub fn info(&mut self) -> Result<PolicyInfo, PolicyError> {
-        self.call("info", 0, |b, s| Self::exports(b).call_info(s))
+        self.call("info", 0, |b, s| match b {
+            Bindings::V0_1(b) => b.tether_policy_policy().call_info(s).map(Into::into),
+            Bindings::V0_2(b) => b.tether_policy_policy().call_info(s).map(Into::into),
+        })
     }
 
     /// Initializes the guest with settings; a refusal is an error naming the policy, not a fault.
     pub fn init(&mut self, settings: &str) -> Result<(), PolicyError> {
-        let answer = self.call("init", 0, |b, s| Self::exports(b).call_init(s, settings))?;
+        let answer = self.call("init", 0, |b, s| match b {
+            Bindings::V0_1(b) => b.tether_policy_policy().call_init(s, settings),
+            Bindings::V0_2(b) => b.tether_policy_policy().call_init(s, settings),
+        })?;
         answer.map_err(|reason| self.policy.refused("the settings", reason))?;
         // `init` forgets all state.
         self.held = HeldData::default();
@@ -371,42 +400,135 @@ impl PolicyInstance {
     }
 
     pub fn set_settings(&mut self, settings: &str) -> Result<(), PolicyError> {
-        let answer = self.call("set-settings", 0, |b, s| {
-            Self::exports(b).call_set_settings(s, settings)
+        let answer = self.call("set-settings", 0, |b, s| match b {
+            Bindings::V0_1(b) => b.tether_policy_policy().call_set_settings(s, settings),
+            Bindings::V0_2(b) => b.tether_policy_policy().call_set_settings(s, settings),
         })?;
         answer.map_err(|reason| self.policy.refused("the settings", reason))
     }
 
+    /// Feeds an event, outside a runtime: the instance keeps each server's latest tool list
+    /// itself, for the descriptions of a 0.2 policy's publications.
     pub fn handle(&mut self, event: &Event) -> Result<Vec<Action>, PolicyError> {
-        let handed = handed_over(event);
+        match &event.kind {
+            EventKind::Connected(session) => {
+                self.tools
+                    .insert(session.server.clone(), session.tools.clone());
+            }
+            EventKind::ToolsChanged(change) => {
+                self.tools
+                    .insert(change.server.clone(), change.tools.clone());
+            }
+            _ => {}
+        }
+        let tools = std::mem::take(&mut self.tools);
+        let answer = self.handle_with(event, &|server, original| {
+            tools.get(server)?.iter().find(|tool| tool.name == original)
+        });
+        self.tools = tools;
+        if let EventKind::ServerRemoved(server) = &event.kind {
+            self.tools.remove(server);
+        }
+        answer
+    }
+
+    /// Feeds an event. `lookup` finds a tool in a server's latest list, for the descriptions of
+    /// a 0.2 policy's publications. An event the policy's contract has no word for (a cancelled
+    /// call, for 0.1) is not fed.
+    pub(crate) fn handle_with<'a>(
+        &mut self,
+        event: &Event,
+        lookup: &dyn Fn(&str, &str) -> Option<&'a Tool>,
+    ) -> Result<Vec<Action>, PolicyError> {
+        let handed = handed_over(event, self.descriptions());
         let incoming = handed.map_or(0, |(_, bytes)| bytes);
-        let actions = self.call("handle", incoming, |b, s| {
-            Self::exports(b).call_handle(s, event)
+        let converted = match &self.bindings {
+            Bindings::V0_1(_) => v0_1::event(event).map(Converted::V0_1),
+            Bindings::V0_2(_) => v0_2::event(event).map(Converted::V0_2),
+        };
+        let Some(converted) = converted else {
+            return Ok(Vec::new());
+        };
+        let answer = self.call("handle", incoming, |b, s| {
+            Ok(match (b, &converted) {
+                (Bindings::V0_1(b), Converted::V0_1(e)) => {
+                    Answer::V0_1(b.tether_policy_policy().call_handle(s, e)?)
+                }
+                (Bindings::V0_2(b), Converted::V0_2(e)) => {
+                    Answer::V0_2(b.tether_policy_policy().call_handle(s, e)?)
+                }
+                _ => unreachable!("the event was converted for this instance's contract"),
+            })
         })?;
         self.held.note(event, handed);
-        if actions.len() > self.limits.max_actions {
+        let count = match &answer {
+            Answer::V0_1(actions) => actions.len(),
+            Answer::V0_2(actions) => actions.len(),
+        };
+        if count > self.limits.max_actions {
             return Err(self.policy.fault(
                 "handle",
                 PolicyFault::InvalidOutput(format!(
-                    "returned {} actions for one event (limit {})",
-                    actions.len(),
+                    "returned {count} actions for one event (limit {})",
                     self.limits.max_actions
                 )),
             ));
         }
-        Ok(actions)
+        self.actions(answer, lookup, "handle")
+    }
+
+    /// Converts a guest's actions; one the host cannot take is invalid output.
+    fn actions<'a>(
+        &self,
+        answer: Answer,
+        lookup: &dyn Fn(&str, &str) -> Option<&'a Tool>,
+        during: &'static str,
+    ) -> Result<Vec<Action>, PolicyError> {
+        let converted: Result<Vec<Action>, String> = match answer {
+            Answer::V0_1(actions) => actions
+                .into_iter()
+                .map(|a| v0_1::action(a, lookup))
+                .collect(),
+            Answer::V0_2(actions) => actions
+                .into_iter()
+                .map(|a| v0_2::action(a, lookup))
+                .collect(),
+        };
+        converted.map_err(|why| self.policy.fault(during, PolicyFault::InvalidOutput(why)))
     }
 
     pub fn admit(&mut self, request: &CallRequest) -> Result<Admission, PolicyError> {
-        self.call("admit", 0, |b, s| Self::exports(b).call_admit(s, request))
+        self.call("admit", 0, |b, s| match b {
+            Bindings::V0_1(b) => b
+                .tether_policy_policy()
+                .call_admit(s, &request.clone().into())
+                .map(v0_1::admission),
+            Bindings::V0_2(b) => b
+                .tether_policy_policy()
+                .call_admit(s, &request.clone().into())
+                .map(v0_2::admission),
+        })
     }
 
-    pub fn status(&mut self) -> Result<Vec<ServerStatus>, PolicyError> {
-        self.call("status", 0, |b, s| Self::exports(b).call_status(s))
+    /// Every server's status at host time `now` (0.1 policies know no time here).
+    pub fn status(&mut self, now: Millis) -> Result<Vec<ServerStatus>, PolicyError> {
+        self.call("status", 0, |b, s| match b {
+            Bindings::V0_1(b) => b
+                .tether_policy_policy()
+                .call_status(s)
+                .map(|all| all.into_iter().map(v0_1::status).collect()),
+            Bindings::V0_2(b) => b
+                .tether_policy_policy()
+                .call_status(s, now)
+                .map(|all| all.into_iter().map(v0_2::status).collect()),
+        })
     }
 
     pub fn snapshot(&mut self) -> Result<Vec<u8>, PolicyError> {
-        self.call("snapshot", 0, |b, s| Self::exports(b).call_snapshot(s))
+        self.call("snapshot", 0, |b, s| match b {
+            Bindings::V0_1(b) => b.tether_policy_policy().call_snapshot(s),
+            Bindings::V0_2(b) => b.tether_policy_policy().call_snapshot(s),
+        })
     }
 
     /// Restores a snapshot. The data it carries is accounted as the snapshot's size; the runtime,
@@ -427,13 +549,56 @@ impl PolicyInstance {
     ) -> Result<(), PolicyError> {
         // Sized for the larger of the snapshot and the data it carries, as accounted.
         let incoming = snapshot.len().max(held.total());
-        let answer = self.call("restore", incoming, |b, s| {
-            Self::exports(b).call_restore(s, snapshot)
+        let answer = self.call("restore", incoming, |b, s| match b {
+            Bindings::V0_1(b) => b.tether_policy_policy().call_restore(s, snapshot),
+            Bindings::V0_2(b) => b.tether_policy_policy().call_restore(s, snapshot),
         })?;
         answer.map_err(|reason| self.policy.refused("the saved state", reason))?;
         self.held = held;
         Ok(())
     }
+
+    /// Whether this policy can take over another implementation's state (contract 0.2).
+    pub fn can_take_over(&self) -> bool {
+        matches!(self.bindings, Bindings::V0_2(_))
+    }
+
+    /// Hands a 0.2 policy the state of another implementation; returns its actions. `lookup`
+    /// as for [`Self::handle`]. A 0.1 policy cannot take over (see [`Self::can_take_over`]).
+    pub fn take_over<'a>(
+        &mut self,
+        handover: &Handover,
+        lookup: &dyn Fn(&str, &str) -> Option<&'a Tool>,
+    ) -> Result<Vec<Action>, PolicyError> {
+        let mut held = HeldData::default();
+        for server in &handover.servers {
+            if let Some(session) = &server.session {
+                held.servers
+                    .insert(server.config.name.clone(), tool_data(&session.tools, false));
+            }
+        }
+        let converted = v0_2::handover(handover.clone());
+        let answer = self.call("take-over", held.total(), |b, s| match b {
+            Bindings::V0_2(b) => b.tether_policy_policy().call_take_over(s, &converted),
+            Bindings::V0_1(_) => Ok(Err("contract 0.1 knows no handover".into())),
+        })?;
+        let actions =
+            answer.map_err(|reason| self.policy.refused("the handed-over state", reason))?;
+        self.held = held;
+        self.actions(Answer::V0_2(actions), lookup, "take-over")
+    }
+}
+
+/// An event in the terms of an instance's contract.
+enum Converted {
+    V0_1(v0_1::tether::policy::types::Event),
+    V0_2(v0_2::tether::policy::types::Event),
+}
+
+/// A guest's actions in the terms of its contract.
+enum Answer {
+    V0_1(Vec<v0_1::tether::policy::types::Action>),
+    V0_2(Vec<v0_2::tether::policy::types::Action>),
 }
 
 /// Names what stopped a guest call made with `fuel` and a memory cap of `memory_cap` bytes.

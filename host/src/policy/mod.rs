@@ -7,19 +7,26 @@ mod engine;
 mod engine_config;
 mod guest_output;
 mod instance;
+mod ledger;
+pub mod record;
 mod runtime;
+pub mod types;
 
-pub use bindings::{
-    Action, Admission, BreakerState, CallOutcome, CallReport, CallRequest, Event, EventKind, Fault,
-    PolicyInfo, Publication, PublishedTool, ReconnectRequest, ReconnectSource, ServerConfig,
-    ServerFault, ServerState, ServerStatus, ServerTools, SessionInfo, StateChange, TimerFired,
-    Tool, TransportKind, Wake,
-};
+pub use bindings::Contract;
 pub use engine::{EMBEDDED_DEFAULT_POLICY, LoadedPolicy, PolicyEngine, PolicySource};
 pub use instance::{
     DEFAULT_FUEL_PER_DATA_BYTE, DEFAULT_MEMORY_PER_DATA_BYTE, Limits, PolicyInstance, tool_data,
 };
-pub use runtime::{DEFAULT_INLINE_FUEL, PolicyNotice, PolicyRuntime, RuntimeOptions, RuntimeStats};
+pub use runtime::{
+    DEFAULT_INLINE_FUEL, PolicyNotice, PolicyRuntime, RuntimeOptions, RuntimeStats, SwapPath,
+    SwapReport,
+};
+pub use types::{
+    Action, Admission, BreakerState, CallOutcome, CallReport, CallRequest, Event, EventKind, Fault,
+    Handover, Hold, LiveSession, PolicyInfo, Publication, PublishedTool, ReconnectRequest,
+    ReconnectSource, ServerConfig, ServerFault, ServerHandover, ServerState, ServerStatus,
+    ServerTools, SessionInfo, StateChange, TimerFired, Tool, TransportKind, Wake,
+};
 
 /// What stopped a guest call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,9 +53,8 @@ pub enum PolicyError {
     #[error("{policy} is not a Tether policy component: {reason}")]
     NotAPolicy { policy: String, reason: String },
     #[error(
-        "policy {policy} was built for tether:policy@{found}, which this host (tether:policy@{}) cannot load: only {}.x components of the same or a newer minor version are compatible",
-        bindings::CONTRACT_VERSION,
-        contract_line()
+        "policy {policy} was built for tether:policy@{found}, which this host cannot load: it loads components of {}",
+        contract_lines()
     )]
     Incompatible { policy: String, found: String },
     #[error("policy {policy} failed during {during}: {fault}")]
@@ -67,11 +73,14 @@ pub enum PolicyError {
     Stopped,
 }
 
-fn contract_line() -> String {
-    let v = semver::Version::parse(bindings::CONTRACT_VERSION).expect("valid contract version");
-    if v.major == 0 {
-        format!("0.{}", v.minor)
-    } else {
-        v.major.to_string()
-    }
+/// The contract lines this host loads, for messages: "0.2.x (0.2.0 or newer) and 0.1.x (...)".
+fn contract_lines() -> String {
+    bindings::CONTRACT_VERSIONS
+        .iter()
+        .map(|version| {
+            let v = semver::Version::parse(version).expect("valid contract version");
+            format!("{}.{}.x ({version} or newer)", v.major, v.minor)
+        })
+        .collect::<Vec<_>>()
+        .join(" and ")
 }

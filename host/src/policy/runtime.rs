@@ -9,17 +9,20 @@
 //! 2. a fresh instance is restored from the last good snapshot plus the journal of inputs since,
 //!    and the failed input is tried once more;
 //! 3. if that fails too, the embedded default policy takes over (restoring the same state when it
-//!    can, else re-learning the configured servers) and the failure is logged loudly.
+//!    can, else by a handover) and the failure is logged loudly.
 //!
 //! Swaps compile the new component off the policy thread, then move the state across; if any
-//! step fails the old policy keeps running and the caller gets the reason.
+//! step fails the old policy keeps running and the caller gets the reason. The state moves by
+//! snapshot between builds of one implementation (it carries everything), and otherwise by a
+//! handover ([`SwapPath`]): what the host knows (the [`Ledger`]) plus what the outgoing policy
+//! reports in `status`, given to a 0.2 policy's `take-over` or taught to a 0.1 policy as events.
+//! Either way live sessions are kept: the incoming policy's `connect`s for them are dropped.
 //!
 //! An inline decision gets a small fuel budget. If it runs out, faults, or panics (a guest's
 //! WASI call made on a tokio worker does: wasmtime-wasi's sync bindings block on tokio), the
 //! input goes to the policy thread instead, which starts from the last good state and handles it
 //! with the full budget; only what fails there counts as a fault.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
@@ -31,11 +34,14 @@ use std::time::Instant;
 
 use tokio::sync::{broadcast, oneshot};
 
-use super::bindings::{
-    Action, Admission, CallRequest, Event, EventKind, PolicyInfo, ServerConfig, ServerStatus,
-};
 use super::engine::{LoadedPolicy, PolicyEngine, PolicySource};
 use super::instance::{HeldData, Limits, PolicyInstance, rough_tool_data};
+use super::ledger::Ledger;
+use super::record::{Record, Recorder};
+use super::types::{
+    Action, Admission, BreakerState, CallRequest, Event, EventKind, Millis, PolicyInfo,
+    ServerConfig, ServerState, ServerStatus,
+};
 use super::{PolicyError, PolicyFault};
 
 /// How to start a [`PolicyRuntime`].
@@ -59,6 +65,9 @@ pub struct RuntimeOptions {
     /// Fuel for a decision made inline on the caller's thread; a decision that needs more is
     /// made on the policy thread. 0: every input goes through the policy thread.
     pub inline_fuel: u64,
+    /// Record every decision (input and output) in this file, as JSON lines (see
+    /// [`super::record`]).
+    pub record: Option<PathBuf>,
 }
 
 impl Default for RuntimeOptions {
@@ -72,6 +81,7 @@ impl Default for RuntimeOptions {
             fallback_to_default: true,
             checkpoint_every: 64,
             inline_fuel: DEFAULT_INLINE_FUEL,
+            record: None,
         }
     }
 }
@@ -114,8 +124,39 @@ pub struct RunningPolicy {
     pub settings: String,
 }
 
+/// The host's clock, in the milliseconds events carry.
+pub type HostClock = Arc<dyn Fn() -> Millis + Send + Sync>;
+
+/// How a swap moved the state into the incoming policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SwapPath {
+    /// Same implementation: its own snapshot, which carries everything.
+    Snapshot,
+    /// Another implementation of contract 0.2: `take-over` of the handover.
+    Handover,
+    /// A contract 0.1 policy: taught the servers and live sessions as events.
+    Events,
+}
+
+/// What a swap did.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SwapReport {
+    /// The incoming policy.
+    pub info: PolicyInfo,
+    pub path: SwapPath,
+    /// What the incoming policy could not be given, in words for operators.
+    pub not_carried: Vec<String>,
+    /// What the incoming policy asked the host to do (publications, timers); the caller
+    /// executes them. Never a `connect` or `disconnect` of a live session.
+    #[serde(skip)]
+    pub actions: Vec<Action>,
+}
+
 struct Shared {
     engine: Arc<PolicyEngine>,
+    /// The host's time for `status` and swaps, when the host has set it.
+    clock: Mutex<Option<HostClock>>,
     stats: RuntimeStats,
     notices: broadcast::Sender<PolicyNotice>,
     running: Mutex<RunningPolicy>,
@@ -238,7 +279,7 @@ impl PolicyRuntime {
     ) {
         if let Some(mut worker) = self.inline_worker() {
             let input = make();
-            if input.is_heavy() {
+            if input.is_heavy(worker.policy.contract().carries_descriptions()) {
                 // Straight to the policy thread (queued while holding the worker, so nothing
                 // overtakes it): inline, it would run out of its budget and leave an instance
                 // to rebuild, which costs far more than the hand-off.
@@ -294,12 +335,21 @@ impl PolicyRuntime {
         self.decide_reply(Input::Admit(request), Output::into_admission)
     }
 
-    /// Every server's status as the policy sees it.
+    /// Every server's status as the policy sees it, at the host's time (see
+    /// [`Self::set_clock`]; without a clock, at the latest event's time).
     pub fn status(&self) -> Reply<Vec<ServerStatus>> {
-        self.ask(move |w| match w.step(Input::Status)? {
-            Output::Status(status) => Ok(status),
-            _ => unreachable!("a status request yields status"),
+        self.ask(move |w| {
+            let now = w.now();
+            match w.step(Input::Status(now))? {
+                Output::Status(status) => Ok(status),
+                _ => unreachable!("a status request yields status"),
+            }
         })
+    }
+
+    /// Gives the runtime the host's clock (the time events carry), for `status` and swaps.
+    pub fn set_clock(&self, clock: HostClock) {
+        *self.shared.clock.lock().unwrap_or_else(|e| e.into_inner()) = Some(clock);
     }
 
     /// Changes the settings, keeping all state. A refusal leaves everything as it was.
@@ -328,12 +378,11 @@ impl PolicyRuntime {
                 kind: EventKind::ServerConfigured(config),
             };
             Ok(scratch
-                .handle(&event)?
+                .handle_with(&event, &|server, original| w.ledger.tool(server, original))?
                 .into_iter()
                 .find_map(|action| match action {
                     Action::StateChanged(change)
-                        if change.server == name
-                            && change.state == super::bindings::ServerState::Parked =>
+                        if change.server == name && change.state == ServerState::Parked =>
                     {
                         Some(change.detail)
                     }
@@ -353,17 +402,34 @@ impl PolicyRuntime {
     /// Replaces the running policy, keeping its state. The new component is compiled on the
     /// calling thread (use `spawn_blocking` in async code); the policy thread pauses only to
     /// move the state. On failure the old policy keeps running.
-    pub fn swap_blocking(&self, source: &PolicySource) -> Result<PolicyInfo, PolicyError> {
+    /// The report's actions are the caller's to execute (see [`Self::swap_then`]).
+    pub fn swap_blocking(&self, source: &PolicySource) -> Result<SwapReport, PolicyError> {
         let policy = self.shared.engine.load(source)?;
         self.ask(move |w| w.swap(policy)).wait()
     }
 
     /// Async form of [`Self::swap_blocking`].
-    pub async fn swap(&self, source: PolicySource) -> Result<PolicyInfo, PolicyError> {
+    pub async fn swap(&self, source: PolicySource) -> Result<SwapReport, PolicyError> {
         let this = self.clone();
         tokio::task::spawn_blocking(move || this.swap_blocking(&source))
             .await
             .unwrap_or(Err(PolicyError::Stopped))
+    }
+
+    /// Swaps to an already loaded policy and hands the outcome to `then` in decision order (as
+    /// [`Self::handle_then`] does), so the swap's actions are executed before those of any
+    /// input decided after it.
+    pub fn swap_then(
+        &self,
+        policy: Arc<LoadedPolicy>,
+        then: impl FnOnce(Result<SwapReport, PolicyError>) + Send + 'static,
+    ) {
+        self.queue(move |w| then(w.swap(policy)));
+    }
+
+    /// Compiles (or finds compiled) and vets a policy component without running it.
+    pub fn load(&self, source: &PolicySource) -> Result<Arc<LoadedPolicy>, PolicyError> {
+        self.shared.engine.load(source)
     }
 
     /// What runs now.
@@ -389,7 +455,7 @@ enum Input {
     Event(Event),
     Admit(CallRequest),
     Settings(String),
-    Status,
+    Status(Millis),
 }
 
 /// Events handing over more tool data than this are decided on the policy thread: a decision
@@ -398,14 +464,15 @@ enum Input {
 const INLINE_TOOL_DATA: usize = 16 << 10;
 
 impl Input {
-    /// Whether deciding the input is work for the policy thread, whatever the queue.
-    fn is_heavy(&self) -> bool {
-        matches!(self, Input::Event(event) if rough_tool_data(event) > INLINE_TOOL_DATA)
+    /// Whether deciding the input is work for the policy thread, whatever the queue, for a
+    /// policy that is (`descriptions`) or is not handed tool descriptions.
+    fn is_heavy(&self, descriptions: bool) -> bool {
+        matches!(self, Input::Event(event) if rough_tool_data(event, descriptions) > INLINE_TOOL_DATA)
     }
 
     /// Whether the input can change the policy's state (and so belongs in the replay journal).
     fn changes_state(&self) -> bool {
-        !matches!(self, Input::Status)
+        !matches!(self, Input::Status(_))
     }
 }
 
@@ -457,8 +524,8 @@ struct Worker {
     /// restored into (and removing a server afterwards releases its share).
     last_good_held: HeldData,
     journal: Vec<Input>,
-    /// What the host has told the policy about its servers, to re-teach a fresh default policy.
-    configured: BTreeMap<String, ServerConfig>,
+    /// What is true of the servers, for handovers and 0.2 publications.
+    ledger: Ledger,
     /// Actions produced while re-teaching a fallback policy, delivered with the next event.
     pending_actions: Vec<Action>,
     last_now: u64,
@@ -467,6 +534,7 @@ struct Worker {
     inline_fuel: u64,
     /// An inline decision was cut short: the instance must be rebuilt before its next use.
     poisoned: bool,
+    recorder: Option<Recorder>,
 }
 
 impl Worker {
@@ -484,6 +552,7 @@ impl Worker {
             stats: RuntimeStats::default(),
             notices,
             running: Mutex::new(describe(&policy, None, &options.settings)),
+            clock: Mutex::new(None),
             queued: AtomicUsize::new(0),
         });
         let mut worker = Self {
@@ -497,15 +566,52 @@ impl Worker {
             last_good,
             last_good_held: HeldData::default(),
             journal: Vec::new(),
-            configured: BTreeMap::new(),
+            ledger: Ledger::default(),
             pending_actions: Vec::new(),
             last_now: 0,
             inline: options.inline_fuel > 0,
             inline_fuel: options.inline_fuel,
             poisoned: false,
+            recorder: options
+                .record
+                .as_deref()
+                .map(Recorder::create)
+                .transpose()?,
         };
         worker.describe();
+        worker.record_policy();
         Ok(worker)
+    }
+
+    /// The host's time, never behind the latest event's.
+    fn now(&self) -> Millis {
+        let clock = self
+            .shared
+            .clock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        clock.map_or(self.last_now, |clock| clock().max(self.last_now))
+    }
+
+    /// Notes in the recording which policy decides from here on.
+    fn record_policy(&mut self) {
+        let Some(recorder) = &mut self.recorder else {
+            return;
+        };
+        let running = self
+            .shared
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        recorder.write(&Record::Policy {
+            label: running.label,
+            name: running.name,
+            version: running.version,
+            contract: running.contract,
+            settings: running.settings,
+        });
     }
 
     fn notify(&self, notice: PolicyNotice) {
@@ -523,17 +629,28 @@ impl Worker {
 
     fn apply(
         instance: &mut PolicyInstance,
-        known: &BTreeMap<String, ServerConfig>,
+        ledger: &mut Ledger,
         input: &Input,
     ) -> Result<Output, PolicyError> {
         Ok(match input {
             Input::Event(event) => {
-                let actions = instance.handle(event)?;
-                check_actions(&actions, known, event).map_err(|why| {
+                // The ledger hears the event first (a 0.2 publication needs the tools it
+                // brings), except a removal: the policy still acts on the server it forgets.
+                let removal = matches!(event.kind, EventKind::ServerRemoved(_));
+                if !removal {
+                    ledger.note_event(event);
+                }
+                let actions = instance
+                    .handle_with(event, &|server, original| ledger.tool(server, original))?;
+                check_actions(&actions, ledger).map_err(|why| {
                     instance
                         .policy()
                         .fault("handle", PolicyFault::InvalidOutput(why))
                 })?;
+                if removal {
+                    ledger.note_event(event);
+                }
+                ledger.note_actions(&actions);
                 Output::Actions(actions)
             }
             Input::Admit(request) => {
@@ -549,14 +666,14 @@ impl Worker {
                 instance.set_settings(settings)?;
                 Output::Done
             }
-            Input::Status => Output::Status(instance.status()?),
+            Input::Status(now) => Output::Status(instance.status(*now)?),
         })
     }
 
     fn step(&mut self, input: Input) -> Result<Output, PolicyError> {
         self.heal();
         let started = Instant::now();
-        let mut result = Self::apply(&mut self.instance, &self.configured, &input);
+        let mut result = Self::apply(&mut self.instance, &mut self.ledger, &input);
         if let Err(fault @ PolicyError::Fault { .. }) = result {
             result = self.contain(fault, &input);
         }
@@ -571,9 +688,9 @@ impl Worker {
     ) -> Result<Result<Output, PolicyError>, Box<(Input, InlineMiss)>> {
         let started = Instant::now();
         let budget = self.inline_fuel.min(self.limits.fuel_per_call);
-        let (instance, configured) = (&mut self.instance, &self.configured);
+        let (instance, ledger) = (&mut self.instance, &mut self.ledger);
         let applied = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            instance.with_fuel(budget, |instance| Self::apply(instance, configured, &input))
+            instance.with_fuel(budget, |instance| Self::apply(instance, ledger, &input))
         }));
         let miss = match applied {
             Ok(Err(PolicyError::Fault {
@@ -658,6 +775,25 @@ impl Worker {
             all.append(actions);
             *actions = all;
         }
+        if let Some(recorder) = &mut self.recorder {
+            let record = match (&input, &output) {
+                (Input::Event(event), Output::Actions(actions)) => Some(Record::Event {
+                    event: event.clone(),
+                    actions: actions.clone(),
+                }),
+                (Input::Admit(request), Output::Admission(admission)) => Some(Record::Admit {
+                    request: request.clone(),
+                    admission: admission.clone(),
+                }),
+                (Input::Settings(settings), _) => Some(Record::Settings {
+                    settings: settings.clone(),
+                }),
+                _ => None,
+            };
+            if let Some(record) = record {
+                recorder.write(&record);
+            }
+        }
         self.commit(input);
         Ok(output)
     }
@@ -683,7 +819,7 @@ impl Worker {
                 self.notify(PolicyNotice::Recovered {
                     policy: self.policy.label().to_string(),
                 });
-                match Self::apply(&mut self.instance, &self.configured, input) {
+                match Self::apply(&mut self.instance, &mut self.ledger, input) {
                     Err(again @ PolicyError::Fault { .. }) => {
                         self.report(&again);
                         last_error = again;
@@ -697,21 +833,23 @@ impl Worker {
             }
         }
         self.fall_back(&last_error)?;
-        Self::apply(&mut self.instance, &self.configured, input)
+        Self::apply(&mut self.instance, &mut self.ledger, input)
     }
 
     /// A fresh instance of `policy` in the state of the current one before the failed input.
-    fn rebuild(&self, policy: Arc<LoadedPolicy>) -> Result<PolicyInstance, PolicyError> {
+    fn rebuild(&mut self, policy: Arc<LoadedPolicy>) -> Result<PolicyInstance, PolicyError> {
         let mut instance = PolicyInstance::instantiate(&policy, &self.limits)?;
         instance.init(&self.settings)?;
         self.restore_into(&mut instance)?;
         Ok(instance)
     }
 
-    fn restore_into(&self, instance: &mut PolicyInstance) -> Result<(), PolicyError> {
+    /// Restores the last good snapshot and replays the journal since. The ledger already holds
+    /// what the journal's events say; hearing them again in order leaves it as it is.
+    fn restore_into(&mut self, instance: &mut PolicyInstance) -> Result<(), PolicyError> {
         instance.restore_holding(&self.last_good, self.last_good_held.clone())?;
         for input in &self.journal {
-            Self::apply(instance, &self.configured, input)?;
+            Self::apply(instance, &mut self.ledger, input)?;
         }
         Ok(())
     }
@@ -736,19 +874,26 @@ impl Worker {
             self.settings = "{}".to_string();
         }
         if let Err(error) = self.restore_into(&mut instance) {
-            // The saved state is not in the default's format: start clean and re-teach servers.
+            // The saved state is not in the default's format: a handover of what is known (the
+            // failing policy's own report, if it can still give one).
             tracing::warn!(
-                "the default policy cannot take over the saved state ({error}); re-learning servers"
+                "the default policy cannot take over the saved state ({error}); handing over what the host knows"
             );
             instance = PolicyInstance::instantiate(&policy, &self.limits)?;
             instance.init(&self.settings)?;
-            for config in self.configured.values() {
-                let event = Event {
-                    now: self.last_now,
-                    kind: EventKind::ServerConfigured(config.clone()),
-                };
-                self.pending_actions.extend(instance.handle(&event)?);
-            }
+            let now = self.now();
+            let status = self.instance.status(now).unwrap_or_default();
+            let previous = PolicyInfo {
+                name: from.clone(),
+                version: String::new(),
+            };
+            let handover = self.ledger.handover(now, &status, previous);
+            let ledger = &self.ledger;
+            let actions =
+                instance.take_over(&handover, &|server, original| ledger.tool(server, original))?;
+            let actions = keep_sessions(actions, ledger, &mut Vec::new());
+            self.ledger.note_actions(&actions);
+            self.pending_actions.extend(actions);
         }
         self.policy = policy;
         self.instance = instance;
@@ -759,6 +904,7 @@ impl Worker {
             reason: reason.to_string(),
         });
         self.describe();
+        self.record_policy();
         self.checkpoint();
         Ok(())
     }
@@ -769,15 +915,6 @@ impl Worker {
         }
         if let Input::Event(event) = &input {
             self.last_now = self.last_now.max(event.now);
-            match &event.kind {
-                EventKind::ServerConfigured(config) => {
-                    self.configured.insert(config.name.clone(), config.clone());
-                }
-                EventKind::ServerRemoved(name) => {
-                    self.configured.remove(name);
-                }
-                _ => {}
-            }
         }
         self.journal.push(input);
         if self.journal.len() >= self.checkpoint_every {
@@ -804,24 +941,145 @@ impl Worker {
         }
     }
 
-    fn swap(&mut self, policy: Arc<LoadedPolicy>) -> Result<PolicyInfo, PolicyError> {
+    fn swap(&mut self, policy: Arc<LoadedPolicy>) -> Result<SwapReport, PolicyError> {
         self.checkpoint();
-        let mut instance = self.rebuild(policy.clone())?;
-        let info = instance.info()?;
+        let now = self.now();
+        let outgoing = self.instance.info().ok();
+        let mut not_carried = Vec::new();
+        let limits = self.limits.clone();
+        let fresh = |settings: &str| -> Result<PolicyInstance, PolicyError> {
+            let mut instance = PolicyInstance::instantiate(&policy, &limits)?;
+            instance.init(settings)?;
+            Ok(instance)
+        };
+        // Another implementation's settings need not suit it: then it runs on its defaults.
+        let (mut incoming, settings) = match fresh(&self.settings) {
+            Ok(instance) => (instance, self.settings.clone()),
+            Err(refused @ PolicyError::Refused { .. }) => {
+                not_carried.push(format!(
+                    "the settings ({refused}): it runs on its default settings"
+                ));
+                (fresh("{}")?, "{}".to_string())
+            }
+            Err(error) => return Err(error),
+        };
+        let info = incoming.info()?;
+        let same_implementation = outgoing.as_ref().is_some_and(|o| o.name == info.name)
+            && policy.contract() == self.policy.contract()
+            && settings == self.settings;
+        let mut path = None;
+        if same_implementation {
+            match self.restore_into(&mut incoming) {
+                Ok(()) => path = Some(SwapPath::Snapshot),
+                // A build of the same implementation with another state format: hand over.
+                Err(refused @ PolicyError::Refused { .. }) => {
+                    tracing::warn!("{refused}; handing the state over instead");
+                    incoming = fresh(&settings)?;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        let mut actions = Vec::new();
+        let path = match path {
+            Some(path) => path,
+            None => {
+                let status = self.instance.status(now)?;
+                let previous = outgoing.unwrap_or_else(|| PolicyInfo {
+                    name: self.policy.label().to_string(),
+                    version: String::new(),
+                });
+                let ledger = &self.ledger;
+                let lookup = |server: &str, original: &str| ledger.tool(server, original);
+                let path = if incoming.can_take_over() {
+                    let handover = ledger.handover(now, &status, previous);
+                    actions = incoming.take_over(&handover, &lookup)?;
+                    SwapPath::Handover
+                } else {
+                    for event in ledger.lessons(now, &status) {
+                        actions.extend(incoming.handle_with(&event, &lookup)?);
+                    }
+                    not_carried.extend(unteachable(&status, ledger));
+                    SwapPath::Events
+                };
+                actions = keep_sessions(actions, ledger, &mut not_carried);
+                check_actions(&actions, ledger)
+                    .map_err(|why| policy.fault("take-over", PolicyFault::InvalidOutput(why)))?;
+                path
+            }
+        };
+        self.ledger.note_actions(&actions);
         let from = self.policy.label().to_string();
         self.policy = policy;
-        self.instance = instance;
+        self.instance = incoming;
+        self.settings = settings;
+        self.journal.clear();
         self.inline = self.inline_fuel > 0;
         self.shared.stats.swaps.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(from = %from, to = %self.policy.label(), "policy swapped");
+        tracing::info!(from = %from, to = %self.policy.label(), ?path, "policy swapped");
+        for what in &not_carried {
+            tracing::warn!(to = %self.policy.label(), "not carried over by the swap: {what}");
+        }
         self.notify(PolicyNotice::Swapped {
             from,
             to: self.policy.label().to_string(),
         });
         self.describe();
+        self.record_policy();
         self.checkpoint();
-        Ok(info)
+        Ok(SwapReport {
+            info,
+            path,
+            not_carried,
+            actions,
+        })
     }
+}
+
+/// Drops an incoming policy's `connect`s and `disconnect`s of servers whose session (or attempt
+/// in flight) the host keeps across a swap, noting any that were not just a fresh start.
+fn keep_sessions(actions: Vec<Action>, ledger: &Ledger, notes: &mut Vec<String>) -> Vec<Action> {
+    actions
+        .into_iter()
+        .filter(|action| match action {
+            Action::Connect(server) => !ledger.is_live(server),
+            Action::Disconnect(server) if ledger.is_live(server) => {
+                notes.push(format!(
+                    "{server}: the incoming policy asked to disconnect its live session; it was kept"
+                ));
+                false
+            }
+            _ => true,
+        })
+        .collect()
+}
+
+/// What a policy that knows no handover (contract 0.1) cannot learn from events: per server,
+/// the outgoing policy's counts, breaker and parking, in words.
+fn unteachable(status: &[ServerStatus], ledger: &Ledger) -> Vec<String> {
+    let mut notes = Vec::new();
+    for s in status {
+        let mut lost = Vec::new();
+        if s.state == ServerState::Parked {
+            lost.push("parked (it is tried again now)".to_string());
+        }
+        if s.breaker != BreakerState::Closed {
+            lost.push(format!("breaker {:?}", s.breaker).to_lowercase());
+        }
+        if s.failures > 0 {
+            lost.push(format!("{} failed attempts", s.failures));
+        }
+        if s.breaker_failures > 0 {
+            lost.push(format!("{} breaker failures", s.breaker_failures));
+        }
+        if !lost.is_empty() && ledger.is_configured(&s.server) {
+            notes.push(format!(
+                "{}: {} (contract 0.1 knows no handover)",
+                s.server,
+                lost.join(", ")
+            ));
+        }
+    }
+    notes
 }
 
 fn describe(policy: &LoadedPolicy, info: Option<PolicyInfo>, settings: &str) -> RunningPolicy {
@@ -839,9 +1097,22 @@ fn describe(policy: &LoadedPolicy, info: Option<PolicyInfo>, settings: &str) -> 
 /// The longest message for the model a policy may produce.
 const MAX_MESSAGE: usize = 4096;
 
+/// The longest a policy may hold a call (the call's own deadline usually ends it sooner).
+const MAX_HOLD_MS: u64 = 60_000;
+
 fn check_admission(admission: &Admission) -> Result<(), String> {
+    if let Admission::Hold(hold) = admission
+        && hold.wait_ms > MAX_HOLD_MS
+    {
+        return Err(format!(
+            "held a call for {} ms (limit {MAX_HOLD_MS})",
+            hold.wait_ms
+        ));
+    }
     match admission {
-        Admission::Reject(message) | Admission::Reconnect(message) => {
+        Admission::Reject(message)
+        | Admission::Reconnect(message)
+        | Admission::Hold(super::types::Hold { message, .. }) => {
             if message.trim().is_empty() {
                 Err("a refusal without a message for the model".into())
             } else if message.len() > MAX_MESSAGE {
@@ -859,16 +1130,8 @@ fn check_admission(admission: &Admission) -> Result<(), String> {
 
 /// Refuses action lists no correct policy produces: actions about servers the host never
 /// configured, and tool names agents could not use or could confuse.
-fn check_actions(
-    actions: &[Action],
-    known: &BTreeMap<String, ServerConfig>,
-    event: &Event,
-) -> Result<(), String> {
-    let configuring = match &event.kind {
-        EventKind::ServerConfigured(config) => Some(config.name.as_str()),
-        _ => None,
-    };
-    let is_known = |server: &str| known.contains_key(server) || configuring == Some(server);
+fn check_actions(actions: &[Action], ledger: &Ledger) -> Result<(), String> {
+    let is_known = |server: &str| ledger.is_configured(server);
     for action in actions {
         let server = match action {
             Action::Connect(s) | Action::Disconnect(s) | Action::WithdrawTools(s) => s,

@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tether::config::{ServerSpec, Timeouts, TransportSpec};
-use tether::policy::{PolicyEngine, PolicyRuntime, PolicySource, RuntimeOptions};
+use tether::policy::{PolicyEngine, PolicyRuntime, RuntimeOptions};
 use tether::supervisor::Supervisor;
 
 #[allow(unused_imports)] // Each test binary uses a different part of this too.
@@ -46,6 +46,14 @@ pub struct Host {
 
 impl Host {
     pub fn start(settings: &str) -> Host {
+        Host::start_with(RuntimeOptions {
+            settings: settings.to_string(),
+            ..RuntimeOptions::default()
+        })
+    }
+
+    /// A supervisor on a policy runtime started with `options` (on the shared engine).
+    pub fn start_with(options: RuntimeOptions) -> Host {
         // RUST_LOG=tether=debug shows the host's log in a failing test's output.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -53,9 +61,7 @@ impl Host {
             .try_init();
         let policy = PolicyRuntime::start(RuntimeOptions {
             engine: Some(engine()),
-            source: PolicySource::Embedded,
-            settings: settings.to_string(),
-            ..RuntimeOptions::default()
+            ..options
         })
         .expect("policy starts");
         let dir = tempfile::tempdir().expect("temp dir");

@@ -140,9 +140,8 @@ impl PolicyLogic for Hostile {
                     tools: vec![model::PublishedTool {
                         advertised: "not a valid name!".into(),
                         original: String::new(),
-                        description: None,
-                        input_schema: "{}".into(),
                         read_only: false,
+                        revision: 0,
                     }],
                 }),
             ];
@@ -154,8 +153,12 @@ impl PolicyLogic for Hostile {
         self.0.admit(request)
     }
 
-    fn status(&self) -> Vec<model::ServerStatus> {
-        self.0.status()
+    fn status(&self, now: model::Millis) -> Vec<model::ServerStatus> {
+        self.0.status_at(now)
+    }
+
+    fn take_over(&mut self, handover: model::Handover) -> Result<Vec<model::Action>, String> {
+        self.0.take_over(handover)
     }
 
     fn snapshot(&self) -> Vec<u8> {

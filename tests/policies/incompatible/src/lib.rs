@@ -1,4 +1,4 @@
-//! A component for an incompatible contract version (tether:policy@0.2.0); hosts must refuse it.
+//! A component for an incompatible contract version (tether:policy@0.3.0); hosts must refuse it.
 
 #[allow(clippy::all)]
 mod bindings {

@@ -47,8 +47,12 @@ impl PolicyLogic for TrustsHandshakes {
         self.0.admit(request)
     }
 
-    fn status(&self) -> Vec<model::ServerStatus> {
-        self.0.status()
+    fn status(&self, now: model::Millis) -> Vec<model::ServerStatus> {
+        self.0.status_at(now)
+    }
+
+    fn take_over(&mut self, handover: model::Handover) -> Result<Vec<model::Action>, String> {
+        self.0.take_over(handover)
     }
 
     fn snapshot(&self) -> Vec<u8> {

@@ -44,9 +44,8 @@ fn inputs(servers: usize) -> Inputs {
         .iter()
         .map(|name| native::Tool {
             name: name.to_string(),
-            description: Some(format!("the {name} tool")),
-            input_schema: r#"{"type":"object","properties":{"text":{"type":"string"}}}"#.into(),
             read_only: false,
+            revision: 1,
         })
         .collect();
     let session = |server: &str| native::SessionInfo {

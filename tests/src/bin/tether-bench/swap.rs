@@ -1,7 +1,9 @@
 //! Hot swap under load: an in-process supervisor with one stdio fixture serves echo calls from
-//! concurrent callers while the policy is swapped back and forth between the embedded default
-//! and the test component `wrong` (same state format). Counts failed calls, compares call
-//! latency during swaps with latency between them, and checks the policy state survives.
+//! concurrent callers while the policy is swapped back and forth, in two rounds of the same run:
+//! between builds of the embedded default (the state moves by snapshot), then between the
+//! default and the test component `other`, another implementation with its own state format
+//! (the state moves by handover). Counts failed calls, compares call latency during swaps with
+//! latency between them, and checks the policy state survives.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -58,12 +60,39 @@ struct Call {
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
     println!(
-        "\n## swap: policy hot swaps every {} ms under {} concurrent echo callers for {} s\n",
+        "\n## swap: policy hot swaps every {} ms under {} concurrent echo callers, {} s per round\n",
         args.every_ms, args.callers, args.secs
     );
+    let other = PolicySource::File(env!("TETHER_TEST_POLICY_OTHER").into());
+    let mut pauses = Vec::new();
+    for (title, partner) in [
+        (
+            "same implementation (snapshot): default <-> default",
+            PolicySource::Embedded,
+        ),
+        (
+            "another implementation (handover): default <-> other",
+            other,
+        ),
+    ] {
+        println!("### {title}\n");
+        pauses.push(round(args, partner)?);
+    }
+    if let [same, cross] = pauses.as_slice() {
+        println!(
+            "pause, handover / snapshot: median {:.2}x, max {:.2}x\n",
+            cross.0 as f64 / same.0.max(1) as f64,
+            cross.1 as f64 / same.1.max(1) as f64
+        );
+    }
+    Ok(())
+}
+
+/// One round of swaps between the default and `partner`; returns the median and max pause (ns).
+fn round(args: &Args, partner: PolicySource) -> anyhow::Result<(u64, u64)> {
     let dir = scratch("swap");
     let rt = util::runtime();
-    let wrong = PolicySource::File(env!("TETHER_TEST_POLICY_WRONG").into());
+    let wrong = partner;
     let (calls, swaps, kept) = rt.block_on(async {
         let engine = PolicyEngine::new(None).expect("engine");
         let supervisor = start_supervisor(&dir, engine.clone()).expect("supervisor");
@@ -76,7 +105,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         // Warm both components into the engine's cache, as an operator's first swap would be.
-        engine.load(&wrong).expect("wrong policy loads");
+        engine.load(&wrong).expect("the partner policy loads");
         let arguments = serde_json::json!({"text": "hi"}).as_object().cloned();
         let stop = Arc::new(AtomicBool::new(false));
         let callers: Vec<_> = (0..args.callers)
@@ -112,19 +141,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 PolicySource::Embedded
             };
             let start = Instant::now();
-            supervisor
-                .policy()
-                .swap(source)
-                .await
-                .expect("swap succeeds");
+            supervisor.swap_policy(source).await.expect("swap succeeds");
             swaps.push((start, Instant::now()));
             to_wrong = !to_wrong;
             tokio::time::sleep(Duration::from_millis(args.every_ms)).await;
         }
         if !to_wrong {
             supervisor
-                .policy()
-                .swap(PolicySource::Embedded)
+                .swap_policy(PolicySource::Embedded)
                 .await
                 .expect("swap back");
         }
@@ -245,5 +269,5 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     ];
     table(&["measurement", "n", "value"], &rows);
     println!("targets: ≥ 1000 calls/s, 0 failed calls, pause ≤ 5 ms, state kept\n");
-    Ok(())
+    Ok((pauses.median(), pauses.max()))
 }

@@ -1,0 +1,79 @@
+//! Contract `tether:policy@0.1.x` (`wit/0.1`): tools with descriptions and schemas, no
+//! handover, no held calls, no `cancelled` outcome, `status` without the time.
+
+wasmtime::component::bindgen!({
+    path: "../wit/0.1",
+    world: "policy-component",
+});
+
+use self::tether::policy::log::Level as LogLevel;
+use self::tether::policy::types as wit;
+use crate::policy::instance::StoreState;
+use crate::policy::types as host;
+
+pub use self::exports::tether::policy::policy::Guest as PolicyExports;
+
+/// The contract version these bindings were generated from.
+pub const VERSION: &str = "0.1.0";
+
+super::unchanged_types!();
+
+fn tool(t: host::Tool) -> wit::Tool {
+    wit::Tool {
+        name: t.name,
+        description: t.description,
+        input_schema: t.input_schema,
+        read_only: t.read_only,
+    }
+}
+
+/// 0.1 has no `cancelled`: a cancelled call is not reported (it says nothing of the server).
+fn call_outcome(outcome: host::CallOutcome) -> Option<wit::CallOutcome> {
+    Some(match outcome {
+        host::CallOutcome::Ok => wit::CallOutcome::Ok,
+        host::CallOutcome::ToolError(s) => wit::CallOutcome::ToolError(s),
+        host::CallOutcome::TransportError(f) => wit::CallOutcome::TransportError(f.into()),
+        host::CallOutcome::Timeout => wit::CallOutcome::Timeout,
+        host::CallOutcome::Cancelled => return None,
+    })
+}
+
+/// A 0.1 policy publishes the descriptions it was given; `lookup` is not needed.
+fn published_tool<'a>(
+    _server: &str,
+    t: wit::PublishedTool,
+    _lookup: &dyn Fn(&str, &str) -> Option<&'a host::Tool>,
+) -> Result<host::PublishedTool, String> {
+    Ok(host::PublishedTool {
+        advertised: t.advertised,
+        original: t.original,
+        description: t.description,
+        input_schema: t.input_schema,
+        read_only: t.read_only,
+    })
+}
+
+pub(crate) fn admission(admission: wit::Admission) -> host::Admission {
+    match admission {
+        wit::Admission::Allow => host::Admission::Allow,
+        wit::Admission::Probe => host::Admission::Probe,
+        wit::Admission::Reject(s) => host::Admission::Reject(s),
+        wit::Admission::Reconnect(s) => host::Admission::Reconnect(s),
+    }
+}
+
+pub(crate) fn status(s: wit::ServerStatus) -> host::ServerStatus {
+    host::ServerStatus {
+        server: s.server,
+        state: s.state.into(),
+        breaker: s.breaker.into(),
+        failures: s.failures,
+        breaker_failures: s.breaker_failures,
+        tool_errors: s.tool_errors,
+        last_fault: s.last_fault,
+        since: s.since,
+        published_tools: s.published_tools,
+        next_attempt_at: None,
+        breaker_until: None,
+    }
+}

@@ -1,0 +1,202 @@
+//! What is true of the host's servers, as the events and actions passing through the runtime
+//! tell it: each server's configuration, its live session (with the latest tool list) and
+//! whether an attempt is in flight. It outlives policy instances, so it is what a policy of
+//! another implementation is told on a swap ([`Ledger::handover`], [`Ledger::lessons`]), and
+//! where a 0.2 policy's publications get their descriptions and schemas ([`Ledger::tool`]).
+
+use std::collections::BTreeMap;
+
+use super::types::{
+    Action, BreakerState, CallOutcome, Event, EventKind, Handover, LiveSession, Millis, PolicyInfo,
+    ServerConfig, ServerHandover, ServerState, ServerStatus, SessionInfo, Tool,
+};
+
+#[derive(Debug, Clone)]
+struct Entry {
+    config: ServerConfig,
+    session: Option<LiveSession>,
+    /// A `connect` went out and its outcome has not come back.
+    connecting: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Ledger {
+    servers: BTreeMap<String, Entry>,
+}
+
+impl Ledger {
+    pub fn is_configured(&self, server: &str) -> bool {
+        self.servers.contains_key(server)
+    }
+
+    /// `original` in `server`'s latest tool list.
+    pub fn tool(&self, server: &str, original: &str) -> Option<&Tool> {
+        self.servers
+            .get(server)?
+            .session
+            .as_ref()?
+            .tools
+            .iter()
+            .find(|tool| tool.name == original)
+    }
+
+    /// Takes in what an event says happened (before the policy hears it).
+    pub fn note_event(&mut self, event: &Event) {
+        fn entry<'a>(
+            servers: &'a mut BTreeMap<String, Entry>,
+            name: &str,
+        ) -> Option<&'a mut Entry> {
+            servers.get_mut(name)
+        }
+        match &event.kind {
+            EventKind::ServerConfigured(config) => {
+                self.servers
+                    .entry(config.name.clone())
+                    .and_modify(|entry| entry.config = config.clone())
+                    .or_insert_with(|| Entry {
+                        config: config.clone(),
+                        session: None,
+                        connecting: false,
+                    });
+            }
+            EventKind::ServerRemoved(name) => {
+                self.servers.remove(name);
+            }
+            EventKind::Connected(SessionInfo {
+                server,
+                server_info,
+                tools,
+            }) => {
+                if let Some(entry) = entry(&mut self.servers, server) {
+                    entry.connecting = false;
+                    entry.session = Some(LiveSession {
+                        server_info: server_info.clone(),
+                        tools: tools.clone(),
+                        proven: false,
+                    });
+                }
+            }
+            EventKind::ConnectFailed(f) | EventKind::Disconnected(f) => {
+                if let Some(entry) = entry(&mut self.servers, &f.server) {
+                    entry.connecting = false;
+                    entry.session = None;
+                }
+            }
+            EventKind::ToolsChanged(change) => {
+                if let Some(session) =
+                    entry(&mut self.servers, &change.server).and_then(|e| e.session.as_mut())
+                {
+                    session.tools = change.tools.clone();
+                }
+            }
+            EventKind::KeepaliveOk(server) => {
+                if let Some(session) =
+                    entry(&mut self.servers, server).and_then(|e| e.session.as_mut())
+                {
+                    session.proven = true;
+                }
+            }
+            EventKind::CallFinished(report)
+                if matches!(report.outcome, CallOutcome::Ok | CallOutcome::ToolError(_)) =>
+            {
+                // An answer proves the session as a keepalive does.
+                if let Some(session) =
+                    entry(&mut self.servers, &report.server).and_then(|e| e.session.as_mut())
+                {
+                    session.proven = true;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Takes in what the host is about to do.
+    pub fn note_actions(&mut self, actions: &[Action]) {
+        for action in actions {
+            match action {
+                Action::Connect(server) => {
+                    if let Some(entry) = self.servers.get_mut(server) {
+                        // The host tears down any session before the attempt.
+                        entry.session = None;
+                        entry.connecting = true;
+                    }
+                }
+                Action::Disconnect(server) => {
+                    if let Some(entry) = self.servers.get_mut(server) {
+                        entry.session = None;
+                        entry.connecting = false;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Whether the host has a session for `server` or an attempt in flight, which a policy
+    /// taking over must not replace.
+    pub fn is_live(&self, server: &str) -> bool {
+        self.servers
+            .get(server)
+            .is_some_and(|entry| entry.session.is_some() || entry.connecting)
+    }
+
+    /// The truth for a policy of another implementation: the host's own knowledge, and the rest
+    /// as the outgoing policy reported it in `status`.
+    pub fn handover(&self, now: Millis, status: &[ServerStatus], previous: PolicyInfo) -> Handover {
+        let servers = self
+            .servers
+            .values()
+            .map(|entry| {
+                let reported = status.iter().find(|s| s.server == entry.config.name);
+                let mut session = entry.session.clone();
+                if let Some(session) = &mut session {
+                    session.proven |= reported.is_some_and(|s| s.state == ServerState::Healthy);
+                }
+                ServerHandover {
+                    config: entry.config.clone(),
+                    session,
+                    connecting: entry.connecting,
+                    state: reported.map_or(ServerState::Connecting, |s| s.state),
+                    breaker: reported.map_or(BreakerState::Closed, |s| s.breaker),
+                    breaker_until: reported.and_then(|s| s.breaker_until),
+                    failures: reported.map_or(0, |s| s.failures),
+                    breaker_failures: reported.map_or(0, |s| s.breaker_failures),
+                    tool_errors: reported.map_or(0, |s| s.tool_errors),
+                    last_fault: reported.and_then(|s| s.last_fault.clone()),
+                    since: reported.map_or(now, |s| s.since),
+                    next_attempt_at: reported.and_then(|s| s.next_attempt_at),
+                }
+            })
+            .collect();
+        Handover {
+            now,
+            servers,
+            previous,
+        }
+    }
+
+    /// The truth as events, for a policy that knows no handover (contract 0.1): each server
+    /// configured, then its live session connected (and proven, if it was).
+    pub fn lessons(&self, now: Millis, status: &[ServerStatus]) -> Vec<Event> {
+        let mut events = Vec::new();
+        for entry in self.servers.values() {
+            let name = &entry.config.name;
+            let event = |kind| Event { now, kind };
+            events.push(event(EventKind::ServerConfigured(entry.config.clone())));
+            if let Some(session) = &entry.session {
+                events.push(event(EventKind::Connected(SessionInfo {
+                    server: name.clone(),
+                    server_info: session.server_info.clone(),
+                    tools: session.tools.clone(),
+                })));
+                let healthy = status
+                    .iter()
+                    .any(|s| &s.server == name && s.state == ServerState::Healthy);
+                if session.proven || healthy {
+                    events.push(event(EventKind::KeepaliveOk(name.clone())));
+                }
+            }
+        }
+        events
+    }
+}

@@ -1,0 +1,239 @@
+//! Know before you swap: a recording of the policy's inputs and outputs (JSON lines, one per
+//! decision), and the replay of a recording against a candidate policy, which reports where the
+//! candidate would have decided differently.
+//!
+//! A recording holds no secrets: server configurations carry no commands, URLs, environment or
+//! headers (only names, tool filters and policy overrides), fault texts are the host's own
+//! classification, and tool descriptions and schemas are replaced by a digest (so a candidate
+//! still sees when they changed).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::PolicyError;
+use super::bindings::v0_2::revision;
+use super::runtime::PolicyRuntime;
+use super::types::{Action, Admission, CallRequest, Event, EventKind, Tool};
+
+/// One line of a recording.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Record {
+    /// The policy that decided what follows (at the start, and after each swap or fallback).
+    Policy {
+        label: String,
+        name: String,
+        version: String,
+        contract: String,
+        settings: String,
+    },
+    /// An event and the actions it got.
+    Event { event: Event, actions: Vec<Action> },
+    /// A call request and its admission.
+    Admit {
+        request: CallRequest,
+        admission: Admission,
+    },
+    /// The settings changed.
+    Settings { settings: String },
+}
+
+/// Writes a recording. A line is flushed as soon as it is written: a recording cut short by a
+/// crash holds every decision before it.
+pub(crate) struct Recorder {
+    out: BufWriter<File>,
+    path: String,
+}
+
+impl Recorder {
+    pub fn create(path: &Path) -> Result<Recorder, PolicyError> {
+        let file = File::create(path).map_err(|e| PolicyError::Read {
+            policy: "the recording".into(),
+            reason: format!("cannot create {}: {e}", path.display()),
+        })?;
+        Ok(Recorder {
+            out: BufWriter::new(file),
+            path: path.display().to_string(),
+        })
+    }
+
+    pub fn write(&mut self, record: &Record) {
+        let line = serde_json::to_string(&redacted(record.clone())).unwrap_or_default();
+        let written = writeln!(self.out, "{line}").and_then(|()| self.out.flush());
+        if let Err(e) = written {
+            tracing::warn!(path = %self.path, "cannot write the policy recording: {e}");
+        }
+    }
+}
+
+/// Tools as a recording keeps them: names, read-only, and a digest of the rest.
+fn redact_tools(tools: &mut [Tool]) {
+    for tool in tools {
+        let digest = revision(tool);
+        tool.description = None;
+        tool.input_schema = format!("digest:{digest:016x}");
+    }
+}
+
+/// Publications without descriptions and schemas (which come from the host, not the policy).
+fn redact_actions(actions: &mut [Action]) {
+    for action in actions {
+        if let Action::PublishTools(publication) = action {
+            for tool in &mut publication.tools {
+                tool.description = None;
+                tool.input_schema = String::new();
+            }
+        }
+    }
+}
+
+fn redacted(mut record: Record) -> Record {
+    if let Record::Event { event, actions } = &mut record {
+        match &mut event.kind {
+            EventKind::Connected(session) => redact_tools(&mut session.tools),
+            EventKind::ToolsChanged(change) => redact_tools(&mut change.tools),
+            _ => {}
+        }
+        redact_actions(actions);
+    }
+    record
+}
+
+/// Where a candidate decided otherwise than the recording.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Divergence {
+    /// The recording's line (1-based).
+    pub line: usize,
+    pub server: String,
+    /// What diverged: `"<event> actions"` or `"admission"`.
+    pub kind: String,
+    pub recorded: serde_json::Value,
+    pub candidate: serde_json::Value,
+}
+
+/// What a replay found.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ReplayReport {
+    /// Decisions replayed (events and admissions).
+    pub decisions: usize,
+    /// Decisions the candidate made differently.
+    pub divergences: usize,
+    /// Divergences by kind.
+    pub by_kind: BTreeMap<String, usize>,
+    /// The first divergence on each server (later ones may be its consequences).
+    pub first_per_server: BTreeMap<String, Divergence>,
+    /// Policies the recording changed to (swaps, fallbacks) after its start.
+    pub policy_changes: usize,
+}
+
+/// Reads a recording.
+pub fn read(path: &Path) -> Result<Vec<(usize, Record)>, String> {
+    let file = File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut records = Vec::new();
+    for (index, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record = serde_json::from_str(&line).map_err(|e| {
+            format!(
+                "{} line {}: not a policy recording: {e}",
+                path.display(),
+                index + 1
+            )
+        })?;
+        records.push((index + 1, record));
+    }
+    Ok(records)
+}
+
+/// The settings a recording started with.
+pub fn initial_settings(records: &[(usize, Record)]) -> Option<&str> {
+    records.iter().find_map(|(_, record)| match record {
+        Record::Policy { settings, .. } => Some(settings.as_str()),
+        _ => None,
+    })
+}
+
+/// Feeds a recording's inputs to `candidate`, in order, and compares its decisions with the
+/// recorded ones. `candidate` should start as the recording did (same settings).
+pub fn replay(
+    records: &[(usize, Record)],
+    candidate: &PolicyRuntime,
+) -> Result<ReplayReport, PolicyError> {
+    let mut report = ReplayReport::default();
+    let mut seen_policy = false;
+    for (line, record) in records {
+        let (server, kind, recorded, decided) = match record {
+            Record::Policy { .. } => {
+                report.policy_changes += usize::from(seen_policy);
+                seen_policy = true;
+                continue;
+            }
+            Record::Settings { settings } => {
+                candidate.set_settings(settings.clone()).wait()?;
+                continue;
+            }
+            Record::Event { event, actions } => {
+                let mut decided = candidate.handle(event.clone()).wait()?;
+                redact_actions(&mut decided);
+                let server = event.kind.server().unwrap_or("(all)").to_string();
+                let kind = format!("{} actions", event_name(&event.kind));
+                (server, kind, to_value(actions), to_value(&decided))
+            }
+            Record::Admit { request, admission } => {
+                let decided = candidate.admit(request.clone()).wait()?;
+                let kind = "admission".to_string();
+                (
+                    request.server.clone(),
+                    kind,
+                    to_value(admission),
+                    to_value(&decided),
+                )
+            }
+        };
+        report.decisions += 1;
+        if recorded == decided {
+            continue;
+        }
+        report.divergences += 1;
+        *report.by_kind.entry(kind.clone()).or_default() += 1;
+        report
+            .first_per_server
+            .entry(server.clone())
+            .or_insert(Divergence {
+                line: *line,
+                server,
+                kind,
+                recorded,
+                candidate: decided,
+            });
+    }
+    Ok(report)
+}
+
+fn to_value(value: &impl Serialize) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or_default()
+}
+
+/// The contract's name of an event kind.
+fn event_name(kind: &EventKind) -> &'static str {
+    match kind {
+        EventKind::ServerConfigured(_) => "server-configured",
+        EventKind::ServerRemoved(_) => "server-removed",
+        EventKind::Connected(_) => "connected",
+        EventKind::ConnectFailed(_) => "connect-failed",
+        EventKind::Disconnected(_) => "disconnected",
+        EventKind::ToolsChanged(_) => "tools-changed",
+        EventKind::KeepaliveOk(_) => "keepalive-ok",
+        EventKind::KeepaliveFailed(_) => "keepalive-failed",
+        EventKind::CallFinished(_) => "call-finished",
+        EventKind::Timer(_) => "timer",
+        EventKind::ReconnectRequested(_) => "reconnect-requested",
+        EventKind::Shutdown => "shutdown",
+    }
+}
