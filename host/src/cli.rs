@@ -88,7 +88,24 @@ enum PolicyCommand {
     /// Replace the running gateway's policy with a component, keeping its state (by snapshot
     /// for the same implementation, by handover for another) and its sessions.
     Swap {
-        file: PathBuf,
+        /// The component (.wasm).
+        #[arg(required_unless_present = "from_shadow")]
+        file: Option<PathBuf>,
+        /// Promote the shadow policy (`tether policy shadow FILE`) instead of a file.
+        #[arg(long, conflicts_with = "file")]
+        from_shadow: bool,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Run a candidate policy beside the running gateway's policy, on the live inputs, acting on
+    /// nothing, and report where it decides otherwise (also in `tether events`). Without FILE:
+    /// show the report so far. Promote it with `tether policy swap --from-shadow`.
+    Shadow {
+        /// The candidate component (.wasm).
+        file: Option<PathBuf>,
+        /// Stop the shadow policy.
+        #[arg(long, conflicts_with = "file")]
+        drop: bool,
         #[command(flatten)]
         admin: AdminArgs,
     },
@@ -220,8 +237,19 @@ async fn admin_command(command: Command) -> ExitCode {
         Command::Reconnect { name, admin } => client::reconnect(&admin, &name).await,
         Command::Reload { admin } => client::reload(&admin).await,
         Command::Policy {
-            command: PolicyCommand::Swap { file, admin },
-        } => client::policy_swap(&admin, &file).await,
+            command:
+                PolicyCommand::Swap {
+                    file,
+                    from_shadow,
+                    admin,
+                },
+        } => match file {
+            Some(file) if !from_shadow => client::policy_swap(&admin, &file).await,
+            _ => client::policy_promote(&admin).await,
+        },
+        Command::Policy {
+            command: PolicyCommand::Shadow { file, drop, admin },
+        } => client::policy_shadow(&admin, file.as_deref(), drop).await,
         Command::Policy {
             command: PolicyCommand::Set { settings, admin },
         } => client::policy_set(&admin, &settings).await,

@@ -330,6 +330,20 @@ impl Supervisor {
         answered.await.unwrap_or(Err(PolicyError::Stopped))
     }
 
+    /// Promotes the shadow policy (see [`PolicyRuntime::shadow_blocking`]): a swap to it, as
+    /// [`Self::swap_policy`] does.
+    pub async fn swap_policy_from_shadow(&self) -> Result<SwapReport, PolicyError> {
+        let (answer, answered) = oneshot::channel();
+        let decided = self.shared.feeder.decided.clone();
+        self.shared.policy.swap_from_shadow_then(move |result| {
+            if let Ok(report) = &result {
+                let _ = decided.send(Ok(report.actions.clone()));
+            }
+            let _ = answer.send(result);
+        });
+        answered.await.unwrap_or(Err(PolicyError::Stopped))
+    }
+
     /// The policy's view of every server.
     pub async fn policy_status(&self) -> Vec<ServerStatus> {
         self.shared.policy.status().await.unwrap_or_default()

@@ -1180,3 +1180,97 @@ async fn the_cli_prints_one_line_per_event() {
     assert_eq!(status.code(), Some(0));
     host.supervisor.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_policy_reports_divergences_on_live_inputs_and_is_promoted_or_dropped() {
+    let admin = Admin::start(Host::fast()).await;
+    let addr = admin.server.addr.to_string();
+    let nowhere = admin.host.dir.path().join("no-state.json");
+    let nowhere = nowhere.to_str().unwrap();
+    let flags = ["--admin", &addr, "--token", TOKEN, "--state-file", nowhere];
+    let steady = admin.host.state_dir("steady");
+    admin
+        .host
+        .supervisor
+        .add_server(stdio_fixture("steady", &steady, &[]))
+        .unwrap();
+    wait_until("tools visible", || !admin.host.tools("steady").is_empty()).await;
+    let mut events = admin.host.supervisor.policy().notices();
+
+    // The shadow is the policy that trusts bare handshakes: given the live state by handover.
+    let wrong = tether_tests::components::WRONG;
+    let (code, stdout, stderr) = cli(&joined(&["policy", "shadow", wrong], &flags)).await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("given the live state by handover"),
+        "{stdout}"
+    );
+
+    // Live inputs: calls, and a crash with its respawn, whose fresh session the shadow
+    // calls proven at once, and the live policy does not.
+    let (flaky, pid) = (admin.host.state_dir("flaky"), steady.pid().unwrap());
+    admin
+        .host
+        .supervisor
+        .add_server(stdio_fixture("flaky", &flaky, &[]))
+        .unwrap();
+    wait_until("tools visible", || !admin.host.tools("flaky").is_empty()).await;
+    let result = admin
+        .host
+        .supervisor
+        .call_tool("steady__echo", args(json!({"text": "x"})))
+        .await
+        .unwrap();
+    assert_eq!(text(&result), "x");
+    kill(pid, 9);
+    wait_until("steady is back", || {
+        steady.pid().is_some_and(|p| p != pid) && !admin.host.tools("steady").is_empty()
+    })
+    .await;
+
+    let (code, report) = admin.get("/policy/shadow").await;
+    assert_eq!(code, StatusCode::OK);
+    let shadow = &report["shadow"];
+    assert!(shadow["decisions"].as_u64().unwrap() > 3, "{report}");
+    assert!(shadow["divergences"].as_u64().unwrap() >= 1, "{report}");
+    assert!(
+        shadow["by_kind"]["connected actions"].as_u64().unwrap() >= 1,
+        "{report}"
+    );
+    assert!(shadow["first_per_server"]["flaky"].is_object(), "{report}");
+    // The live policy is untouched: still the default, sessions as they were.
+    assert_eq!(
+        admin.host.supervisor.policy().running().name,
+        "tether-default-policy"
+    );
+    let mut diverged = false;
+    while let Ok(notice) = events.try_recv() {
+        diverged |= matches!(notice, tether::policy::PolicyNotice::ShadowDiverged { .. });
+    }
+    assert!(diverged, "a divergence notice reaches `tether events`");
+    let (code, stdout, _) = cli(&joined(&["policy", "shadow"], &flags)).await;
+    assert_eq!(code, Some(0));
+    assert!(
+        stdout.contains("differ") && stdout.contains("first on flaky"),
+        "{stdout}"
+    );
+
+    // Promoted: a swap to it, keeping the sessions.
+    let pids = (steady.pid(), flaky.pid());
+    let (code, stdout, stderr) = cli(&joined(&["policy", "swap", "--from-shadow"], &flags)).await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("wrong-test-policy"), "{stdout}");
+    assert_eq!((steady.pid(), flaky.pid()), pids);
+    let (code, report) = admin.get("/policy/shadow").await;
+    assert_eq!((code, &report["shadow"]), (StatusCode::OK, &Value::Null));
+    // Nothing to promote or drop now.
+    let (code, _, stderr) = cli(&joined(&["policy", "swap", "--from-shadow"], &flags)).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("no shadow policy"), "{stderr}");
+    let (code, _, _) = cli(&joined(&["policy", "shadow", wrong], &flags)).await;
+    assert_eq!(code, Some(0));
+    let (code, stdout, _) = cli(&joined(&["policy", "shadow", "--drop"], &flags)).await;
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("shadow policy dropped"), "{stdout}");
+    admin.stop().await;
+}

@@ -392,6 +392,18 @@ fn event_line(event: &Value) -> String {
         "policy-settings-changed" => {
             format!("policy settings changed: {}", text(event, "settings"))
         }
+        "policy-shadow-started" => format!("shadow policy {} started", text(event, "policy")),
+        "policy-shadow-diverged" => format!(
+            "shadow policy {} decided otherwise on {} ({})",
+            text(event, "policy"),
+            text(event, "server"),
+            text(event, "decision")
+        ),
+        "policy-shadow-dropped" => format!(
+            "shadow policy {} dropped: {}",
+            text(event, "policy"),
+            text(event, "reason")
+        ),
         "lagged" => format!(
             "(missed {} events: this client read too slowly)",
             text(event, "missed")
@@ -556,29 +568,7 @@ pub async fn policy_swap(admin: &AdminArgs, file: &Path) -> ExitCode {
                         .body(bytes),
                 )
                 .await?;
-            if admin.json {
-                print_json(&answer);
-            } else {
-                let policy = answer.get("policy").cloned().unwrap_or_default();
-                println!("policy swapped: now running {}", policy_line(&policy));
-                let swap = answer.get("swap").cloned().unwrap_or_default();
-                let path = swap
-                    .get("path")
-                    .and_then(Value::as_str)
-                    .unwrap_or("snapshot");
-                println!(
-                    "state carried by {}",
-                    match path {
-                        "handover" => "a handover (another implementation)",
-                        "events" => "events (a contract 0.1 policy)",
-                        _ => "snapshot (same implementation)",
-                    }
-                );
-                let lost = swap.get("not_carried").and_then(Value::as_array);
-                for what in lost.into_iter().flatten().filter_map(Value::as_str) {
-                    println!("not carried: {what}");
-                }
-            }
+            print_swap(admin, &answer);
             Ok(())
         }
         .await,
@@ -614,6 +604,131 @@ pub async fn policy_set(admin: &AdminArgs, settings: &str) -> ExitCode {
         }
         .await,
     )
+}
+
+fn print_swap(admin: &AdminArgs, answer: &Value) {
+    if admin.json {
+        print_json(answer);
+        return;
+    }
+    let policy = answer.get("policy").cloned().unwrap_or_default();
+    println!("policy swapped: now running {}", policy_line(&policy));
+    let swap = answer.get("swap").cloned().unwrap_or_default();
+    let path = swap
+        .get("path")
+        .and_then(Value::as_str)
+        .unwrap_or("snapshot");
+    println!(
+        "state carried by {}",
+        match path {
+            "handover" => "a handover (another implementation)",
+            "events" => "events (a contract 0.1 policy)",
+            _ => "snapshot (same implementation)",
+        }
+    );
+    let lost = swap.get("not_carried").and_then(Value::as_array);
+    for what in lost.into_iter().flatten().filter_map(Value::as_str) {
+        println!("not carried: {what}");
+    }
+}
+
+/// `tether policy swap --from-shadow`.
+pub async fn policy_promote(admin: &AdminArgs) -> ExitCode {
+    finish(
+        async {
+            let gateway = locate(admin)?;
+            let answer = gateway
+                .send(gateway.request(reqwest::Method::POST, "/policy/promote"))
+                .await?;
+            print_swap(admin, &answer);
+            Ok(())
+        }
+        .await,
+    )
+}
+
+/// `tether policy shadow [FILE] [--drop]`.
+pub async fn policy_shadow(admin: &AdminArgs, file: Option<&Path>, drop: bool) -> ExitCode {
+    finish(
+        async {
+            let gateway = locate(admin)?;
+            let request = match (file, drop) {
+                (_, true) => gateway.request(reqwest::Method::DELETE, "/policy/shadow"),
+                (Some(file), false) => {
+                    let bytes = std::fs::read(file).map_err(|e| {
+                        Failure::Failed(format!("cannot read {}: {e}", file.display()))
+                    })?;
+                    let label = file
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_else(|| file.display().to_string());
+                    gateway
+                        .request(
+                            reqwest::Method::PUT,
+                            &format!("/policy/shadow?label={}", percent_encode(&label)),
+                        )
+                        .header(reqwest::header::CONTENT_TYPE, "application/wasm")
+                        .body(bytes)
+                }
+                (None, false) => gateway.request(reqwest::Method::GET, "/policy/shadow"),
+            };
+            let answer = gateway.send(request).await?;
+            if admin.json {
+                print_json(&answer);
+            } else if drop {
+                let dropped = answer.get("dropped").and_then(Value::as_bool) == Some(true);
+                println!(
+                    "{}",
+                    if dropped {
+                        "shadow policy dropped"
+                    } else {
+                        "no shadow policy was running"
+                    }
+                );
+            } else {
+                print_shadow(answer.get("shadow").unwrap_or(&Value::Null));
+            }
+            Ok(())
+        }
+        .await,
+    )
+}
+
+fn print_shadow(shadow: &Value) {
+    if shadow.is_null() {
+        println!("no shadow policy is running");
+        return;
+    }
+    println!(
+        "shadow policy {} ({} {}), given the live state by {}",
+        text(shadow, "label"),
+        text(shadow, "name"),
+        text(shadow, "version"),
+        text(shadow, "path")
+    );
+    for what in shadow["not_carried"].as_array().into_iter().flatten() {
+        println!("not carried: {}", what.as_str().unwrap_or_default());
+    }
+    println!(
+        "{} decisions compared, {} differ",
+        text(shadow, "decisions"),
+        text(shadow, "divergences")
+    );
+    if let Some(kinds) = shadow["by_kind"].as_object() {
+        for (kind, count) in kinds {
+            println!("  {count:>6}  {kind}");
+        }
+    }
+    if let Some(first) = shadow["first_per_server"].as_object() {
+        for (server, divergence) in first {
+            println!(
+                "first on {server} ({}):\n    live:   {}\n    shadow: {}",
+                text(divergence, "kind"),
+                divergence["recorded"],
+                divergence["candidate"]
+            );
+        }
+    }
 }
 
 #[cfg(test)]

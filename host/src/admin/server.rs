@@ -207,6 +207,14 @@ fn router(app: App) -> Router {
             put(swap_policy).layer(DefaultBodyLimit::max(MAX_COMPONENT_BYTES)),
         )
         .route(
+            "/policy/shadow",
+            put(start_shadow)
+                .get(shadow_report)
+                .delete(drop_shadow)
+                .layer(DefaultBodyLimit::max(MAX_COMPONENT_BYTES)),
+        )
+        .route("/policy/promote", post(promote_shadow))
+        .route(
             "/policy/settings",
             patch(set_settings).layer(DefaultBodyLimit::max(MAX_SETTINGS_BYTES)),
         )
@@ -365,6 +373,7 @@ struct SwapQuery {
 fn policy_error(error: PolicyError) -> ApiError {
     let status = match error {
         PolicyError::Stopped => StatusCode::SERVICE_UNAVAILABLE,
+        PolicyError::NoShadow => StatusCode::CONFLICT,
         PolicyError::Engine(_) => StatusCode::INTERNAL_SERVER_ERROR,
         _ => StatusCode::UNPROCESSABLE_ENTITY,
     };
@@ -376,6 +385,22 @@ async fn swap_policy(
     Query(query): Query<SwapQuery>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<axum::Json<Value>, ApiError> {
+    let source = uploaded(query, body)?;
+    let _operation = app.operations.lock().await;
+    let supervisor = &app.ctx.supervisor;
+    let report = supervisor.swap_policy(source).await.map_err(policy_error)?;
+    tracing::info!(name = %report.info.name, version = %report.info.version, path = ?report.path, "policy swapped through the admin API");
+    Ok(axum::Json(json!({
+        "policy": running_policy(supervisor),
+        "swap": { "path": report.path, "not_carried": report.not_carried },
+    })))
+}
+
+/// A component uploaded in a request body, with its label.
+fn uploaded(
+    query: SwapQuery,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<PolicySource, ApiError> {
     let body = body?;
     if body.is_empty() {
         return Err(ApiError(
@@ -387,16 +412,58 @@ async fn swap_policy(
         .label
         .filter(|l| !l.trim().is_empty())
         .unwrap_or_else(|| "uploaded policy".to_string());
+    Ok(PolicySource::Bytes {
+        label,
+        bytes: body.to_vec(),
+    })
+}
+
+async fn start_shadow(
+    State(app): State<App>,
+    Query(query): Query<SwapQuery>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let source = uploaded(query, body)?;
+    let _operation = app.operations.lock().await;
+    let policy = app.ctx.supervisor.policy().clone();
+    let report = tokio::task::spawn_blocking(move || policy.shadow_blocking(&source))
+        .await
+        .unwrap_or(Err(PolicyError::Stopped))
+        .map_err(policy_error)?;
+    Ok(axum::Json(json!({ "shadow": report })))
+}
+
+async fn shadow_report(State(app): State<App>) -> Result<axum::Json<Value>, ApiError> {
+    let report = app
+        .ctx
+        .supervisor
+        .policy()
+        .shadow_report()
+        .await
+        .map_err(policy_error)?;
+    Ok(axum::Json(json!({ "shadow": report })))
+}
+
+async fn drop_shadow(State(app): State<App>) -> Result<axum::Json<Value>, ApiError> {
+    let _operation = app.operations.lock().await;
+    let dropped = app
+        .ctx
+        .supervisor
+        .policy()
+        .drop_shadow()
+        .await
+        .map_err(policy_error)?;
+    Ok(axum::Json(json!({ "dropped": dropped })))
+}
+
+async fn promote_shadow(State(app): State<App>) -> Result<axum::Json<Value>, ApiError> {
     let _operation = app.operations.lock().await;
     let supervisor = &app.ctx.supervisor;
     let report = supervisor
-        .swap_policy(PolicySource::Bytes {
-            label,
-            bytes: body.to_vec(),
-        })
+        .swap_policy_from_shadow()
         .await
         .map_err(policy_error)?;
-    tracing::info!(name = %report.info.name, version = %report.info.version, path = ?report.path, "policy swapped through the admin API");
+    tracing::info!(name = %report.info.name, "shadow policy promoted through the admin API");
     Ok(axum::Json(json!({
         "policy": running_policy(supervisor),
         "swap": { "path": report.path, "not_carried": report.not_carried },

@@ -18,8 +18,8 @@ pub use instance::{
     DEFAULT_FUEL_PER_DATA_BYTE, DEFAULT_MEMORY_PER_DATA_BYTE, Limits, PolicyInstance, tool_data,
 };
 pub use runtime::{
-    DEFAULT_INLINE_FUEL, PolicyNotice, PolicyRuntime, RuntimeOptions, RuntimeStats, SwapPath,
-    SwapReport,
+    DEFAULT_INLINE_FUEL, PolicyNotice, PolicyRuntime, RuntimeOptions, RuntimeStats, ShadowReport,
+    SwapPath, SwapReport,
 };
 pub use types::{
     Action, Admission, BreakerState, CallOutcome, CallReport, CallRequest, Event, EventKind, Fault,
@@ -71,6 +71,8 @@ pub enum PolicyError {
     },
     #[error("the policy runtime has stopped")]
     Stopped,
+    #[error("no shadow policy is running: start one with `tether policy shadow FILE`")]
+    NoShadow,
 }
 
 /// The contract lines this host loads, for messages: "0.2.x (0.2.0 or newer) and 0.1.x (...)".

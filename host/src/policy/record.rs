@@ -80,7 +80,7 @@ fn redact_tools(tools: &mut [Tool]) {
 }
 
 /// Publications without descriptions and schemas (which come from the host, not the policy).
-fn redact_actions(actions: &mut [Action]) {
+pub(crate) fn redact_actions(actions: &mut [Action]) {
     for action in actions {
         if let Action::PublishTools(publication) = action {
             for tool in &mut publication.tools {
@@ -221,7 +221,7 @@ fn to_value(value: &impl Serialize) -> serde_json::Value {
 }
 
 /// The contract's name of an event kind.
-fn event_name(kind: &EventKind) -> &'static str {
+pub(crate) fn event_name(kind: &EventKind) -> &'static str {
     match kind {
         EventKind::ServerConfigured(_) => "server-configured",
         EventKind::ServerRemoved(_) => "server-removed",

@@ -23,6 +23,7 @@
 //! input goes to the policy thread instead, which starts from the last good state and handles it
 //! with the full budget; only what fails there counts as a fault.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
@@ -32,12 +33,13 @@ use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use serde_json::Value;
 use tokio::sync::{broadcast, oneshot};
 
 use super::engine::{LoadedPolicy, PolicyEngine, PolicySource};
 use super::instance::{HeldData, Limits, PolicyInstance, rough_tool_data};
 use super::ledger::Ledger;
-use super::record::{Record, Recorder};
+use super::record::{Divergence, Record, Recorder, event_name, redact_actions};
 use super::types::{
     Action, Admission, BreakerState, CallRequest, Event, EventKind, Millis, PolicyInfo,
     ServerConfig, ServerState, ServerStatus,
@@ -100,6 +102,17 @@ pub enum PolicyNotice {
     Swapped { from: String, to: String },
     /// An operator changed the settings.
     SettingsChanged { settings: String },
+    /// A candidate policy runs beside the live one, acting on nothing.
+    ShadowStarted { policy: String },
+    /// The shadow policy decided otherwise than the live one (first time on this server).
+    ShadowDiverged {
+        policy: String,
+        server: String,
+        /// What diverged (`"<event> actions"` or `"admission"`).
+        decision: String,
+    },
+    /// The shadow policy failed and was dropped.
+    ShadowDropped { policy: String, reason: String },
 }
 
 /// Counters for metrics.
@@ -427,6 +440,47 @@ impl PolicyRuntime {
         self.queue(move |w| then(w.swap(policy)));
     }
 
+    /// Starts running `source` beside the live policy, given the live state as a swap would,
+    /// on the live inputs, acting on nothing, until promoted ([`Self::swap_from_shadow_then`])
+    /// or dropped. Replaces any earlier shadow. Blocking (compiles).
+    pub fn shadow_blocking(&self, source: &PolicySource) -> Result<ShadowReport, PolicyError> {
+        let policy = self.shared.engine.load(source)?;
+        self.ask(move |w| w.start_shadow(policy)).wait()
+    }
+
+    /// The shadow policy's comparison so far, if one runs.
+    pub fn shadow_report(&self) -> Reply<Option<ShadowReport>> {
+        self.ask(|w| Ok(w.shadow.as_ref().map(|s| s.report.clone())))
+    }
+
+    /// Stops the shadow policy; false if none ran.
+    pub fn drop_shadow(&self) -> Reply<bool> {
+        self.ask(|w| {
+            let dropped = w.shadow.take();
+            if let Some(shadow) = &dropped {
+                w.notify(PolicyNotice::ShadowDropped {
+                    policy: shadow.report.label.clone(),
+                    reason: "dropped by an operator".into(),
+                });
+            }
+            Ok(dropped.is_some())
+        })
+    }
+
+    /// Swaps to the shadow policy (from the live state, as any swap), as [`Self::swap_then`].
+    pub fn swap_from_shadow_then(
+        &self,
+        then: impl FnOnce(Result<SwapReport, PolicyError>) + Send + 'static,
+    ) {
+        self.queue(move |w| {
+            let result = match w.shadow.take() {
+                Some(shadow) => w.swap(shadow.policy),
+                None => Err(PolicyError::NoShadow),
+            };
+            then(result)
+        });
+    }
+
     /// Compiles (or finds compiled) and vets a policy component without running it.
     pub fn load(&self, source: &PolicySource) -> Result<Arc<LoadedPolicy>, PolicyError> {
         self.shared.engine.load(source)
@@ -535,6 +589,7 @@ struct Worker {
     /// An inline decision was cut short: the instance must be rebuilt before its next use.
     poisoned: bool,
     recorder: Option<Recorder>,
+    shadow: Option<Shadow>,
 }
 
 impl Worker {
@@ -577,6 +632,7 @@ impl Worker {
                 .as_deref()
                 .map(Recorder::create)
                 .transpose()?,
+            shadow: None,
         };
         worker.describe();
         worker.record_policy();
@@ -794,6 +850,7 @@ impl Worker {
                 recorder.write(&record);
             }
         }
+        self.shadow_step(&input, &output);
         self.commit(input);
         Ok(output)
     }
@@ -943,12 +1000,42 @@ impl Worker {
 
     fn swap(&mut self, policy: Arc<LoadedPolicy>) -> Result<SwapReport, PolicyError> {
         self.checkpoint();
+        let Prepared {
+            instance: incoming,
+            settings,
+            report,
+        } = self.prepare(&policy)?;
+        self.ledger.note_actions(&report.actions);
+        let from = self.policy.label().to_string();
+        self.policy = policy;
+        self.instance = incoming;
+        self.settings = settings;
+        self.journal.clear();
+        self.inline = self.inline_fuel > 0;
+        self.shared.stats.swaps.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(from = %from, to = %self.policy.label(), path = ?report.path, "policy swapped");
+        for what in &report.not_carried {
+            tracing::warn!(to = %self.policy.label(), "not carried over by the swap: {what}");
+        }
+        self.notify(PolicyNotice::Swapped {
+            from,
+            to: self.policy.label().to_string(),
+        });
+        self.describe();
+        self.record_policy();
+        self.checkpoint();
+        Ok(report)
+    }
+
+    /// An instance of `policy` in the current state (by snapshot or handover, see [`SwapPath`]),
+    /// and the actions that make the host match it. Changes nothing.
+    fn prepare(&mut self, policy: &Arc<LoadedPolicy>) -> Result<Prepared, PolicyError> {
         let now = self.now();
         let outgoing = self.instance.info().ok();
         let mut not_carried = Vec::new();
         let limits = self.limits.clone();
         let fresh = |settings: &str| -> Result<PolicyInstance, PolicyError> {
-            let mut instance = PolicyInstance::instantiate(&policy, &limits)?;
+            let mut instance = PolicyInstance::instantiate(policy, &limits)?;
             instance.init(settings)?;
             Ok(instance)
         };
@@ -1007,32 +1094,162 @@ impl Worker {
                 path
             }
         };
-        self.ledger.note_actions(&actions);
-        let from = self.policy.label().to_string();
-        self.policy = policy;
-        self.instance = incoming;
-        self.settings = settings;
-        self.journal.clear();
-        self.inline = self.inline_fuel > 0;
-        self.shared.stats.swaps.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(from = %from, to = %self.policy.label(), ?path, "policy swapped");
-        for what in &not_carried {
-            tracing::warn!(to = %self.policy.label(), "not carried over by the swap: {what}");
-        }
-        self.notify(PolicyNotice::Swapped {
-            from,
-            to: self.policy.label().to_string(),
-        });
-        self.describe();
-        self.record_policy();
-        self.checkpoint();
-        Ok(SwapReport {
-            info,
-            path,
-            not_carried,
-            actions,
+        Ok(Prepared {
+            instance: incoming,
+            settings,
+            report: SwapReport {
+                info,
+                path,
+                not_carried,
+                actions,
+            },
         })
     }
+
+    /// Starts running `policy` beside the live one, on the live inputs, acting on nothing.
+    fn start_shadow(&mut self, policy: Arc<LoadedPolicy>) -> Result<ShadowReport, PolicyError> {
+        self.checkpoint();
+        let Prepared {
+            instance, report, ..
+        } = self.prepare(&policy)?;
+        let shadow = Shadow {
+            report: ShadowReport {
+                label: policy.label().to_string(),
+                name: report.info.name.clone(),
+                version: report.info.version.clone(),
+                path: report.path,
+                not_carried: report.not_carried,
+                decisions: 0,
+                divergences: 0,
+                by_kind: BTreeMap::new(),
+                first_per_server: BTreeMap::new(),
+            },
+            policy,
+            instance,
+        };
+        tracing::info!(shadow = %shadow.report.label, "shadow policy started");
+        self.notify(PolicyNotice::ShadowStarted {
+            policy: shadow.report.label.clone(),
+        });
+        let report = shadow.report.clone();
+        self.shadow = Some(shadow);
+        Ok(report)
+    }
+
+    /// Feeds the shadow the input the live policy just decided, and compares.
+    fn shadow_step(&mut self, input: &Input, live: &Output) {
+        let Some(shadow) = &mut self.shadow else {
+            return;
+        };
+        let ledger = &self.ledger;
+        let lookup = |server: &str, original: &str| ledger.tool(server, original);
+        let decided = match (input, live) {
+            (Input::Event(event), Output::Actions(live)) => shadow
+                .instance
+                .handle_with(event, &lookup)
+                .map(|mut actions| {
+                    let mut live = live.clone();
+                    redact_actions(&mut live);
+                    redact_actions(&mut actions);
+                    let server = event.kind.server().unwrap_or("(all)").to_string();
+                    let kind = format!("{} actions", event_name(&event.kind));
+                    (server, kind, to_value(&live), to_value(&actions))
+                }),
+            (Input::Admit(request), Output::Admission(live)) => {
+                shadow.instance.admit(request).map(|admission| {
+                    (
+                        request.server.clone(),
+                        "admission".to_string(),
+                        to_value(live),
+                        to_value(&admission),
+                    )
+                })
+            }
+            (Input::Settings(settings), _) => shadow
+                .instance
+                .set_settings(settings)
+                .map(|()| (String::new(), String::new(), Value::Null, Value::Null)),
+            _ => return,
+        };
+        let (server, kind, live, candidate) = match decided {
+            Ok(compared) => compared,
+            Err(error) => {
+                let label = shadow.report.label.clone();
+                tracing::warn!(shadow = %label, "shadow policy dropped: {error}");
+                self.shadow = None;
+                self.notify(PolicyNotice::ShadowDropped {
+                    policy: label,
+                    reason: error.to_string(),
+                });
+                return;
+            }
+        };
+        if matches!(input, Input::Settings(_)) {
+            return;
+        }
+        let report = &mut shadow.report;
+        report.decisions += 1;
+        if live == candidate {
+            return;
+        }
+        report.divergences += 1;
+        *report.by_kind.entry(kind.clone()).or_default() += 1;
+        if report.first_per_server.contains_key(&server) {
+            return;
+        }
+        let divergence = Divergence {
+            line: report.decisions,
+            server: server.clone(),
+            kind: kind.clone(),
+            recorded: live,
+            candidate,
+        };
+        report.first_per_server.insert(server.clone(), divergence);
+        let policy = report.label.clone();
+        tracing::info!(shadow = %policy, server = %server, "the shadow policy decided otherwise ({kind})");
+        self.notify(PolicyNotice::ShadowDiverged {
+            policy,
+            server,
+            decision: kind,
+        });
+    }
+}
+
+/// An incoming policy, ready to take over.
+struct Prepared {
+    instance: PolicyInstance,
+    settings: String,
+    report: SwapReport,
+}
+
+/// A candidate running beside the live policy.
+struct Shadow {
+    policy: Arc<LoadedPolicy>,
+    instance: PolicyInstance,
+    report: ShadowReport,
+}
+
+/// How a shadow policy's decisions compare with the live policy's.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ShadowReport {
+    pub label: String,
+    pub name: String,
+    pub version: String,
+    /// How it was given the live state.
+    pub path: SwapPath,
+    pub not_carried: Vec<String>,
+    /// Live decisions it made too (events and admissions).
+    pub decisions: usize,
+    /// Those it made differently.
+    pub divergences: usize,
+    pub by_kind: BTreeMap<String, usize>,
+    /// The first divergence on each server (`recorded` is the live decision; `line` counts
+    /// decisions since the shadow started).
+    pub first_per_server: BTreeMap<String, Divergence>,
+}
+
+fn to_value(value: &impl serde::Serialize) -> Value {
+    serde_json::to_value(value).unwrap_or_default()
 }
 
 /// Drops an incoming policy's `connect`s and `disconnect`s of servers whose session (or attempt
