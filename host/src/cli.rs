@@ -94,6 +94,10 @@ enum PolicyCommand {
         /// Promote the shadow policy (`tether policy shadow FILE`) instead of a file.
         #[arg(long, conflicts_with = "file")]
         from_shadow: bool,
+        /// Swap even to a policy that breaks Tether's invariants (`tether policy check`); the
+        /// answer names them. A policy that breaks the contract is never swapped in.
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         admin: AdminArgs,
     },
@@ -241,11 +245,12 @@ async fn admin_command(command: Command) -> ExitCode {
                 PolicyCommand::Swap {
                     file,
                     from_shadow,
+                    force,
                     admin,
                 },
         } => match file {
-            Some(file) if !from_shadow => client::policy_swap(&admin, &file).await,
-            _ => client::policy_promote(&admin).await,
+            Some(file) if !from_shadow => client::policy_swap(&admin, &file, force).await,
+            _ => client::policy_promote(&admin, force).await,
         },
         Command::Policy {
             command: PolicyCommand::Shadow { file, drop, admin },
@@ -295,11 +300,32 @@ fn policy_check(file: Option<PathBuf>, settings: &str, json: bool) -> ExitCode {
         );
     } else {
         println!("checking {}", source.label());
-        for result in &results {
-            match &result.failure {
-                None => println!("  ok    {}", result.name),
-                Some(why) => println!("  FAIL  {}: {why}", result.name),
+        for (level, title) in [
+            (
+                conformance::Level::Contract,
+                "the contract (any policy must)",
+            ),
+            (
+                conformance::Level::Invariant,
+                "Tether's invariants (a policy may break them on purpose)",
+            ),
+        ] {
+            println!("{title}:");
+            let mut passed = 0;
+            let mut failed = 0;
+            for result in results.iter().filter(|r| r.level == level) {
+                match &result.failure {
+                    None => {
+                        passed += 1;
+                        println!("  ok    {}", result.name)
+                    }
+                    Some(why) => {
+                        failed += 1;
+                        println!("  FAIL  {}: {why}", result.name)
+                    }
+                }
             }
+            println!("  {passed} passed, {failed} failed");
         }
         println!("{} passed, {failed} failed", results.len() - failed);
     }

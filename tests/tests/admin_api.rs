@@ -1255,11 +1255,26 @@ async fn a_shadow_policy_reports_divergences_on_live_inputs_and_is_promoted_or_d
         "{stdout}"
     );
 
+    // It breaks an invariant: promoting it takes --force, and the answer names what it breaks.
+    let (code, _, stderr) = cli(&joined(&["policy", "swap", "--from-shadow"], &flags)).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("handshake-alone-does-not-reset-the-budget") && stderr.contains("--force"),
+        "{stderr}"
+    );
     // Promoted: a swap to it, keeping the sessions.
     let pids = (steady.pid(), flaky.pid());
-    let (code, stdout, stderr) = cli(&joined(&["policy", "swap", "--from-shadow"], &flags)).await;
+    let (code, stdout, stderr) = cli(&joined(
+        &["policy", "swap", "--from-shadow", "--force"],
+        &flags,
+    ))
+    .await;
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     assert!(stdout.contains("wrong-test-policy"), "{stdout}");
+    assert!(
+        stdout.contains("breaks Tether's invariant handshake-alone-does-not-reset-the-budget"),
+        "{stdout}"
+    );
     assert_eq!((steady.pid(), flaky.pid()), pids);
     let (code, report) = admin.get("/policy/shadow").await;
     assert_eq!((code, &report["shadow"]), (StatusCode::OK, &Value::Null));

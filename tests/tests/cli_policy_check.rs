@@ -38,6 +38,28 @@ fn a_wrong_policy_fails_naming_the_scenario_and_what_differed() {
         .unwrap_or_else(|| panic!("no failure line for the scenario:\n{stdout}"));
     assert!(line.contains("respawn storm"), "{line}");
     assert!(stdout.contains(" failed"), "{stdout}");
+    // It keeps the contract: only an invariant fails, in its own section.
+    let (contract, invariants) = stdout
+        .split_once("Tether's invariants")
+        .expect("two sections");
+    assert!(
+        contract.contains("the contract") && contract.contains("0 failed"),
+        "{stdout}"
+    );
+    assert!(invariants.contains("FAIL  handshake-alone"), "{stdout}");
+}
+
+#[test]
+fn another_implementation_keeps_the_contract_including_the_handover() {
+    let (code, stdout, stderr) = policy_check(&[components::OTHER]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    for scenario in [
+        "ok    takes-over-another-policy-keeping-sessions",
+        "ok    decisions-are-deterministic",
+        "ok    state-survives-snapshot-and-restore",
+    ] {
+        assert!(stdout.contains(scenario), "{stdout}");
+    }
 }
 
 #[test]

@@ -547,7 +547,7 @@ fn policy_line(policy: &Value) -> String {
     )
 }
 
-pub async fn policy_swap(admin: &AdminArgs, file: &Path) -> ExitCode {
+pub async fn policy_swap(admin: &AdminArgs, file: &Path, force: bool) -> ExitCode {
     finish(
         async {
             let bytes = std::fs::read(file)
@@ -562,7 +562,7 @@ pub async fn policy_swap(admin: &AdminArgs, file: &Path) -> ExitCode {
                     gateway
                         .request(
                             reqwest::Method::PUT,
-                            &format!("/policy?label={}", percent_encode(&label)),
+                            &format!("/policy?label={}&force={force}", percent_encode(&label)),
                         )
                         .header(reqwest::header::CONTENT_TYPE, "application/wasm")
                         .body(bytes),
@@ -630,15 +630,20 @@ fn print_swap(admin: &AdminArgs, answer: &Value) {
     for what in lost.into_iter().flatten().filter_map(Value::as_str) {
         println!("not carried: {what}");
     }
+    let broken = swap.get("breaks_invariants").and_then(Value::as_array);
+    for name in broken.into_iter().flatten().filter_map(Value::as_str) {
+        println!("warning: it breaks Tether's invariant {name} (swapped with --force)");
+    }
 }
 
 /// `tether policy swap --from-shadow`.
-pub async fn policy_promote(admin: &AdminArgs) -> ExitCode {
+pub async fn policy_promote(admin: &AdminArgs, force: bool) -> ExitCode {
     finish(
         async {
             let gateway = locate(admin)?;
+            let path = format!("/policy/promote?force={force}");
             let answer = gateway
-                .send(gateway.request(reqwest::Method::POST, "/policy/promote"))
+                .send(gateway.request(reqwest::Method::POST, &path))
                 .await?;
             print_swap(admin, &answer);
             Ok(())

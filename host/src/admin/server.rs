@@ -368,6 +368,70 @@ async fn reconnect(State(app): State<App>, Path(server): Path<String>) -> Respon
 struct SwapQuery {
     /// A name for the component in status and logs (e.g. its file name).
     label: Option<String>,
+    /// Swap even if the policy breaks Tether's invariants.
+    #[serde(default)]
+    force: bool,
+}
+
+#[derive(serde::Deserialize)]
+struct ForceQuery {
+    #[serde(default)]
+    force: bool,
+}
+
+/// Runs the conformance suite against a policy about to be swapped in: one that breaks the
+/// contract is refused; one that breaks Tether's invariants is refused unless `force`, and
+/// then the invariants it breaks are returned for the answer.
+async fn vet(app: &App, source: PolicySource, force: bool) -> Result<Vec<String>, ApiError> {
+    use crate::policy::conformance::{self, Level};
+    let runtime = app.ctx.supervisor.policy();
+    let engine = runtime.engine().clone();
+    let running = runtime.running().settings;
+    let results = tokio::task::spawn_blocking(move || {
+        // Settings it refuses are settings the swap would replace with its defaults.
+        let settings = match conformance::preflight(&engine, &source, &running) {
+            Ok(()) => running,
+            Err(_) => "{}".to_string(),
+        };
+        conformance::preflight(&engine, &source, &settings)?;
+        Ok::<_, String>(conformance::run(&engine, &source, &settings))
+    })
+    .await
+    .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+    .map_err(|error| ApiError(StatusCode::UNPROCESSABLE_ENTITY, error))?;
+    let failed = |level| -> Vec<String> {
+        results
+            .iter()
+            .filter(|r| r.level == level && r.failure.is_some())
+            .map(|r| format!("{}: {}", r.name, r.failure.as_deref().unwrap_or_default()))
+            .collect()
+    };
+    let contract = failed(Level::Contract);
+    if !contract.is_empty() {
+        return Err(ApiError(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!(
+                "the policy breaks the contract, so it is not swapped in: {}",
+                contract.join("; ")
+            ),
+        ));
+    }
+    let invariants: Vec<String> = results
+        .iter()
+        .filter(|r| r.level == Level::Invariant && r.failure.is_some())
+        .map(|r| r.name.to_string())
+        .collect();
+    if !invariants.is_empty() && !force {
+        return Err(ApiError(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!(
+                "the policy breaks Tether's invariants ({}); swap with --force to run it anyway: {}",
+                invariants.join(", "),
+                failed(Level::Invariant).join("; ")
+            ),
+        ));
+    }
+    Ok(invariants)
 }
 
 fn policy_error(error: PolicyError) -> ApiError {
@@ -385,14 +449,29 @@ async fn swap_policy(
     Query(query): Query<SwapQuery>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<axum::Json<Value>, ApiError> {
+    let force = query.force;
     let source = uploaded(query, body)?;
     let _operation = app.operations.lock().await;
     let supervisor = &app.ctx.supervisor;
-    let report = supervisor.swap_policy(source).await.map_err(policy_error)?;
+    // Compiled once: the check and the swap use the same loaded component.
+    let policy = supervisor.policy().clone();
+    let loaded = tokio::task::spawn_blocking(move || policy.load(&source))
+        .await
+        .unwrap_or(Err(PolicyError::Stopped))
+        .map_err(policy_error)?;
+    let broken = vet(&app, PolicySource::Loaded(loaded.clone()), force).await?;
+    let report = supervisor
+        .swap_policy(PolicySource::Loaded(loaded))
+        .await
+        .map_err(policy_error)?;
     tracing::info!(name = %report.info.name, version = %report.info.version, path = ?report.path, "policy swapped through the admin API");
     Ok(axum::Json(json!({
         "policy": running_policy(supervisor),
-        "swap": { "path": report.path, "not_carried": report.not_carried },
+        "swap": {
+            "path": report.path,
+            "not_carried": report.not_carried,
+            "breaks_invariants": broken,
+        },
     })))
 }
 
@@ -456,9 +535,19 @@ async fn drop_shadow(State(app): State<App>) -> Result<axum::Json<Value>, ApiErr
     Ok(axum::Json(json!({ "dropped": dropped })))
 }
 
-async fn promote_shadow(State(app): State<App>) -> Result<axum::Json<Value>, ApiError> {
+async fn promote_shadow(
+    State(app): State<App>,
+    Query(query): Query<ForceQuery>,
+) -> Result<axum::Json<Value>, ApiError> {
     let _operation = app.operations.lock().await;
     let supervisor = &app.ctx.supervisor;
+    let shadow = supervisor
+        .policy()
+        .shadow_policy()
+        .await
+        .map_err(policy_error)?
+        .ok_or_else(|| policy_error(PolicyError::NoShadow))?;
+    let broken = vet(&app, PolicySource::Loaded(shadow), query.force).await?;
     let report = supervisor
         .swap_policy_from_shadow()
         .await
@@ -466,7 +555,11 @@ async fn promote_shadow(State(app): State<App>) -> Result<axum::Json<Value>, Api
     tracing::info!(name = %report.info.name, "shadow policy promoted through the admin API");
     Ok(axum::Json(json!({
         "policy": running_policy(supervisor),
-        "swap": { "path": report.path, "not_carried": report.not_carried },
+        "swap": {
+            "path": report.path,
+            "not_carried": report.not_carried,
+            "breaks_invariants": broken,
+        },
     })))
 }
 

@@ -2,9 +2,14 @@
 //! that any policy component must pass, run through the real runtime. `tether policy check`
 //! runs them, after [`preflight`] has made sure the component can be used at all.
 //!
-//! Scenarios check Tether's invariants, not one policy's parameters: they use the policy's
-//! own default settings (or the settings given), drive virtual time forward freely and fire
-//! every timer the policy asks for, and allow generous bounds (e.g. "parks within 25 attempts").
+//! Scenarios come at two levels ([`Level`]): the *contract* (valid outputs, no tools for a
+//! server without a session, withdrawal on removal and shutdown, determinism, the snapshot round
+//! trip, a handover taken over), which any policy the host runs must keep, and *Tether's
+//! invariants* (never give up — park; the budget resets only on a proven session; one half-open
+//! probe; ...), which a policy may break on purpose, and which a swap then names (`--force`).
+//! They check behaviour, not one policy's parameters: they use the policy's own default settings
+//! (or the settings given), drive virtual time forward freely and fire every timer the policy
+//! asks for, and allow generous bounds (e.g. "parks within 25 attempts").
 
 use super::types::{
     Action, Admission, CallOutcome, CallReport, CallRequest, Event, EventKind, Fault,
@@ -24,78 +29,130 @@ const BREAKER_WITHIN: usize = 10;
 /// Virtual time far beyond any sane cooldown or backoff.
 const LONG_MS: u64 = 24 * 3600 * 1000;
 
+/// Which promise a scenario checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Level {
+    /// What any policy the host runs must do.
+    Contract,
+    /// What Tether promises its users; a policy may break it on purpose.
+    Invariant,
+}
+
 /// One scenario's outcome.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ScenarioResult {
     pub name: &'static str,
+    pub level: Level,
     /// `None` when it passed; otherwise what differed.
     pub failure: Option<String>,
 }
 
 type Steps = fn(&mut Script) -> Result<(), String>;
 
-/// Every scenario, in order.
-pub fn scenarios() -> Vec<(&'static str, Steps)> {
+/// Every scenario, in order: the contract's, then the invariants'.
+pub fn scenarios() -> Vec<(&'static str, Level, Steps)> {
+    use Level::{Contract, Invariant};
     vec![
-        ("configured-server-connects", configured_server_connects),
         (
             "session-publishes-usable-tool-names",
+            Contract,
             session_publishes_usable_tool_names,
         ),
         (
-            "transient-failure-retries-after-a-backoff",
-            transient_failure_retries_after_a_backoff,
-        ),
-        (
-            "permanent-fault-parks-at-once",
-            permanent_fault_parks_at_once,
-        ),
-        (
-            "failing-server-parks-and-keeps-a-self-probe",
-            failing_server_parks_and_keeps_a_self_probe,
-        ),
-        (
-            "handshake-alone-does-not-reset-the-budget",
-            handshake_alone_does_not_reset_the_budget,
-        ),
-        ("proven-sessions-never-park", proven_sessions_never_park),
-        (
             "tools-are-withdrawn-exactly-once",
+            Contract,
             tools_are_withdrawn_exactly_once,
         ),
         (
-            "reconnect-request-revives-a-parked-server",
-            reconnect_request_revives_a_parked_server,
-        ),
-        ("breaker-opens-and-fails-fast", breaker_opens_and_fails_fast),
-        ("exactly-one-half-open-probe", exactly_one_half_open_probe),
-        (
-            "probe-without-session-signals-reconnect",
-            probe_without_session_signals_reconnect,
-        ),
-        (
-            "tool-errors-do-not-open-the-breaker",
-            tool_errors_do_not_open_the_breaker,
-        ),
-        (
             "removal-withdraws-and-forgets",
+            Contract,
             removal_withdraws_and_forgets,
         ),
         (
             "shutdown-withdraws-every-server",
+            Contract,
             shutdown_withdraws_every_server,
         ),
         (
             "tools-changed-republishes-only-on-difference",
+            Contract,
             tools_changed_republishes_only_on_difference,
         ),
         (
             "include-and-exclude-filter-tools",
+            Contract,
             include_and_exclude_filter_tools,
         ),
         (
+            "decisions-are-deterministic",
+            Contract,
+            decisions_are_deterministic,
+        ),
+        (
             "state-survives-snapshot-and-restore",
+            Contract,
             state_survives_snapshot_and_restore,
+        ),
+        (
+            "takes-over-another-policy-keeping-sessions",
+            Contract,
+            takes_over_another_policy_keeping_sessions,
+        ),
+        (
+            "configured-server-connects",
+            Invariant,
+            configured_server_connects,
+        ),
+        (
+            "transient-failure-retries-after-a-backoff",
+            Invariant,
+            transient_failure_retries_after_a_backoff,
+        ),
+        (
+            "permanent-fault-parks-at-once",
+            Invariant,
+            permanent_fault_parks_at_once,
+        ),
+        (
+            "failing-server-parks-and-keeps-a-self-probe",
+            Invariant,
+            failing_server_parks_and_keeps_a_self_probe,
+        ),
+        (
+            "handshake-alone-does-not-reset-the-budget",
+            Invariant,
+            handshake_alone_does_not_reset_the_budget,
+        ),
+        (
+            "proven-sessions-never-park",
+            Invariant,
+            proven_sessions_never_park,
+        ),
+        (
+            "reconnect-request-revives-a-parked-server",
+            Invariant,
+            reconnect_request_revives_a_parked_server,
+        ),
+        (
+            "breaker-opens-and-fails-fast",
+            Invariant,
+            breaker_opens_and_fails_fast,
+        ),
+        (
+            "exactly-one-half-open-probe",
+            Invariant,
+            exactly_one_half_open_probe,
+        ),
+        (
+            "probe-without-session-signals-reconnect",
+            Invariant,
+            probe_without_session_signals_reconnect,
+        ),
+        (
+            "tool-errors-do-not-open-the-breaker",
+            Invariant,
+            tool_errors_do_not_open_the_breaker,
         ),
     ]
 }
@@ -146,11 +203,15 @@ pub fn run(
 ) -> Vec<ScenarioResult> {
     scenarios()
         .into_iter()
-        .map(|(name, steps)| {
+        .map(|(name, level, steps)| {
             let failure = Script::start(engine, source, settings)
                 .and_then(|mut script| steps(&mut script).map_err(|e| script.explain(e)))
                 .err();
-            ScenarioResult { name, failure }
+            ScenarioResult {
+                name,
+                level,
+                failure,
+            }
         })
         .collect()
 }
@@ -158,6 +219,8 @@ pub fn run(
 /// Drives one runtime through a scenario, keeping virtual time and a step log for messages.
 pub struct Script {
     runtime: PolicyRuntime,
+    engine: Arc<PolicyEngine>,
+    settings: String,
     source: PolicySource,
     now: u64,
     step: usize,
@@ -176,6 +239,8 @@ impl Script {
         let runtime = start_runtime(engine, source, settings).map_err(|e| e.to_string())?;
         Ok(Self {
             runtime,
+            engine: engine.clone(),
+            settings: settings.to_string(),
             source: source.clone(),
             now: 1_000,
             step: 0,
@@ -804,5 +869,136 @@ fn state_survives_snapshot_and_restore(s: &mut Script) -> Result<(), String> {
     expect(
         attempts < PARK_WITHIN,
         "the restored budget must still be counting",
+    )
+}
+
+/// A fixed story: a server that fails, backs off, comes up, answers and fails calls, is proven,
+/// dies; every output, in order, as text.
+fn story(s: &mut Script) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    out.push(format!("{:?}", s.configure("alpha")?));
+    out.push(format!(
+        "{:?}",
+        s.connect_failed("alpha", Fault::TransportClosed("reset".into()))?
+    ));
+    if s.wakes.contains_key("alpha") {
+        out.push(format!("{:?}", s.fire_timer("alpha")?));
+    }
+    out.push(format!("{:?}", s.connected("alpha", &["work", "read"])?));
+    for outcome in [
+        CallOutcome::Ok,
+        CallOutcome::TransportError(Fault::TransportClosed("reset".into())),
+        CallOutcome::Timeout,
+        CallOutcome::ToolError("bad".into()),
+    ] {
+        out.push(format!("{:?}", s.call("alpha", outcome)?));
+    }
+    out.push(format!("{:?}", s.keepalive_ok("alpha")?));
+    out.push(format!("{:?}", s.disconnected("alpha")?));
+    if s.wakes.contains_key("alpha") {
+        out.push(format!("{:?}", s.fire_timer("alpha")?));
+    }
+    out.push(format!("{:?}", s.status("alpha")?));
+    Ok(out)
+}
+
+fn decisions_are_deterministic(s: &mut Script) -> Result<(), String> {
+    let first = story(s)?;
+    let mut twin = Script::start(&s.engine.clone(), &s.source.clone(), &s.settings.clone())?;
+    let second = story(&mut twin)?;
+    match first.iter().zip(&second).position(|(a, b)| a != b) {
+        None if first.len() == second.len() => Ok(()),
+        at => Err(format!(
+            "the same inputs gave other outputs in a fresh instance (output {}): {:?} vs {:?}",
+            at.unwrap_or(first.len().min(second.len())) + 1,
+            at.map(|i| &first[i]),
+            at.map(|i| &second[i])
+        )),
+    }
+}
+
+fn takes_over_another_policy_keeping_sessions(s: &mut Script) -> Result<(), String> {
+    // The default policy runs first: alpha up with tools, beta backing off.
+    let outgoing = PolicyRuntime::start(RuntimeOptions {
+        engine: Some(s.engine.clone()),
+        source: PolicySource::Embedded,
+        fallback_to_default: false,
+        ..RuntimeOptions::default()
+    })
+    .map_err(|e| format!("the default policy did not start: {e}"))?;
+    let event = |now, kind| outgoing.handle(Event { now, kind }).wait();
+    let config = |name: &str| ServerConfig {
+        name: name.into(),
+        transport: TransportKind::Stdio,
+        include: vec![],
+        exclude: vec![],
+        settings: String::new(),
+    };
+    let setup = (|| {
+        event(1, EventKind::ServerConfigured(config("alpha")))?;
+        event(
+            2,
+            EventKind::Connected(SessionInfo {
+                server: "alpha".into(),
+                server_info: "conformance 1.0".into(),
+                tools: vec![tool("work")],
+            }),
+        )?;
+        event(3, EventKind::KeepaliveOk("alpha".into()))?;
+        event(4, EventKind::ServerConfigured(config("beta")))?;
+        event(
+            5,
+            EventKind::ConnectFailed(ServerFault {
+                server: "beta".into(),
+                fault: Fault::HandshakeTimedOut,
+            }),
+        )
+    })();
+    setup.map_err(|e| format!("the default policy failed the setup: {e}"))?;
+    s.step += 1;
+    s.last = "swap from the default policy".into();
+    let report = outgoing
+        .swap_blocking(&s.source)
+        .map_err(|e| format!("the handover was refused: {e}"))?;
+    expect(
+        !report
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Connect(server) if server == "alpha")),
+        "a server with a live session must not be connected again",
+    )?;
+    let status = outgoing.status().wait().map_err(|e| e.to_string())?;
+    let alpha = status
+        .iter()
+        .find(|st| st.server == "alpha")
+        .ok_or("after the handover, status() does not list alpha")?;
+    let beta = status.iter().find(|st| st.server == "beta");
+    expect(
+        beta.is_some(),
+        "after the handover, status() does not list beta",
+    )?;
+    // A 0.1 policy is taught by events and cannot be asked for more.
+    if report.path == super::SwapPath::Events {
+        return Ok(());
+    }
+    expect(
+        matches!(alpha.state, ServerState::Connected | ServerState::Healthy),
+        format!(
+            "alpha's live session must be kept, state is {:?}",
+            alpha.state
+        ),
+    )?;
+    let admission = outgoing
+        .admit(CallRequest {
+            now: 10,
+            call_id: 1,
+            server: "alpha".into(),
+            tool: "work".into(),
+        })
+        .wait()
+        .map_err(|e| e.to_string())?;
+    expect(
+        admission == Admission::Allow,
+        format!("a kept session must allow calls, got {admission:?}"),
     )
 }

@@ -35,6 +35,8 @@ pub enum PolicySource {
     File(PathBuf),
     /// Component bytes received from somewhere (e.g. the admin API), with a name for messages.
     Bytes { label: String, bytes: Vec<u8> },
+    /// A component this host has already compiled and vetted.
+    Loaded(Arc<LoadedPolicy>),
 }
 
 impl PolicySource {
@@ -43,6 +45,7 @@ impl PolicySource {
             PolicySource::Embedded => "embedded default policy".to_string(),
             PolicySource::File(path) => path.display().to_string(),
             PolicySource::Bytes { label, .. } => label.clone(),
+            PolicySource::Loaded(policy) => policy.label().to_string(),
         }
     }
 }
@@ -101,6 +104,9 @@ impl PolicyEngine {
     /// Compiles (or loads from the cache) and vets a policy component.
     pub fn load(self: &Arc<Self>, source: &PolicySource) -> Result<Arc<LoadedPolicy>, PolicyError> {
         let label = source.label();
+        if let PolicySource::Loaded(policy) = source {
+            return Ok(policy.clone());
+        }
         let bytes: std::borrow::Cow<'_, [u8]> = match source {
             PolicySource::Embedded => EMBEDDED_DEFAULT_POLICY.into(),
             PolicySource::File(path) => std::fs::read(path)
@@ -110,6 +116,7 @@ impl PolicyEngine {
                 })?
                 .into(),
             PolicySource::Bytes { bytes, .. } => bytes.as_slice().into(),
+            PolicySource::Loaded(_) => unreachable!("returned above"),
         };
         let digest = hex::encode(Sha256::digest(&bytes));
         let precompiled = matches!(source, PolicySource::Embedded)
@@ -280,6 +287,16 @@ fn contract_version(
             }
         ),
     })
+}
+
+impl std::fmt::Debug for LoadedPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedPolicy")
+            .field("label", &self.label)
+            .field("digest", &self.digest)
+            .field("contract", &self.version)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A compiled, vetted policy component, ready to instantiate.

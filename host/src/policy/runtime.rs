@@ -448,6 +448,16 @@ impl PolicyRuntime {
         self.ask(move |w| w.start_shadow(policy)).wait()
     }
 
+    /// The shadow policy, if one runs.
+    pub fn shadow_policy(&self) -> Reply<Option<Arc<LoadedPolicy>>> {
+        self.ask(|w| Ok(w.shadow.as_ref().map(|s| s.policy.clone())))
+    }
+
+    /// The engine that compiles this runtime's policies.
+    pub fn engine(&self) -> &Arc<PolicyEngine> {
+        &self.shared.engine
+    }
+
     /// The shadow policy's comparison so far, if one runs.
     pub fn shadow_report(&self) -> Reply<Option<ShadowReport>> {
         self.ask(|w| Ok(w.shadow.as_ref().map(|s| s.report.clone())))
