@@ -484,7 +484,14 @@ impl PolicyRuntime {
     ) {
         self.queue(move |w| {
             let result = match w.shadow.take() {
-                Some(shadow) => w.swap(shadow.policy),
+                Some(shadow) => {
+                    let swapped = w.swap(shadow.policy.clone());
+                    if swapped.is_err() {
+                        // Not promoted: it keeps shadowing.
+                        w.shadow = Some(shadow);
+                    }
+                    swapped
+                }
                 None => Err(PolicyError::NoShadow),
             };
             then(result)
@@ -912,11 +919,16 @@ impl Worker {
     }
 
     /// Restores the last good snapshot and replays the journal since. The ledger already holds
-    /// what the journal's events say; hearing them again in order leaves it as it is.
+    /// what the journal's events say: the replay hears them on a copy, so that one failing half
+    /// way leaves the ledger as it is.
     fn restore_into(&mut self, instance: &mut PolicyInstance) -> Result<(), PolicyError> {
         instance.restore_holding(&self.last_good, self.last_good_held.clone())?;
+        if self.journal.is_empty() {
+            return Ok(());
+        }
+        let mut ledger = self.ledger.clone();
         for input in &self.journal {
-            Self::apply(instance, &mut self.ledger, input)?;
+            Self::apply(instance, &mut ledger, input)?;
         }
         Ok(())
     }
@@ -1080,7 +1092,11 @@ impl Worker {
         let path = match path {
             Some(path) => path,
             None => {
-                let status = self.instance.status(now)?;
+                // A failing outgoing policy cannot report: the host's own knowledge still goes.
+                let status = self.instance.status(now).unwrap_or_else(|error| {
+                    not_carried.push(format!("the outgoing policy's view ({error})"));
+                    Vec::new()
+                });
                 let previous = outgoing.unwrap_or_else(|| PolicyInfo {
                     name: self.policy.label().to_string(),
                     version: String::new(),
