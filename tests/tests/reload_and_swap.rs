@@ -287,6 +287,7 @@ async fn swaps_across_implementations_and_contract_versions_keep_sessions_calls_
     );
     let other = PolicySource::File(tether_tests::components::OTHER.into());
     let next_minor = PolicySource::File(tether_tests::components::NEXT_MINOR.into());
+    // (next-minor is built for tether:policy@0.1.1.)
 
     // Default -> another implementation (its own state format) -> default: handovers that
     // carry everything, both ways.
@@ -328,6 +329,16 @@ async fn swaps_across_implementations_and_contract_versions_keep_sessions_calls_
         .expect("swap");
     assert_eq!(report.path, SwapPath::Handover);
     assert_eq!(host.supervisor.policy().running().contract, "0.2.0");
+    flowing().await;
+    // And back to 0.1: 0.1 -> 0.2 -> 0.1 as well.
+    let report = host
+        .supervisor
+        .swap_policy(PolicySource::File(
+            tether_tests::components::NEXT_MINOR.into(),
+        ))
+        .await
+        .expect("swap");
+    assert_eq!(report.path, SwapPath::Events);
     flowing().await;
 
     stop.store(true, Ordering::Relaxed);

@@ -582,7 +582,14 @@ async fn paginated_tool_lists_are_read_in_full_up_to_the_page_cap() {
 /// calls than the breaker's failure threshold leave it closed, its failures at zero.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_calls_reach_the_server_and_never_count_as_its_failures() {
-    let host = Host::fast();
+    // Recorded, to see what the policy was told.
+    let dir = tempfile::tempdir().unwrap();
+    let recording = dir.path().join("decisions.jsonl");
+    let host = Host::start_with(tether::policy::RuntimeOptions {
+        settings: FAST_POLICY.into(),
+        record: Some(recording.clone()),
+        ..Default::default()
+    });
     let state = host.state_dir("patient");
     host.supervisor
         .add_server(stdio_fixture("patient", &state, &[]))
@@ -621,6 +628,17 @@ async fn cancelled_calls_reach_the_server_and_never_count_as_its_failures() {
         .await
         .unwrap();
     assert_eq!(text(&answer), "still here");
+    // The policy (contract 0.2) heard each call end as cancelled.
+    let records = tether::policy::record::read(&recording).unwrap();
+    let cancelled = records
+        .iter()
+        .filter(|(_, record)| {
+            matches!(record, tether::policy::record::Record::Event { event, .. }
+                if matches!(&event.kind, tether::policy::EventKind::CallFinished(report)
+                    if report.outcome == tether::policy::CallOutcome::Cancelled))
+        })
+        .count();
+    assert_eq!(cancelled, 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
