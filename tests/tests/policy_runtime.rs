@@ -918,3 +918,42 @@ fn a_leaking_policy_still_hits_a_cap_that_follows_the_data() {
     let seen = notices(&mut rx);
     assert_eq!(memory_limit_in(&seen), Limits::default().memory_bytes);
 }
+
+#[test]
+fn a_policy_printing_during_inline_decisions_on_async_workers_stays_inline() {
+    // Decided inline on tokio workers: the guest's stdout/stderr writes must work there (they
+    // go to the host log), not panic and push every decision to the policy thread.
+    let rt = hostile_inline(r#""print_from_event":1"#, 64, false, DEFAULT_INLINE_FUEL);
+    let mut rx = rt.notices();
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let handle = rt.clone();
+    tokio.block_on(async move {
+        tokio::spawn(async move {
+            for (now, name) in [(1, "a"), (2, "b"), (3, "c")] {
+                let actions = handle
+                    .handle(Event {
+                        now,
+                        kind: configured(name),
+                    })
+                    .await
+                    .expect("decided");
+                assert!(has_connect(&actions, name), "{actions:?}");
+            }
+        })
+        .await
+        .unwrap();
+    });
+    let stats = rt.stats();
+    assert_eq!(
+        stats
+            .inline_misses
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    assert_eq!(stats.faults.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert!(notices(&mut rx).is_empty());
+}

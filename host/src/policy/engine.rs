@@ -77,6 +77,8 @@ impl PolicyEngine {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
+        output_streams_on_any_thread(&mut linker)
+            .map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
         // Both contract lines: their `log` imports have different versioned names.
         v0_1::PolicyComponent::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
             &mut linker,
@@ -236,6 +238,54 @@ impl PolicyEngine {
                 .join(format!("{digest}.cwasm")),
         )
     }
+}
+
+/// The version of `wasi:io` wasmtime-wasi defines (guests importing any 0.2.x link to it).
+const WASI_IO_STREAMS: &str = "wasi:io/streams@0.2.12";
+
+/// Replaces the output-stream functions a guest's stdout and stderr use (`blocking-write-and-flush`,
+/// `blocking-flush`, dropping the stream) with ones that never block on tokio. wasmtime-wasi's
+/// sync bindings run them through `Handle::block_on`, which panics on a tokio worker, where
+/// inline decisions run. A policy's only streams are its stdout and stderr, whose writes are
+/// synchronous ([`super::guest_output::GuestOutput`]), so nothing here needs to wait.
+fn output_streams_on_any_thread(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
+    use wasmtime::component::{Resource, ResourceType};
+    use wasmtime_wasi::p2::DynOutputStream;
+    use wasmtime_wasi::p2::bindings::sync::io::streams::StreamError;
+
+    fn write(stream: &mut DynOutputStream, bytes: Vec<u8>) -> Result<(), StreamError> {
+        let written = stream.write(bytes.into()).and_then(|()| stream.flush());
+        written.map_err(|_| StreamError::Closed)
+    }
+
+    linker.allow_shadowing(true);
+    let mut streams = linker.instance(WASI_IO_STREAMS)?;
+    streams.resource(
+        "output-stream",
+        ResourceType::host::<DynOutputStream>(),
+        |mut store, rep| {
+            let table = store.data_mut().table();
+            table.delete(Resource::<DynOutputStream>::new_own(rep))?;
+            Ok(())
+        },
+    )?;
+    streams.func_wrap(
+        "[method]output-stream.blocking-write-and-flush",
+        |mut store, (stream, bytes): (Resource<DynOutputStream>, Vec<u8>)| {
+            let table = store.data_mut().table();
+            Ok((write(table.get_mut(&stream)?, bytes),))
+        },
+    )?;
+    streams.func_wrap(
+        "[method]output-stream.blocking-flush",
+        |mut store, (stream,): (Resource<DynOutputStream>,)| {
+            let table = store.data_mut().table();
+            let stream = table.get_mut(&stream)?;
+            Ok((stream.flush().map_err(|_| StreamError::Closed),))
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
 }
 
 fn store_artifact(path: &Path, component: &Component) -> anyhow::Result<()> {

@@ -23,8 +23,9 @@
 //! dominates, so a single 16 MiB list of tiny tools weighs up to ~150 MB).
 //!
 //! Calls here are synchronous. The runtime makes them on its policy thread, or inline on a
-//! caller's thread; on a tokio worker a guest's WASI call panics (wasmtime-wasi's sync bindings
-//! block on tokio), which the runtime catches and answers on its thread instead.
+//! caller's thread. On a tokio worker, a WASI call that wasmtime-wasi's sync bindings run through
+//! tokio would panic; the engine replaces those a guest's stdout and stderr use, and the runtime
+//! catches any other and answers on its thread instead.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -237,6 +238,11 @@ impl WasiView for StoreState {
 }
 
 impl StoreState {
+    /// The resource table, for host functions defined outside wasmtime-wasi.
+    pub(crate) fn table(&mut self) -> &mut ResourceTable {
+        &mut self.table
+    }
+
     /// A record the guest logs (through its contract's `log` import).
     pub(crate) fn write_log(&mut self, level: LogLevel, message: &str) {
         let policy = &*self.label;

@@ -18,10 +18,11 @@
 //! reports in `status`, given to a 0.2 policy's `take-over` or taught to a 0.1 policy as events.
 //! Either way live sessions are kept: the incoming policy's `connect`s for them are dropped.
 //!
-//! An inline decision gets a small fuel budget. If it runs out, faults, or panics (a guest's
-//! WASI call made on a tokio worker does: wasmtime-wasi's sync bindings block on tokio), the
-//! input goes to the policy thread instead, which starts from the last good state and handles it
-//! with the full budget; only what fails there counts as a fault.
+//! An inline decision gets a small fuel budget. If it runs out, faults, or panics (a host
+//! function under the guest can: wasmtime-wasi's sync bindings block on tokio, which panics on a
+//! tokio worker; the engine replaces the ones a guest's stdout and stderr use, so printing does
+//! not), the input goes to the policy thread instead, which starts from the last good state and
+//! handles it with the full budget; only what fails there counts as a fault.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -124,6 +125,8 @@ pub struct RuntimeStats {
     pub swaps: AtomicU64,
     pub decisions: AtomicU64,
     pub decision_nanos: AtomicU64,
+    /// Inline decisions handed to the policy thread (over budget, a fault, a panic).
+    pub inline_misses: AtomicU64,
 }
 
 /// What is running now, for status displays.
@@ -577,7 +580,7 @@ enum InlineMiss {
     OverBudget,
     /// The guest faulted: handled like any fault.
     Fault(PolicyError),
-    /// A host function panicked under the guest: a WASI call made on a tokio worker.
+    /// A host function panicked under the guest (a blocking WASI call on a tokio worker).
     Panicked,
 }
 
@@ -776,6 +779,10 @@ impl Worker {
         };
         self.poisoned = true;
         self.inline = false;
+        self.shared
+            .stats
+            .inline_misses
+            .fetch_add(1, Ordering::Relaxed);
         Err(Box::new((input, miss)))
     }
 
@@ -807,7 +814,7 @@ impl Worker {
             InlineMiss::Panicked => {
                 tracing::warn!(
                     policy,
-                    "the policy made a WASI call (e.g. printed) during a decision on an async worker, where such calls panic (the panic above); it decides on the policy thread from now on"
+                    "the policy made a blocking WASI call during a decision on an async worker, where such calls panic (the panic above); it decides on the policy thread from now on"
                 );
                 self.step(input)
             }

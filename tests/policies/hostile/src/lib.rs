@@ -7,6 +7,7 @@
 //! - `flood_on_event: N`  — return 50 000 actions on the Nth `handle` call
 //! - `nonsense_on_event: N` — return actions about an unknown server and bad tool names
 //! - `trap_in_restore: true` — panic in `restore`
+//! - `print_from_event: N` — print to stdout and stderr on every `handle` call from the Nth on
 //!
 //! The call counter lives in the instance, not in snapshots: a fresh instance starts from zero.
 
@@ -31,6 +32,7 @@ struct Misdeeds {
     flood_on_event: Option<u64>,
     nonsense_on_event: Option<u64>,
     trap_in_restore: bool,
+    print_from_event: Option<u64>,
 }
 
 impl Misdeeds {
@@ -41,6 +43,7 @@ impl Misdeeds {
         flood_on_event: None,
         nonsense_on_event: None,
         trap_in_restore: false,
+        print_from_event: None,
     };
 }
 
@@ -65,6 +68,7 @@ fn take_misdeeds(settings: &str) -> Result<String, String> {
                 "flood_on_event" => misdeeds.flood_on_event = n,
                 "nonsense_on_event" => misdeeds.nonsense_on_event = n,
                 "trap_in_restore" => misdeeds.trap_in_restore = setting.as_bool() == Some(true),
+                "print_from_event" => misdeeds.print_from_event = n,
                 other => return Err(format!("unknown hostile setting {other}")),
             }
         }
@@ -105,6 +109,10 @@ impl PolicyLogic for Hostile {
         });
         let misdeeds = MISDEEDS.with(Cell::get);
         let now = |n: Option<u64>| n == Some(call);
+        if misdeeds.print_from_event.is_some_and(|n| call >= n) {
+            println!("hostile policy: printing on event {call}");
+            eprintln!("hostile policy: printing to stderr on event {call}");
+        }
         if now(misdeeds.panic_on_event) {
             panic!("hostile policy: panicking on event {call}");
         }
