@@ -18,7 +18,7 @@ use crate::model::{
 };
 use crate::registry::{Filters, Plan, Registry};
 use crate::server::{ParkReason, PendingWake, Server, effective_settings};
-use crate::settings::Settings;
+use crate::settings::{MAX_HOLD_MS, Settings};
 use crate::words;
 
 /// Identifies snapshots of this policy (another policy's snapshot is refused).
@@ -188,7 +188,7 @@ impl Policy {
                 let hold_for = match wait {
                     _ if hold == 0 => None,
                     None if !backing_off => Some(hold),
-                    Some(wait) if wait <= hold => Some(wait.saturating_add(hold)),
+                    Some(wait) if wait <= hold => Some(wait.saturating_add(hold).min(MAX_HOLD_MS)),
                     _ => None,
                 };
                 match hold_for {

@@ -55,6 +55,9 @@ pub trait CallObserver: Send + Sync {
 /// of it yet (the `connected` event is decided right after the session is stored).
 const HELD_RECHECK: Duration = Duration::from_millis(5);
 
+/// What is left of a call's deadline after the longest hold: enough to be answered at all.
+const MIN_CALL_TIME: Duration = Duration::from_millis(100);
+
 /// At most this many such rechecks (2 s) per call: a policy that holds a call while a live
 /// session is there does not get to hold it to its deadline.
 const MAX_HELD_RECHECKS: usize = 400;
@@ -141,11 +144,11 @@ impl Supervisor {
             .ok_or_else(|| CallError::UnknownTool(advertised.to_string()))?;
         let server = route.server.clone();
         let call_id = shared.next_call_id();
-        let admission = match self
+        let (admission, held) = match self
             .admit(&server, call_id, &route.tool.original, &context.cancel)
             .await
         {
-            Ok(admission) => admission,
+            Ok(decided) => decided,
             Err(Unadmitted::Cancelled) => {
                 self.observe(&server, CallResultKind::Cancelled, Duration::ZERO);
                 return Ok(refused(
@@ -187,6 +190,16 @@ impl Supervisor {
                 format!("Server \"{server}\" was removed; the call was not sent. Do not retry it."),
             ));
         };
+        // A hold counts against the call's deadline.
+        let timeouts = crate::config::Timeouts {
+            call: spec.timeouts.call.saturating_sub(held).max(MIN_CALL_TIME),
+            call_max: spec
+                .timeouts
+                .call_max
+                .saturating_sub(held)
+                .max(MIN_CALL_TIME),
+            ..spec.timeouts.clone()
+        };
         before_dispatch.await;
         let started = Instant::now();
         let mut session = current.clone().filter(|s| s.is_alive());
@@ -214,7 +227,7 @@ impl Supervisor {
         };
         let arguments_copy = arguments.clone();
         let mut result = first
-            .call(&route.tool.original, arguments, &spec.timeouts, &context)
+            .call(&route.tool.original, arguments, &timeouts, &context)
             .await;
         if let Err(CallFailure::NotSent(_)) = &result {
             // The session died between the check and the send: the call certainly did not run.
@@ -226,7 +239,7 @@ impl Supervisor {
                     .call(
                         &route.tool.original,
                         arguments_copy.clone(),
-                        &spec.timeouts,
+                        &timeouts,
                         &context,
                     )
                     .await;
@@ -243,12 +256,7 @@ impl Supervisor {
             {
                 let retry_id = shared.next_call_id();
                 let retried = fresh
-                    .call(
-                        &route.tool.original,
-                        arguments_copy,
-                        &spec.timeouts,
-                        &context,
-                    )
+                    .call(&route.tool.original, arguments_copy, &timeouts, &context)
                     .await;
                 self.report_result(&server, retry_id, &retried, started);
                 return Ok(match retried {
@@ -275,12 +283,15 @@ impl Supervisor {
         call_id: u64,
         tool: &str,
         cancel: &tokio_util::sync::CancellationToken,
-    ) -> Result<Admission, Unadmitted> {
+    ) -> Result<(Admission, Duration), Unadmitted> {
         let shared = &self.shared;
-        let deadline = shared
-            .session(server)
-            .map_or(Duration::ZERO, |lookup| lookup.spec.timeouts.call);
-        let deadline = Instant::now() + deadline;
+        let begun = Instant::now();
+        let deadline = begun
+            + shared
+                .session(server)
+                .map_or(Duration::ZERO, |lookup| lookup.spec.timeouts.call);
+        // When the current hold ends; a fresh session starts a new one (never past the deadline).
+        let mut hold_end: Option<Instant> = None;
         let mut rechecks = 0;
         loop {
             let request = CallRequest {
@@ -295,40 +306,47 @@ impl Supervisor {
                 .await
                 .map_err(Unadmitted::Undecided)?;
             let Admission::Hold(hold) = &admission else {
-                return Ok(admission);
+                return Ok((admission, begun.elapsed()));
             };
             let Some(lookup) = shared.session(server) else {
-                return Ok(admission);
+                return Ok((admission, begun.elapsed()));
             };
-            let until = deadline.min(Instant::now() + Duration::from_millis(hold.wait_ms));
-            if Instant::now() >= until {
-                return Ok(admission);
+            let now = Instant::now();
+            let until = *hold_end
+                .get_or_insert_with(|| deadline.min(now + Duration::from_millis(hold.wait_ms)));
+            let left = until.saturating_duration_since(now);
+            if left.is_zero() {
+                tracing::debug!(
+                    server,
+                    call_id,
+                    "a held call found no fresh session in time"
+                );
+                return Ok((admission, begun.elapsed()));
             }
-            let alive = lookup.current.as_ref().filter(|s| s.is_alive());
             let wait = async {
-                match alive {
+                if lookup.current.as_ref().is_some_and(|s| s.is_alive()) {
                     // A live session the policy has not heard of yet (its `connected` is on
-                    // the way): ask again in a moment.
-                    Some(_) => {
-                        tokio::time::sleep(HELD_RECHECK).await;
-                        true
+                    // the way): ask again in a moment, within the same hold.
+                    rechecks += 1;
+                    tokio::time::sleep(HELD_RECHECK.min(left)).await;
+                    rechecks <= MAX_HELD_RECHECKS
+                } else {
+                    let fresh = wait_for_fresh(lookup.updates, lookup.current.as_ref(), left)
+                        .await
+                        .is_some();
+                    if fresh {
+                        hold_end = None;
                     }
-                    None => {
-                        let within = until.saturating_duration_since(Instant::now());
-                        wait_for_fresh(lookup.updates, lookup.current.as_ref(), within)
-                            .await
-                            .is_some()
-                    }
+                    fresh
                 }
             };
             tokio::select! {
-                fresh = wait => if !fresh || rechecks > MAX_HELD_RECHECKS {
+                go_on = wait => if !go_on {
                     tracing::debug!(server, call_id, "a held call found no fresh session in time");
-                    return Ok(admission);
+                    return Ok((admission, begun.elapsed()));
                 },
                 () = cancel.cancelled() => return Err(Unadmitted::Cancelled),
             }
-            rechecks += usize::from(alive.is_some());
         }
     }
 

@@ -957,3 +957,23 @@ fn a_policy_printing_during_inline_decisions_on_async_workers_stays_inline() {
     assert_eq!(stats.faults.load(std::sync::atomic::Ordering::Relaxed), 0);
     assert!(notices(&mut rx).is_empty());
 }
+
+#[test]
+fn recovery_replays_a_journal_that_removed_a_server() {
+    // A checkpoint every 2 inputs: after the server is configured and connected. The journal
+    // then holds its removal; the 4th event panics, and the fresh instance replays the removal
+    // (whose actions act on a server the live ledger has forgotten) before retrying it.
+    let rt = hostile(r#""panic_on_event":4"#, 2, true);
+    let mut rx = rt.notices();
+    event(&rt, 1, configured("gone")).unwrap();
+    event(&rt, 2, connected("gone", &["x"])).unwrap();
+    event(&rt, 3, EventKind::ServerRemoved("gone".into())).unwrap();
+    let actions = event(&rt, 4, configured("next")).expect("contained");
+    assert!(has_connect(&actions, "next"), "{actions:?}");
+    let seen = notices(&mut rx);
+    assert_recovered_in_place(&seen);
+    assert!(
+        rt.running().label.contains("tether_policy_hostile"),
+        "{seen:?}"
+    );
+}

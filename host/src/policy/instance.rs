@@ -590,6 +590,16 @@ impl PolicyInstance {
         })?;
         let actions =
             answer.map_err(|reason| self.policy.refused("the handed-over state", reason))?;
+        if actions.len() > self.limits.max_actions {
+            return Err(self.policy.fault(
+                "take-over",
+                PolicyFault::InvalidOutput(format!(
+                    "returned {} actions for a handover (limit {})",
+                    actions.len(),
+                    self.limits.max_actions
+                )),
+            ));
+        }
         self.held = held;
         self.actions(Answer::V0_2(actions), lookup, "take-over")
     }

@@ -5,6 +5,7 @@
 //! where a 0.2 policy's publications get their descriptions and schemas ([`Ledger::tool`]).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::types::{
     Action, BreakerState, CallOutcome, Event, EventKind, Handover, LiveSession, Millis, PolicyInfo,
@@ -14,9 +15,28 @@ use super::types::{
 #[derive(Debug, Clone)]
 struct Entry {
     config: ServerConfig,
-    session: Option<LiveSession>,
+    session: Option<Live>,
     /// A `connect` went out and its outcome has not come back.
     connecting: bool,
+}
+
+/// A live session. The tool list is shared, so that copies of the ledger (one is kept with
+/// each checkpoint) cost no copy of the tools.
+#[derive(Debug, Clone)]
+struct Live {
+    server_info: String,
+    tools: Arc<Vec<Tool>>,
+    proven: bool,
+}
+
+impl Live {
+    fn handed_over(&self) -> LiveSession {
+        LiveSession {
+            server_info: self.server_info.clone(),
+            tools: self.tools.as_ref().clone(),
+            proven: self.proven,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -69,16 +89,22 @@ impl Ledger {
             }) => {
                 if let Some(entry) = entry(&mut self.servers, server) {
                     entry.connecting = false;
-                    entry.session = Some(LiveSession {
+                    entry.session = Some(Live {
                         server_info: server_info.clone(),
-                        tools: tools.clone(),
+                        tools: Arc::new(tools.clone()),
                         proven: false,
                     });
                 }
             }
-            EventKind::ConnectFailed(f) | EventKind::Disconnected(f) => {
+            EventKind::ConnectFailed(f) => {
                 if let Some(entry) = entry(&mut self.servers, &f.server) {
                     entry.connecting = false;
+                    entry.session = None;
+                }
+            }
+            // The end of a session says nothing of an attempt already asked for.
+            EventKind::Disconnected(f) => {
+                if let Some(entry) = entry(&mut self.servers, &f.server) {
                     entry.session = None;
                 }
             }
@@ -86,7 +112,7 @@ impl Ledger {
                 if let Some(session) =
                     entry(&mut self.servers, &change.server).and_then(|e| e.session.as_mut())
                 {
-                    session.tools = change.tools.clone();
+                    session.tools = Arc::new(change.tools.clone());
                 }
             }
             EventKind::KeepaliveOk(server) => {
@@ -148,7 +174,7 @@ impl Ledger {
             .values()
             .map(|entry| {
                 let reported = status.iter().find(|s| s.server == entry.config.name);
-                let mut session = entry.session.clone();
+                let mut session = entry.session.as_ref().map(Live::handed_over);
                 if let Some(session) = &mut session {
                     session.proven |= reported.is_some_and(|s| s.state == ServerState::Healthy);
                 }
@@ -187,7 +213,7 @@ impl Ledger {
                 events.push(event(EventKind::Connected(SessionInfo {
                     server: name.clone(),
                     server_info: session.server_info.clone(),
-                    tools: session.tools.clone(),
+                    tools: session.tools.as_ref().clone(),
                 })));
                 let healthy = status
                     .iter()
@@ -198,5 +224,100 @@ impl Ledger {
             }
         }
         events
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::types::{ServerFault, TransportKind};
+
+    fn event(kind: EventKind) -> Event {
+        Event { now: 1, kind }
+    }
+
+    fn configured(name: &str) -> EventKind {
+        EventKind::ServerConfigured(ServerConfig {
+            name: name.into(),
+            transport: TransportKind::Stdio,
+            include: vec![],
+            exclude: vec![],
+            settings: String::new(),
+        })
+    }
+
+    fn ended(name: &str) -> ServerFault {
+        ServerFault {
+            server: name.into(),
+            fault: crate::policy::Fault::SessionExpired,
+        }
+    }
+
+    #[test]
+    fn an_old_session_ending_does_not_hide_an_attempt_in_flight() {
+        let mut ledger = Ledger::default();
+        ledger.note_event(&event(configured("a")));
+        ledger.note_event(&event(EventKind::Connected(SessionInfo {
+            server: "a".into(),
+            server_info: "a 1".into(),
+            tools: vec![],
+        })));
+        // A reconnect is asked for; the old session's end is reported after it.
+        ledger.note_actions(&[Action::Connect("a".into())]);
+        ledger.note_event(&event(EventKind::Disconnected(ended("a"))));
+        assert!(ledger.is_live("a"), "the attempt is still in flight");
+        ledger.note_event(&event(EventKind::ConnectFailed(ended("a"))));
+        assert!(!ledger.is_live("a"));
+    }
+
+    #[test]
+    fn the_handover_says_what_the_host_knows_and_the_policy_reported() {
+        let mut ledger = Ledger::default();
+        ledger.note_event(&event(configured("a")));
+        ledger.note_event(&event(configured("b")));
+        ledger.note_event(&event(EventKind::Connected(SessionInfo {
+            server: "a".into(),
+            server_info: "a 1".into(),
+            tools: vec![],
+        })));
+        ledger.note_event(&event(EventKind::KeepaliveOk("a".into())));
+        let status = [ServerStatus {
+            server: "b".into(),
+            state: ServerState::Parked,
+            breaker: BreakerState::Open,
+            failures: 4,
+            breaker_failures: 3,
+            tool_errors: 1,
+            last_fault: Some("gone".into()),
+            since: 7,
+            published_tools: 0,
+            next_attempt_at: Some(30_000),
+            breaker_until: Some(60_000),
+        }];
+        let info = PolicyInfo {
+            name: "p".into(),
+            version: "1".into(),
+        };
+        let handover = ledger.handover(9, &status, info);
+        let a = &handover.servers[0];
+        assert!(a.session.as_ref().is_some_and(|s| s.proven));
+        let b = &handover.servers[1];
+        assert!(b.session.is_none() && !b.connecting);
+        assert_eq!(
+            (
+                b.state,
+                b.breaker,
+                b.failures,
+                b.next_attempt_at,
+                b.breaker_until
+            ),
+            (
+                ServerState::Parked,
+                BreakerState::Open,
+                4,
+                Some(30_000),
+                Some(60_000)
+            )
+        );
     }
 }

@@ -282,7 +282,8 @@ impl PolicyRuntime {
             return None;
         }
         let worker = self.worker.try_lock().ok()?;
-        (worker.inline && queued() == 0).then_some(worker)
+        // A shadow decides on the policy thread only, never on a caller's.
+        (worker.inline && worker.shadow.is_none() && queued() == 0).then_some(worker)
     }
 
     /// Decides the input `make` builds inline if it may be, else queues it for the policy
@@ -597,6 +598,8 @@ struct Worker {
     /// The tool data `last_good` holds, per server: sizes the memory cap of an instance it is
     /// restored into (and removing a server afterwards releases its share).
     last_good_held: HeldData,
+    /// The ledger as it was at `last_good`: the journal is replayed on a copy of it.
+    last_good_ledger: Ledger,
     journal: Vec<Input>,
     /// What is true of the servers, for handovers and 0.2 publications.
     ledger: Ledger,
@@ -640,6 +643,7 @@ impl Worker {
             settings: options.settings.clone(),
             last_good,
             last_good_held: HeldData::default(),
+            last_good_ledger: Ledger::default(),
             journal: Vec::new(),
             ledger: Ledger::default(),
             pending_actions: Vec::new(),
@@ -848,13 +852,6 @@ impl Worker {
             .decision_nanos
             .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let mut output = result?;
-        if let Output::Actions(actions) = &mut output
-            && !self.pending_actions.is_empty()
-        {
-            let mut all = std::mem::take(&mut self.pending_actions);
-            all.append(actions);
-            *actions = all;
-        }
         if let Some(recorder) = &mut self.recorder {
             let record = match (&input, &output) {
                 (Input::Event(event), Output::Actions(actions)) => Some(Record::Event {
@@ -875,6 +872,15 @@ impl Worker {
             }
         }
         self.shadow_step(&input, &output);
+        // After the recording and the shadow, which compare the policy's own decisions: the
+        // actions of a fallback's handover go out with this event's.
+        if let Output::Actions(actions) = &mut output
+            && !self.pending_actions.is_empty()
+        {
+            let mut all = std::mem::take(&mut self.pending_actions);
+            all.append(actions);
+            *actions = all;
+        }
         self.commit(input);
         Ok(output)
     }
@@ -925,15 +931,12 @@ impl Worker {
         Ok(instance)
     }
 
-    /// Restores the last good snapshot and replays the journal since. The ledger already holds
-    /// what the journal's events say: the replay hears them on a copy, so that one failing half
-    /// way leaves the ledger as it is.
+    /// Restores the last good snapshot and replays the journal since, on a copy of the ledger
+    /// as it was then (the live ledger already holds what the journal's events say, and may
+    /// have forgotten servers the journal still acts on).
     fn restore_into(&mut self, instance: &mut PolicyInstance) -> Result<(), PolicyError> {
         instance.restore_holding(&self.last_good, self.last_good_held.clone())?;
-        if self.journal.is_empty() {
-            return Ok(());
-        }
-        let mut ledger = self.ledger.clone();
+        let mut ledger = self.last_good_ledger.clone();
         for input in &self.journal {
             Self::apply(instance, &mut ledger, input)?;
         }
@@ -1015,6 +1018,7 @@ impl Worker {
             Ok(snapshot) => {
                 self.last_good = snapshot;
                 self.last_good_held = self.instance.held().clone();
+                self.last_good_ledger = self.ledger.clone();
                 self.journal.clear();
             }
             Err(error) => {
@@ -1113,6 +1117,23 @@ impl Worker {
                 let path = if incoming.can_take_over() {
                     let handover = ledger.handover(now, &status, previous);
                     actions = incoming.take_over(&handover, &lookup)?;
+                    // The contract forbids it: such a policy would wait for a session event
+                    // that never comes.
+                    if let Some(server) = actions.iter().find_map(|action| match action {
+                        Action::Connect(server) | Action::Disconnect(server)
+                            if ledger.is_live(server) =>
+                        {
+                            Some(server)
+                        }
+                        _ => None,
+                    }) {
+                        return Err(policy.fault(
+                            "take-over",
+                            PolicyFault::InvalidOutput(format!(
+                                "asked to connect or disconnect {server:?}, whose session (or attempt) the host keeps"
+                            )),
+                        ));
+                    }
                     SwapPath::Handover
                 } else {
                     for event in ledger.lessons(now, &status) {
@@ -1174,36 +1195,50 @@ impl Worker {
         let Some(shadow) = &mut self.shadow else {
             return;
         };
+        if !matches!(
+            input,
+            Input::Event(_) | Input::Admit(_) | Input::Settings(_)
+        ) {
+            return;
+        }
         let ledger = &self.ledger;
         let lookup = |server: &str, original: &str| ledger.tool(server, original);
-        let decided = match (input, live) {
-            (Input::Event(event), Output::Actions(live)) => shadow
-                .instance
-                .handle_with(event, &lookup)
-                .map(|mut actions| {
-                    let mut live = live.clone();
-                    redact_actions(&mut live);
-                    redact_actions(&mut actions);
-                    let server = event.kind.server().unwrap_or("(all)").to_string();
-                    let kind = format!("{} actions", event_name(&event.kind));
-                    (server, kind, to_value(&live), to_value(&actions))
-                }),
-            (Input::Admit(request), Output::Admission(live)) => {
-                shadow.instance.admit(request).map(|admission| {
-                    (
-                        request.server.clone(),
-                        "admission".to_string(),
-                        to_value(live),
-                        to_value(&admission),
-                    )
-                })
-            }
-            (Input::Settings(settings), _) => shadow
-                .instance
-                .set_settings(settings)
-                .map(|()| (String::new(), String::new(), Value::Null, Value::Null)),
-            _ => return,
-        };
+        let instance = &mut shadow.instance;
+        // A small budget, and panics caught: a candidate that loops or breaks is dropped
+        // without holding up the live policy for long.
+        let decided = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            instance.with_fuel(SHADOW_FUEL, |instance| match (input, live) {
+                (Input::Event(event), Output::Actions(live)) => {
+                    instance.handle_with(event, &lookup).map(|mut actions| {
+                        let mut live = live.clone();
+                        redact_actions(&mut live);
+                        redact_actions(&mut actions);
+                        let server = event.kind.server().unwrap_or("(all)").to_string();
+                        let kind = format!("{} actions", event_name(&event.kind));
+                        (server, kind, to_value(&live), to_value(&actions))
+                    })
+                }
+                (Input::Admit(request), Output::Admission(live)) => {
+                    instance.admit(request).map(|admission| {
+                        (
+                            request.server.clone(),
+                            "admission".to_string(),
+                            to_value(live),
+                            to_value(&admission),
+                        )
+                    })
+                }
+                (Input::Settings(settings), _) => instance
+                    .set_settings(settings)
+                    .map(|()| (String::new(), String::new(), Value::Null, Value::Null)),
+                _ => Ok((String::new(), String::new(), Value::Null, Value::Null)),
+            })
+        }))
+        .unwrap_or_else(|_| {
+            Err(PolicyError::Engine(
+                "a host function panicked under the shadow policy".into(),
+            ))
+        });
         let (server, kind, live, candidate) = match decided {
             Ok(compared) => compared,
             Err(error) => {
@@ -1247,6 +1282,9 @@ impl Worker {
         });
     }
 }
+
+/// Fuel for one decision of a shadow policy (the default's take a few thousand units).
+const SHADOW_FUEL: u64 = 50_000_000;
 
 /// An incoming policy, ready to take over.
 struct Prepared {
