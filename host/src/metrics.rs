@@ -321,6 +321,11 @@ impl Metrics {
             counter(stats.swaps.load(Ordering::Relaxed)),
         );
         registry.register(
+            "policy_inline_misses",
+            "Decisions begun on a caller's thread and finished on the policy thread",
+            counter(stats.inline_misses.load(Ordering::Relaxed)),
+        );
+        registry.register(
             "registry_generation",
             "Changes of the visible tool set so far",
             counter(supervisor.registry().generation()),

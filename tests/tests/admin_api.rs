@@ -617,6 +617,7 @@ async fn metrics_expose_per_server_series_as_prometheus_text() {
     assert_eq!(value("tether_policy_recoveries_total"), 0.0);
     assert_eq!(value("tether_policy_fallbacks_total"), 0.0);
     assert_eq!(value("tether_policy_swaps_total"), 0.0);
+    assert_eq!(value("tether_policy_inline_misses_total"), 0.0);
     assert!(
         samples
             .keys()

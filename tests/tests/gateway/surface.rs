@@ -497,8 +497,11 @@ async fn progress_cancellation_and_death(
 ) {
     wait_for(
         "notes' tools are listed",
-        || async { peer.list_all_tools().await.map(|t| t.len()).unwrap_or(0) },
-        |n| *n > 0,
+        || async {
+            let tools = peer.list_all_tools().await.unwrap_or_default();
+            tools.iter().any(|tool| tool.name == "notes__slow")
+        },
+        |listed| *listed,
     )
     .await;
 
@@ -843,8 +846,11 @@ async fn a_2026_07_28_client_gets_the_log_messages_of_its_call_at_its_level() {
     let peer = client.peer();
     wait_for(
         "notes' tools are listed",
-        || async { peer.list_all_tools().await.map(|t| t.len()).unwrap_or(0) },
-        |n| *n > 0,
+        || async {
+            let tools = peer.list_all_tools().await.unwrap_or_default();
+            tools.iter().any(|tool| tool.name == "notes__slow")
+        },
+        |listed| *listed,
     )
     .await;
     let mut sent = Vec::new();
