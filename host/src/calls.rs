@@ -51,16 +51,8 @@ pub trait CallObserver: Send + Sync {
     fn observe(&self, server: &str, result: CallResultKind, duration: Duration);
 }
 
-/// How often a held call asks again while a fresh session is up but the policy has not heard
-/// of it yet (the `connected` event is decided right after the session is stored).
-const HELD_RECHECK: Duration = Duration::from_millis(5);
-
 /// What is left of a call's deadline after the longest hold: enough to be answered at all.
 const MIN_CALL_TIME: Duration = Duration::from_millis(100);
-
-/// At most this many such rechecks (2 s) per call: a policy that holds a call while a live
-/// session is there does not get to hold it to its deadline.
-const MAX_HELD_RECHECKS: usize = 400;
 
 /// Why a call got no admission.
 enum Unadmitted {
@@ -286,13 +278,8 @@ impl Supervisor {
     ) -> Result<(Admission, Duration), Unadmitted> {
         let shared = &self.shared;
         let begun = Instant::now();
-        let deadline = begun
-            + shared
-                .session(server)
-                .map_or(Duration::ZERO, |lookup| lookup.spec.timeouts.call);
-        // When the current hold ends; a fresh session starts a new one (never past the deadline).
-        let mut hold_end: Option<Instant> = None;
-        let mut rechecks = 0;
+        // Set at the first hold: the call's deadline, and when that hold ends.
+        let mut deadline: Option<Instant> = None;
         loop {
             let request = CallRequest {
                 now: shared.clock.now_ms(),
@@ -311,37 +298,17 @@ impl Supervisor {
             let Some(lookup) = shared.session(server) else {
                 return Ok((admission, begun.elapsed()));
             };
-            let now = Instant::now();
-            let until = *hold_end
-                .get_or_insert_with(|| deadline.min(now + Duration::from_millis(hold.wait_ms)));
-            let left = until.saturating_duration_since(now);
-            if left.is_zero() {
-                tracing::debug!(
-                    server,
-                    call_id,
-                    "a held call found no fresh session in time"
-                );
-                return Ok((admission, begun.elapsed()));
-            }
-            let wait = async {
-                if lookup.current.as_ref().is_some_and(|s| s.is_alive()) {
-                    // A live session the policy has not heard of yet (its `connected` is on
-                    // the way): ask again in a moment, within the same hold.
-                    rechecks += 1;
-                    tokio::time::sleep(HELD_RECHECK.min(left)).await;
-                    rechecks <= MAX_HELD_RECHECKS
-                } else {
-                    let fresh = wait_for_fresh(lookup.updates, lookup.current.as_ref(), left)
-                        .await
-                        .is_some();
-                    if fresh {
-                        hold_end = None;
-                    }
-                    fresh
-                }
-            };
+            let deadline = *deadline.get_or_insert(begun + lookup.spec.timeouts.call);
+            let until = deadline.min(Instant::now() + Duration::from_millis(hold.wait_ms));
+            // A session becomes visible once the policy has heard of it, so the next
+            // admission after a fresh one is decided knowing it.
+            let fresh = wait_for_fresh(
+                lookup.updates,
+                lookup.current.as_ref(),
+                until.saturating_duration_since(Instant::now()),
+            );
             tokio::select! {
-                go_on = wait => if !go_on {
+                fresh = fresh => if fresh.is_none() {
                     tracing::debug!(server, call_id, "a held call found no fresh session in time");
                     return Ok((admission, begun.elapsed()));
                 },

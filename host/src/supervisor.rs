@@ -565,18 +565,30 @@ impl Feeder {
 
     /// Like `feed`, and runs `failed` with the reason when the policy could not decide.
     fn feed_or(&self, kind: EventKind, failed: impl FnOnce(String) + Send + 'static) {
+        self.feed_then(kind, |outcome| {
+            if let Err(reason) = outcome {
+                failed(reason);
+            }
+        });
+    }
+
+    /// Like `feed`, and runs `decided` with the outcome as soon as the policy has decided,
+    /// before its actions go to the driver and before any later input is decided.
+    fn feed_then(
+        &self,
+        kind: EventKind,
+        decided: impl FnOnce(Result<(), String>) + Send + 'static,
+    ) {
         let clock = self.clock;
-        let decided = self.decided.clone();
+        let driver = self.decided.clone();
         self.policy.handle_then(
             move || Event {
                 now: clock.now_ms(),
                 kind,
             },
             move |outcome| {
-                if let Err(error) = &outcome {
-                    failed(error.to_string());
-                }
-                let _ = decided.send(outcome);
+                decided(outcome.as_ref().map(|_| ()).map_err(ToString::to_string));
+                let _ = driver.send(outcome);
             },
         );
     }
@@ -761,15 +773,33 @@ impl ServerTask {
                                 tools,
                             };
                             session = Some(opened.clone());
-                            let _ = self.session_tx.send(Some(opened));
                             // The first keepalive comes early: it proves the session (and resets
                             // the retry budget) without waiting a whole interval.
                             next_keepalive = Instant::now()
                                 + self.spec.keepalive_interval().min(Timeouts::KEEPALIVE_FLOOR);
                             let refused = self.own_commands.clone();
-                            self.feeder.feed_or(EventKind::Connected(info), move |reason| {
-                                if let Some(commands) = refused.upgrade() {
-                                    let _ = commands.send(Command::PolicyRefusedSession(reason));
+                            let calls_see = self.session_tx.clone();
+                            // Calls see the session once the policy has heard of it, and before
+                            // its publication runs: a call that waited for it is admitted by a
+                            // policy that knows it, and a call to a published tool finds it.
+                            self.feeder.feed_then(EventKind::Connected(info), move |outcome| {
+                                match outcome {
+                                    // Unless it ended meanwhile (this task then cleared it).
+                                    Ok(()) => {
+                                        calls_see.send_if_modified(|current| {
+                                            let alive = opened.is_alive();
+                                            if alive {
+                                                *current = Some(opened);
+                                            }
+                                            alive
+                                        });
+                                    }
+                                    Err(reason) => {
+                                        if let Some(commands) = refused.upgrade() {
+                                            let _ = commands
+                                                .send(Command::PolicyRefusedSession(reason));
+                                        }
+                                    }
                                 }
                             });
                         }

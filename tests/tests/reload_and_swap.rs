@@ -106,31 +106,7 @@ async fn a_policy_swap_under_continuous_calls_fails_no_call_and_keeps_breaker_st
         Some(BreakerState::Open)
     );
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let (done, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let callers: Vec<_> = (0..4)
-        .map(|worker| {
-            let (supervisor, stop, done, failed) = (
-                host.supervisor.clone(),
-                stop.clone(),
-                done.clone(),
-                failed.clone(),
-            );
-            tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    let text = format!("w{worker}");
-                    let result = supervisor
-                        .call_tool("busy__echo", args(json!({"text": text})))
-                        .await
-                        .unwrap();
-                    if is_error(&result) || common::text(&result) != text {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                    }
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
+    let callers = EchoCallers::start(&host.supervisor, "busy__echo", 4);
     let wrong = PolicySource::File(tether_tests::components::WRONG.into());
     for round in 0..6 {
         let target = if round % 2 == 0 {
@@ -138,24 +114,11 @@ async fn a_policy_swap_under_continuous_calls_fails_no_call_and_keeps_breaker_st
         } else {
             PolicySource::Embedded
         };
-        let before = done.load(Ordering::Relaxed);
         host.supervisor.swap_policy(target).await.expect("swap");
-        wait_until("calls keep flowing", || {
-            done.load(Ordering::Relaxed) > before + 10
-        })
-        .await;
+        callers.flowing().await;
     }
-    stop.store(true, Ordering::Relaxed);
-    for caller in callers {
-        caller.await.unwrap();
-    }
-    assert_eq!(
-        failed.load(Ordering::Relaxed),
-        0,
-        "of {} calls",
-        done.load(Ordering::Relaxed)
-    );
-    assert!(done.load(Ordering::Relaxed) > 60);
+    let done = callers.stop().await;
+    assert!(done > 60);
     assert_eq!(
         breaker(host.supervisor.policy_status().await),
         Some(BreakerState::Open),
@@ -222,40 +185,9 @@ async fn swaps_across_implementations_and_contract_versions_keep_sessions_calls_
     }
     let pids = (busy.pid().unwrap(), broken.pid().unwrap());
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let (done, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let callers: Vec<_> = (0..4)
-        .map(|worker| {
-            let (supervisor, stop, done, failed) = (
-                host.supervisor.clone(),
-                stop.clone(),
-                done.clone(),
-                failed.clone(),
-            );
-            tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    let text = format!("w{worker}");
-                    let result = supervisor
-                        .call_tool("busy__echo", args(json!({"text": text})))
-                        .await
-                        .unwrap();
-                    if is_error(&result) || common::text(&result) != text {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                    }
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    let flowing = || async {
-        let before = done.load(Ordering::Relaxed);
-        wait_until("calls keep flowing", || {
-            done.load(Ordering::Relaxed) > before + 10
-        })
-        .await;
-    };
+    let callers = EchoCallers::start(&host.supervisor, "busy__echo", 4);
     // Answered calls prove busy's session: its state is steady from here on.
-    flowing().await;
+    callers.flowing().await;
     let before = carried(&host.supervisor.policy_status().await);
     let broken_state = (BreakerState::Open, 0, 3);
     assert!(
@@ -300,7 +232,7 @@ async fn swaps_across_implementations_and_contract_versions_keep_sessions_calls_
         assert_eq!(report.path, SwapPath::Handover);
         assert!(report.not_carried.is_empty(), "{:?}", report.not_carried);
         assert_eq!(carried(&host.supervisor.policy_status().await), before);
-        flowing().await;
+        callers.flowing().await;
     }
     // The same implementation again: its own snapshot.
     let report = host
@@ -313,7 +245,11 @@ async fn swaps_across_implementations_and_contract_versions_keep_sessions_calls_
 
     // 0.2 -> 0.1 -> 0.2: the 0.1 policy is taught the servers and sessions as events and
     // keeps the sessions; the swap says what it could not be told.
-    let report = host.supervisor.swap_policy(next_minor).await.expect("swap");
+    let report = host
+        .supervisor
+        .swap_policy(next_minor.clone())
+        .await
+        .expect("swap");
     assert_eq!(report.path, SwapPath::Events);
     assert_eq!(host.supervisor.policy().running().contract, "0.1.1");
     let lost = report.not_carried.join("\n");
@@ -321,7 +257,7 @@ async fn swaps_across_implementations_and_contract_versions_keep_sessions_calls_
         lost.contains("broken: breaker open") && lost.contains("missing: parked"),
         "{lost}"
     );
-    flowing().await;
+    callers.flowing().await;
     let report = host
         .supervisor
         .swap_policy(PolicySource::Embedded)
@@ -329,28 +265,13 @@ async fn swaps_across_implementations_and_contract_versions_keep_sessions_calls_
         .expect("swap");
     assert_eq!(report.path, SwapPath::Handover);
     assert_eq!(host.supervisor.policy().running().contract, "0.2.0");
-    flowing().await;
+    callers.flowing().await;
     // And back to 0.1: 0.1 -> 0.2 -> 0.1 as well.
-    let report = host
-        .supervisor
-        .swap_policy(PolicySource::File(
-            tether_tests::components::NEXT_MINOR.into(),
-        ))
-        .await
-        .expect("swap");
+    let report = host.supervisor.swap_policy(next_minor).await.expect("swap");
     assert_eq!(report.path, SwapPath::Events);
-    flowing().await;
+    callers.flowing().await;
 
-    stop.store(true, Ordering::Relaxed);
-    for caller in callers {
-        caller.await.unwrap();
-    }
-    assert_eq!(
-        failed.load(Ordering::Relaxed),
-        0,
-        "of {} calls",
-        done.load(Ordering::Relaxed)
-    );
+    callers.stop().await;
     assert_eq!(
         (busy.pid().unwrap(), broken.pid().unwrap()),
         pids,
@@ -377,11 +298,7 @@ fn tether_cli(args: &[&str]) -> (Option<i32>, String, String) {
 async fn a_recording_replays_exactly_with_its_policy_and_shows_where_another_differs() {
     let dir = tempfile::tempdir().unwrap();
     let recording = dir.path().join("decisions.jsonl");
-    let host = Host::start_with(tether::policy::RuntimeOptions {
-        settings: FAST_POLICY.into(),
-        record: Some(recording.clone()),
-        ..Default::default()
-    });
+    let host = Host::recording(FAST_POLICY, &recording);
     // A server that fails its first handshake, one that answers calls, dies and comes back.
     let (flaky, steady) = (host.state_dir("flaky"), host.state_dir("steady"));
     host.supervisor
@@ -432,4 +349,68 @@ async fn a_recording_replays_exactly_with_its_policy_and_shows_where_another_dif
     let (_, json_out, _) = tether_cli(&["policy", "replay", path, wrong, "--json"]);
     let report: serde_json::Value = serde_json::from_str(&json_out).unwrap();
     assert!(report["divergences"].as_u64().unwrap() >= 2, "{report}");
+}
+
+/// Agents calling an echo tool in a loop, counting the calls and those that failed.
+struct EchoCallers {
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicUsize>,
+    failed: Arc<AtomicUsize>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl EchoCallers {
+    fn start(supervisor: &tether::supervisor::Supervisor, tool: &'static str, n: usize) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (done, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let tasks = (0..n)
+            .map(|worker| {
+                let (supervisor, stop, done, failed) = (
+                    supervisor.clone(),
+                    stop.clone(),
+                    done.clone(),
+                    failed.clone(),
+                );
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        let text = format!("w{worker}");
+                        let result = supervisor
+                            .call_tool(tool, args(json!({"text": text})))
+                            .await
+                            .unwrap();
+                        if is_error(&result) || common::text(&result) != text {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        EchoCallers {
+            stop,
+            done,
+            failed,
+            tasks,
+        }
+    }
+
+    /// Waits until ten more calls have finished.
+    async fn flowing(&self) {
+        let before = self.done.load(Ordering::Relaxed);
+        wait_until("calls keep flowing", || {
+            self.done.load(Ordering::Relaxed) > before + 10
+        })
+        .await;
+    }
+
+    /// Stops the callers, asserts that no call failed, and returns how many were made.
+    async fn stop(self) -> usize {
+        self.stop.store(true, Ordering::Relaxed);
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+        let done = self.done.load(Ordering::Relaxed);
+        assert_eq!(self.failed.load(Ordering::Relaxed), 0, "of {done} calls");
+        done
+    }
 }

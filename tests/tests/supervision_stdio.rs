@@ -585,11 +585,7 @@ async fn cancelled_calls_reach_the_server_and_never_count_as_its_failures() {
     // Recorded, to see what the policy was told.
     let dir = tempfile::tempdir().unwrap();
     let recording = dir.path().join("decisions.jsonl");
-    let host = Host::start_with(tether::policy::RuntimeOptions {
-        settings: FAST_POLICY.into(),
-        record: Some(recording.clone()),
-        ..Default::default()
-    });
+    let host = Host::recording(FAST_POLICY, &recording);
     let state = host.state_dir("patient");
     host.supervisor
         .add_server(stdio_fixture("patient", &state, &[]))

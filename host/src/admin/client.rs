@@ -547,27 +547,34 @@ fn policy_line(policy: &Value) -> String {
     )
 }
 
+/// A PUT of a component file to `route`, labelled with its file name; `query` adds parameters.
+fn upload(
+    gateway: &Gateway,
+    route: &str,
+    file: &Path,
+    query: &str,
+) -> Result<reqwest::RequestBuilder, Failure> {
+    let bytes = std::fs::read(file)
+        .map_err(|e| Failure::Failed(format!("cannot read {}: {e}", file.display())))?;
+    let label = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| file.display().to_string());
+    Ok(gateway
+        .request(
+            reqwest::Method::PUT,
+            &format!("{route}?label={}{query}", percent_encode(&label)),
+        )
+        .header(reqwest::header::CONTENT_TYPE, "application/wasm")
+        .body(bytes))
+}
+
 pub async fn policy_swap(admin: &AdminArgs, file: &Path, force: bool) -> ExitCode {
     finish(
         async {
-            let bytes = std::fs::read(file)
-                .map_err(|e| Failure::Failed(format!("cannot read {}: {e}", file.display())))?;
             let gateway = locate(admin)?;
-            let label = file
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| file.display().to_string());
-            let answer = gateway
-                .send(
-                    gateway
-                        .request(
-                            reqwest::Method::PUT,
-                            &format!("/policy?label={}&force={force}", percent_encode(&label)),
-                        )
-                        .header(reqwest::header::CONTENT_TYPE, "application/wasm")
-                        .body(bytes),
-                )
-                .await?;
+            let request = upload(&gateway, "/policy", file, &format!("&force={force}"))?;
+            let answer = gateway.send(request).await?;
             print_swap(admin, &answer);
             Ok(())
         }
@@ -659,22 +666,7 @@ pub async fn policy_shadow(admin: &AdminArgs, file: Option<&Path>, drop: bool) -
             let gateway = locate(admin)?;
             let request = match (file, drop) {
                 (_, true) => gateway.request(reqwest::Method::DELETE, "/policy/shadow"),
-                (Some(file), false) => {
-                    let bytes = std::fs::read(file).map_err(|e| {
-                        Failure::Failed(format!("cannot read {}: {e}", file.display()))
-                    })?;
-                    let label = file
-                        .file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_else(|| file.display().to_string());
-                    gateway
-                        .request(
-                            reqwest::Method::PUT,
-                            &format!("/policy/shadow?label={}", percent_encode(&label)),
-                        )
-                        .header(reqwest::header::CONTENT_TYPE, "application/wasm")
-                        .body(bytes)
-                }
+                (Some(file), false) => upload(&gateway, "/policy/shadow", file, "")?,
                 (None, false) => gateway.request(reqwest::Method::GET, "/policy/shadow"),
             };
             let answer = gateway.send(request).await?;

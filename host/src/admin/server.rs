@@ -36,7 +36,7 @@ use tokio::sync::{Mutex, broadcast, watch};
 use tokio::task::JoinHandle;
 
 use crate::metrics::{Metrics, breaker_name, state_name};
-use crate::policy::{PolicyError, PolicySource, ReconnectSource, ServerStatus};
+use crate::policy::{PolicyError, PolicySource, ReconnectSource, ServerStatus, SwapReport};
 use crate::supervisor::{ReloadReport, ServerView, Supervisor};
 use crate::transport::kind_name;
 
@@ -465,14 +465,23 @@ async fn swap_policy(
         .await
         .map_err(policy_error)?;
     tracing::info!(name = %report.info.name, version = %report.info.version, path = ?report.path, "policy swapped through the admin API");
-    Ok(axum::Json(json!({
+    Ok(swap_answer(supervisor, &report, broken))
+}
+
+/// What a swap answers: the policy now running, how the state moved, what it breaks.
+fn swap_answer(
+    supervisor: &Supervisor,
+    report: &SwapReport,
+    broken: Vec<String>,
+) -> axum::Json<Value> {
+    axum::Json(json!({
         "policy": running_policy(supervisor),
         "swap": {
             "path": report.path,
             "not_carried": report.not_carried,
             "breaks_invariants": broken,
         },
-    })))
+    }))
 }
 
 /// A component uploaded in a request body, with its label.
@@ -553,14 +562,7 @@ async fn promote_shadow(
         .await
         .map_err(policy_error)?;
     tracing::info!(name = %report.info.name, "shadow policy promoted through the admin API");
-    Ok(axum::Json(json!({
-        "policy": running_policy(supervisor),
-        "swap": {
-            "path": report.path,
-            "not_carried": report.not_carried,
-            "breaks_invariants": broken,
-        },
-    })))
+    Ok(swap_answer(supervisor, &report, broken))
 }
 
 /// RFC 7396 JSON merge patch: objects merge recursively, `null` removes a key.

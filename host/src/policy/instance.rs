@@ -37,6 +37,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::bindings::{v0_1, v0_2};
 use super::engine::{LoadedPolicy, PolicyPre};
 use super::guest_output::GuestOutput;
+use super::ledger::Ledger;
 use super::types::{
     Action, Admission, CallRequest, Event, EventKind, Handover, LogLevel, Millis, PolicyInfo,
     ServerStatus, Tool,
@@ -276,8 +277,9 @@ pub struct PolicyInstance {
     held: HeldData,
     /// The memory cap in force (in the store's `StoreLimits`).
     memory_cap: usize,
-    /// Each server's latest tool list, when the instance is fed outside a runtime ([`Self::handle`]).
-    tools: BTreeMap<String, Vec<Tool>>,
+    /// What is true of the servers, when the instance is fed outside a runtime
+    /// ([`Self::handle`]); a runtime keeps its own.
+    ledger: Ledger,
 }
 
 impl PolicyInstance {
@@ -322,7 +324,7 @@ impl PolicyInstance {
             fuel_budget: limits.fuel_per_call,
             held: HeldData::default(),
             memory_cap,
-            tools: BTreeMap::new(),
+            ledger: Ledger::default(),
         })
     }
 
@@ -416,25 +418,10 @@ impl PolicyInstance {
     /// Feeds an event, outside a runtime: the instance keeps each server's latest tool list
     /// itself, for the descriptions of a 0.2 policy's publications.
     pub fn handle(&mut self, event: &Event) -> Result<Vec<Action>, PolicyError> {
-        match &event.kind {
-            EventKind::Connected(session) => {
-                self.tools
-                    .insert(session.server.clone(), session.tools.clone());
-            }
-            EventKind::ToolsChanged(change) => {
-                self.tools
-                    .insert(change.server.clone(), change.tools.clone());
-            }
-            _ => {}
-        }
-        let tools = std::mem::take(&mut self.tools);
-        let answer = self.handle_with(event, &|server, original| {
-            tools.get(server)?.iter().find(|tool| tool.name == original)
-        });
-        self.tools = tools;
-        if let EventKind::ServerRemoved(server) = &event.kind {
-            self.tools.remove(server);
-        }
+        let mut ledger = std::mem::take(&mut self.ledger);
+        ledger.note_event(event);
+        let answer = self.handle_with(event, &|server, original| ledger.tool(server, original));
+        self.ledger = ledger;
         answer
     }
 
@@ -583,7 +570,7 @@ impl PolicyInstance {
                     .insert(server.config.name.clone(), tool_data(&session.tools, false));
             }
         }
-        let converted = v0_2::handover(handover.clone());
+        let converted = v0_2::handover(handover);
         let answer = self.call("take-over", held.total(), |b, s| match b {
             Bindings::V0_2(b) => b.tether_policy_policy().call_take_over(s, &converted),
             Bindings::V0_1(_) => Ok(Err("contract 0.1 knows no handover".into())),

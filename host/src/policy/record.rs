@@ -61,8 +61,8 @@ impl Recorder {
         })
     }
 
-    pub fn write(&mut self, record: &Record) {
-        let line = serde_json::to_string(&redacted(record.clone())).unwrap_or_default();
+    pub fn write(&mut self, record: Record) {
+        let line = serde_json::to_string(&redacted(record)).unwrap_or_default();
         let written = writeln!(self.out, "{line}").and_then(|()| self.out.flush());
         if let Err(e) = written {
             tracing::warn!(path = %self.path, "cannot write the policy recording: {e}");

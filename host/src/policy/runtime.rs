@@ -685,7 +685,7 @@ impl Worker {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        recorder.write(&Record::Policy {
+        recorder.write(Record::Policy {
             label: running.label,
             name: running.name,
             version: running.version,
@@ -868,7 +868,7 @@ impl Worker {
                 _ => None,
             };
             if let Some(record) = record {
-                recorder.write(&record);
+                recorder.write(record);
             }
         }
         self.shadow_step(&input, &output);

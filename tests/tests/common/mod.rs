@@ -52,6 +52,15 @@ impl Host {
         })
     }
 
+    /// A host on `settings` whose policy records every decision in `recording`.
+    pub fn recording(settings: &str, recording: &Path) -> Host {
+        Host::start_with(RuntimeOptions {
+            settings: settings.to_string(),
+            record: Some(recording.to_path_buf()),
+            ..RuntimeOptions::default()
+        })
+    }
+
     /// A supervisor on a policy runtime started with `options` (on the shared engine).
     pub fn start_with(options: RuntimeOptions) -> Host {
         // RUST_LOG=tether=debug shows the host's log in a failing test's output.

@@ -181,59 +181,62 @@ macro_rules! unchanged_types {
         }
 
         /// The event in this version's terms, or `None` when this version has no word for it.
-        fn event_kind(kind: host::EventKind) -> Option<wit::EventKind> {
-            Some(match kind {
-                host::EventKind::ServerConfigured(c) => wit::EventKind::ServerConfigured(c.into()),
-                host::EventKind::ServerRemoved(s) => wit::EventKind::ServerRemoved(s),
+        /// Borrowed: a tool list is copied only as far as this version carries it.
+        pub(crate) fn event(event: &host::Event) -> Option<wit::Event> {
+            let kind = match &event.kind {
+                host::EventKind::ServerConfigured(c) => {
+                    wit::EventKind::ServerConfigured(c.clone().into())
+                }
+                host::EventKind::ServerRemoved(s) => wit::EventKind::ServerRemoved(s.clone()),
                 host::EventKind::Connected(session) => {
                     wit::EventKind::Connected(wit::SessionInfo {
-                        server: session.server,
-                        server_info: session.server_info,
-                        tools: tools(session.tools),
+                        server: session.server.clone(),
+                        server_info: session.server_info.clone(),
+                        tools: tools(&session.tools),
                     })
                 }
-                host::EventKind::ConnectFailed(f) => wit::EventKind::ConnectFailed(f.into()),
-                host::EventKind::Disconnected(f) => wit::EventKind::Disconnected(f.into()),
+                host::EventKind::ConnectFailed(f) => {
+                    wit::EventKind::ConnectFailed(f.clone().into())
+                }
+                host::EventKind::Disconnected(f) => wit::EventKind::Disconnected(f.clone().into()),
                 host::EventKind::ToolsChanged(change) => {
                     wit::EventKind::ToolsChanged(wit::ServerTools {
-                        server: change.server,
-                        tools: tools(change.tools),
+                        server: change.server.clone(),
+                        tools: tools(&change.tools),
                     })
                 }
-                host::EventKind::KeepaliveOk(s) => wit::EventKind::KeepaliveOk(s),
-                host::EventKind::KeepaliveFailed(f) => wit::EventKind::KeepaliveFailed(f.into()),
+                host::EventKind::KeepaliveOk(s) => wit::EventKind::KeepaliveOk(s.clone()),
+                host::EventKind::KeepaliveFailed(f) => {
+                    wit::EventKind::KeepaliveFailed(f.clone().into())
+                }
                 host::EventKind::CallFinished(report) => {
                     wit::EventKind::CallFinished(wit::CallReport {
-                        outcome: call_outcome(report.outcome)?,
-                        server: report.server,
+                        outcome: call_outcome(report.outcome.clone())?,
+                        server: report.server.clone(),
                         call_id: report.call_id,
                         duration_ms: report.duration_ms,
                     })
                 }
                 host::EventKind::Timer(t) => wit::EventKind::Timer(wit::TimerFired {
-                    server: t.server,
+                    server: t.server.clone(),
                     token: t.token,
                 }),
                 host::EventKind::ReconnectRequested(r) => {
                     wit::EventKind::ReconnectRequested(wit::ReconnectRequest {
-                        server: r.server,
+                        server: r.server.clone(),
                         source: r.source.into(),
                     })
                 }
                 host::EventKind::Shutdown => wit::EventKind::Shutdown,
-            })
-        }
-
-        /// The event in this version's terms, or `None` when this version has no word for it.
-        pub(crate) fn event(event: &host::Event) -> Option<wit::Event> {
+            };
             Some(wit::Event {
                 now: event.now,
-                kind: event_kind(event.kind.clone())?,
+                kind,
             })
         }
 
-        fn tools(tools: Vec<host::Tool>) -> Vec<wit::Tool> {
-            tools.into_iter().map(tool).collect()
+        fn tools(tools: &[host::Tool]) -> Vec<wit::Tool> {
+            tools.iter().map(tool).collect()
         }
 
         /// A guest's action in the host's terms; `lookup` finds a tool in a server's latest list.

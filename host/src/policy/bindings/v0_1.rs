@@ -18,11 +18,11 @@ pub const VERSION: &str = "0.1.0";
 
 super::unchanged_types!();
 
-fn tool(t: host::Tool) -> wit::Tool {
+fn tool(t: &host::Tool) -> wit::Tool {
     wit::Tool {
-        name: t.name,
-        description: t.description,
-        input_schema: t.input_schema,
+        name: t.name.clone(),
+        description: t.description.clone(),
+        input_schema: t.input_schema.clone(),
         read_only: t.read_only,
     }
 }

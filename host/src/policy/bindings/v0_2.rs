@@ -32,10 +32,10 @@ pub fn revision(tool: &host::Tool) -> u64 {
     u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"))
 }
 
-fn tool(t: host::Tool) -> wit::Tool {
+fn tool(t: &host::Tool) -> wit::Tool {
     wit::Tool {
-        revision: revision(&t),
-        name: t.name,
+        revision: revision(t),
+        name: t.name.clone(),
         read_only: t.read_only,
     }
 }
@@ -124,21 +124,22 @@ impl From<host::BreakerState> for wit::BreakerState {
     }
 }
 
-pub(crate) fn handover(h: host::Handover) -> wit::Handover {
+/// Borrowed, like events: only names, flags and revisions of the tools are copied.
+pub(crate) fn handover(h: &host::Handover) -> wit::Handover {
     wit::Handover {
         now: h.now,
         previous: wit::PolicyInfo {
-            name: h.previous.name,
-            version: h.previous.version,
+            name: h.previous.name.clone(),
+            version: h.previous.version.clone(),
         },
         servers: h
             .servers
-            .into_iter()
+            .iter()
             .map(|s| wit::ServerHandover {
-                config: s.config.into(),
-                session: s.session.map(|live| wit::LiveSession {
-                    server_info: live.server_info,
-                    tools: tools(live.tools),
+                config: s.config.clone().into(),
+                session: s.session.as_ref().map(|live| wit::LiveSession {
+                    server_info: live.server_info.clone(),
+                    tools: tools(&live.tools),
                     proven: live.proven,
                 }),
                 connecting: s.connecting,
@@ -148,7 +149,7 @@ pub(crate) fn handover(h: host::Handover) -> wit::Handover {
                 failures: s.failures,
                 breaker_failures: s.breaker_failures,
                 tool_errors: s.tool_errors,
-                last_fault: s.last_fault,
+                last_fault: s.last_fault.clone(),
                 since: s.since,
                 next_attempt_at: s.next_attempt_at,
             })
