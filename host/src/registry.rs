@@ -12,16 +12,22 @@ use crate::policy::{Publication, PublishedTool};
 /// Where an advertised tool goes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Route {
+    /// The server that serves it.
     pub server: String,
+    /// The tool as published (its `original` is the name on the server).
     pub tool: PublishedTool,
 }
 
 /// One change of the visible tool set.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct RegistryChange {
+    /// The generation the change produced.
     pub generation: u64,
+    /// The server whose tools changed.
     pub server: String,
+    /// Advertised names that became visible.
     pub added: Vec<String>,
+    /// Advertised names that were hidden.
     pub removed: Vec<String>,
 }
 
@@ -36,6 +42,7 @@ struct Tables {
     withdrawn: BTreeMap<String, Route>,
 }
 
+/// The visible tools and their routes, as the policy published them.
 pub struct Registry {
     tables: RwLock<Tables>,
     changes: broadcast::Sender<RegistryChange>,
@@ -163,6 +170,7 @@ impl Registry {
             .unwrap_or_default()
     }
 
+    /// The current generation; every change of the visible tools bumps it.
     pub fn generation(&self) -> u64 {
         self.tables
             .read()
@@ -170,6 +178,7 @@ impl Registry {
             .generation
     }
 
+    /// Changes of the visible tools as they happen.
     pub fn subscribe(&self) -> broadcast::Receiver<RegistryChange> {
         self.changes.subscribe()
     }

@@ -40,16 +40,19 @@ pub struct Clock {
 }
 
 impl Clock {
+    /// A clock whose time 0 is now.
     pub fn new() -> Self {
         Self {
             start: Instant::now(),
         }
     }
 
+    /// Milliseconds since the clock started.
     pub fn now_ms(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
     }
 
+    /// The instant at host time `ms`.
     pub fn instant_at(&self, ms: u64) -> Instant {
         self.start + Duration::from_millis(ms)
     }
@@ -64,32 +67,49 @@ impl Default for Clock {
 /// What operators see of one server, kept by the host (the policy's view is in `status`).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ServerView {
+    /// The server's name.
     pub name: String,
+    /// Its lifecycle state, as the policy last reported it.
     pub state: ServerState,
+    /// The policy's reason for that state.
     pub detail: String,
     /// Wall-clock time the state was entered.
     pub since: SystemTime,
+    /// How it is reached (that of its latest session, after an SSE fallback).
     pub transport: TransportKind,
+    /// The server process's id while a stdio session is open.
     pub pid: Option<u32>,
+    /// The latest fault, described.
     pub last_fault: Option<String>,
+    /// Connection attempts the policy ordered (the first included).
     pub reconnects: u64,
+    /// Times the server was parked.
     pub parks: u64,
 }
 
 /// What a reload changed, by server name.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 pub struct ReloadReport {
+    /// Servers new to the configuration, now started.
     pub added: Vec<String>,
+    /// Servers no longer configured, now stopped.
     pub removed: Vec<String>,
+    /// Servers whose spec changed, stopped and started again.
     pub restarted: Vec<String>,
+    /// Servers whose spec is the same; their sessions were not touched.
     pub unchanged: Vec<String>,
 }
 
 /// A lifecycle event for operators (admin event stream, logs).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct LifecycleEvent {
+    /// The server concerned.
     pub server: String,
+    /// Its new state.
     pub state: ServerState,
+    /// A human-readable reason (names the fault, the attempt, the next retry).
     pub detail: String,
 }
 
@@ -180,6 +200,7 @@ impl Supervisor {
         Self { shared }
     }
 
+    /// The tools agents can see and where each call goes.
     pub fn registry(&self) -> &Arc<Registry> {
         &self.shared.registry
     }
@@ -194,10 +215,12 @@ impl Supervisor {
         self.shared.events.subscribe()
     }
 
+    /// The policy runtime deciding for every server.
     pub fn policy(&self) -> &PolicyRuntime {
         &self.shared.policy
     }
 
+    /// The host clock events are stamped with.
     pub fn clock(&self) -> Clock {
         self.shared.clock
     }

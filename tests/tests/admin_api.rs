@@ -1,7 +1,5 @@
 //! The admin API and the CLI on top of it, against a real supervisor with fixture servers.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
@@ -9,16 +7,17 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use futures::{FutureExt, StreamExt};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tether::admin::server::ReloadFn;
-use tether::admin::{AdminContext, AdminServer, state_file};
+use tether::admin::{AdminContext, AdminServer};
 use tether::calls::CallResultKind;
 use tether::config::ServerSpec;
 use tether::metrics::Metrics;
 use tether::policy::ServerState;
+use tether_cli::state_file;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const TOKEN: &str = "admin-test-token-5f0c";
@@ -41,8 +40,10 @@ fn context(host: &Host, metrics: Arc<Metrics>, config: Config) -> AdminContext {
         let supervisor = supervisor.clone();
         let config = config.clone();
         async move {
-            let specs = config.lock().unwrap().clone()?;
-            Ok(supervisor.reload(specs).await)
+            let specs = config.lock().unwrap().clone();
+            Ok(supervisor
+                .reload(specs.map_err(tether::Error::Server)?)
+                .await)
         }
         .boxed()
     });
@@ -740,7 +741,7 @@ async fn the_event_stream_delivers_lifecycle_tool_and_policy_events_until_shutdo
     assert_eq!(code, StatusCode::OK);
     events
         .until("the settings notice", |e| {
-            e["kind"] == "policy-settings-changed"
+            e["kind"] == "policy" && e["notice"]["kind"] == "settings-changed"
         })
         .await;
 

@@ -3,12 +3,10 @@
 //! (Its own test binary: it sets the host environment, which must not race other tests' process
 //! spawns.)
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 /// Sets the host secret, once, before any test here spawns a process.

@@ -2,10 +2,7 @@
 //! follows an upstream through death, park and revival via `notifications/tools/list_changed`;
 //! graceful shutdown answers in-flight calls and reaps every child; config errors are clear.
 
-mod common;
-#[path = "gateway/python.rs"]
 mod python;
-#[path = "gateway/surface.rs"]
 mod surface;
 
 use std::path::Path;
@@ -14,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;

@@ -2,14 +2,12 @@
 //! their own children: on Linux a guard process leads each server's process group and takes the
 //! whole group down when the host dies. The host still sees the server's own exit.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use common::*;
+use crate::common::*;
 use tether::transport::stdio;
 
 /// Starts the host harness supervising one fixture with `flags`; answers the harness and the

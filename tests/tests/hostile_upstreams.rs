@@ -2,11 +2,9 @@
 //! tools, notification floods, requests Tether cannot serve. Memory stays bounded by
 //! configuration, a bad item never hides the rest, and calls fail at once with clear words.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use tether::config::{ServerSpec, TransportSpec};
 use tether::policy::ServerState;
 
@@ -115,6 +113,11 @@ async fn an_oversized_answer_fails_its_call_at_once_and_the_session_lives_on() {
 
 #[tokio::test]
 async fn an_answer_without_end_fails_at_once_and_memory_stays_bounded() {
+    if !in_own_process(
+        "hostile_upstreams::an_answer_without_end_fails_at_once_and_memory_stays_bounded",
+    ) {
+        return;
+    }
     let _serial = ONE_AT_A_TIME.lock().await;
     let host = Host::fast();
     host.supervisor
@@ -238,6 +241,9 @@ async fn a_flood_of_list_changes_is_coalesced() {
 
 #[tokio::test]
 async fn a_logging_flood_is_dropped_over_the_rate_and_counted() {
+    if !in_own_process("hostile_upstreams::a_logging_flood_is_dropped_over_the_rate_and_counted") {
+        return;
+    }
     let _serial = ONE_AT_A_TIME.lock().await;
     let host = Host::fast();
     let dropped_before = tether::transport::gate::dropped_notifications();
@@ -277,6 +283,9 @@ async fn sampling_requests_from_an_upstream_are_refused_with_an_error() {
 /// connect attempt fails within its deadline.
 #[tokio::test]
 async fn an_sse_event_without_end_is_bounded() {
+    if !in_own_process("hostile_upstreams::an_sse_event_without_end_is_bounded") {
+        return;
+    }
     let _serial = ONE_AT_A_TIME.lock().await;
     use axum::body::Body;
     use futures::StreamExt;

@@ -1,12 +1,10 @@
 //! Operations on a live host: config reloads that touch only what changed, and policy swaps
 //! under continuous calls.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use tether::policy::{BreakerState, PolicySource, ServerState, ServerStatus, SwapPath};
 
@@ -316,7 +314,7 @@ async fn a_recording_replays_exactly_with_its_policy_and_shows_where_another_dif
             .call_tool("steady__echo", args(json!({"text": text})))
             .await
             .unwrap();
-        assert_eq!(common::text(&result), text);
+        assert_eq!(crate::common::text(&result), text);
     }
     let pid = steady.pid().unwrap();
     kill(pid, 9);
@@ -378,7 +376,7 @@ impl EchoCallers {
                             .call_tool(tool, args(json!({"text": text})))
                             .await
                             .unwrap();
-                        if is_error(&result) || common::text(&result) != text {
+                        if is_error(&result) || crate::common::text(&result) != text {
                             failed.fetch_add(1, Ordering::Relaxed);
                         }
                         done.fetch_add(1, Ordering::Relaxed);

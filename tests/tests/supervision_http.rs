@@ -1,12 +1,10 @@
 //! Supervision over HTTP: servers that restart (and forget their sessions) are recovered on
 //! Streamable HTTP (answering 404 or the id-less 400) and on legacy SSE.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use tether::config::TransportSpec;
 

@@ -1,11 +1,9 @@
 //! Supervision of real stdio child processes: Tether's invariants on the fault-injecting
 //! fixture, with millisecond policy settings and condition waits.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use tether::policy::{BreakerState, ReconnectSource, ServerState};
 

@@ -1,8 +1,7 @@
-//! The operators' side: a loopback admin API over the supervisor ([`server`]), the state file
-//! that tells the CLI where it is ([`state_file`]), and the CLI client for it ([`client`]).
+//! The operators' side: a loopback admin API over the supervisor ([`server`]), its requests and
+//! answers as types shared with clients ([`api`]). The `tether` CLI is its client.
 
-pub mod client;
+pub mod api;
 pub mod server;
-pub mod state_file;
 
 pub use server::{AdminContext, AdminError, AdminServer, start};

@@ -1,17 +1,8 @@
 //! The admin API: a small HTTP server over the supervisor, loopback-only unless allowed
 //! otherwise, every request authorized by a bearer token.
 //!
-//! | request | answer |
-//! |---|---|
-//! | `GET /status` | `{"policy": {...}, "servers": [{name, state, transport, pid, tools, breaker, ...}]}` |
-//! | `GET /events` | `text/event-stream` of JSON events, each with a `kind` |
-//! | `GET /metrics` | Prometheus text |
-//! | `POST /reconnect/{server}` | `{"reconnecting": name}`, 404 for an unknown server |
-//! | `PUT /policy[?label=NAME]` | the component's bytes; the new policy, or 422 with the reason |
-//! | `PATCH /policy/settings` | a JSON object merged (RFC 7396) over the running settings |
-//! | `POST /reload` | the reload report, or 422 with the config error |
-//!
-//! Every error is `{"error": "..."}`.
+//! The requests and answers are the types in [`super::api`]; `docs/admin-openapi.json` describes
+//! them (generated from those types). Every error is an [`ApiError`](super::api::ApiError).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -30,15 +21,16 @@ use axum::routing::{get, patch, post, put};
 use futures::Stream;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
+
+use super::api;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-use tokio::sync::{Mutex, broadcast, watch};
+use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
 
-use crate::metrics::{Metrics, breaker_name, state_name};
-use crate::policy::{PolicyError, PolicySource, ReconnectSource, ServerStatus, SwapReport};
-use crate::supervisor::{ReloadReport, ServerView, Supervisor};
-use crate::transport::kind_name;
+use crate::metrics::Metrics;
+use crate::policy::{PolicyError, PolicySource, ReconnectSource, SwapReport};
+use crate::supervisor::{ReloadReport, Supervisor};
 
 /// The largest policy component `PUT /policy` accepts.
 pub const MAX_COMPONENT_BYTES: usize = 64 << 20;
@@ -49,34 +41,43 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// How long [`AdminServer::shutdown`] waits for requests in flight.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
-/// Re-reads the config file and applies it; `Err(message)` for a bad file (nothing changes then).
-pub type ReloadFn = Arc<dyn Fn() -> BoxFuture<'static, Result<ReloadReport, String>> + Send + Sync>;
+/// Re-reads the config file and applies it; an error for a bad file (nothing changes then).
+pub type ReloadFn =
+    Arc<dyn Fn() -> BoxFuture<'static, Result<ReloadReport, crate::Error>> + Send + Sync>;
 
 /// What the admin API works on.
 #[derive(Clone)]
 pub struct AdminContext {
+    /// The servers and policy it operates.
     pub supervisor: Supervisor,
-    /// Re-reads the config file and applies it (serve.rs provides it); Err(message) on a bad
-    /// file (nothing changes then).
+    /// Re-reads the config file and applies it (the embedding [`crate::Tether`] provides it);
+    /// an error for a bad file (nothing changes then).
     pub reload: ReloadFn,
+    /// What `GET /metrics` renders.
     pub metrics: Arc<Metrics>,
 }
 
 /// Why the admin API could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
+    /// A non-loopback address without permission.
     #[error(
         "refusing to serve the admin API on {0}: it is not a loopback address, and anyone who can reach it with the token controls the gateway; pass --admin-allow-remote to allow it"
     )]
     NotLoopback(SocketAddr),
+    /// A token that cannot be sent in a header.
     #[error("the admin token must be non-empty printable ASCII without spaces")]
     BadToken,
+    /// No randomness for a token.
     #[error("cannot generate an admin token: {0}")]
     Token(String),
+    /// The address cannot be listened on.
     // The cause is in the message, not a `source`, so chained reports say it once.
     #[error("cannot listen for the admin API on {addr}: {cause}")]
     Bind {
+        /// The address asked for.
         addr: SocketAddr,
+        /// Why not.
         cause: std::io::Error,
     },
 }
@@ -231,7 +232,7 @@ struct ApiError(StatusCode, String);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.0, axum::Json(json!({ "error": self.1 }))).into_response()
+        (self.0, axum::Json(api::ApiError { error: self.1 })).into_response()
     }
 }
 
@@ -269,70 +270,8 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     )
 }
 
-fn rfc3339(time: SystemTime) -> String {
-    humantime::format_rfc3339_millis(time).to_string()
-}
-
-/// Settings text as JSON: the object itself when it parses, else the text.
-fn settings_json(settings: &str) -> Value {
-    match serde_json::from_str::<Value>(settings) {
-        Ok(value) => value,
-        Err(_) if settings.trim().is_empty() => json!({}),
-        Err(_) => Value::String(settings.to_string()),
-    }
-}
-
-fn running_policy(supervisor: &Supervisor) -> Value {
-    let running = supervisor.policy().running();
-    json!({
-        "label": running.label,
-        "name": running.name,
-        "version": running.version,
-        "contract": running.contract,
-        "digest": running.digest,
-        "settings": settings_json(&running.settings),
-    })
-}
-
-/// One server's row: the host's view merged with the policy's status.
-fn server_json(supervisor: &Supervisor, view: &ServerView, status: Option<&ServerStatus>) -> Value {
-    json!({
-        "name": view.name,
-        "state": state_name(view.state),
-                "transport": kind_name(view.transport),
-        "pid": view.pid,
-        "tools": supervisor.registry().server_tools(&view.name).len(),
-        "breaker": status.map(|s| breaker_name(s.breaker)),
-        "failures": status.map(|s| s.failures),
-        "breaker_failures": status.map(|s| s.breaker_failures),
-        "tool_errors": status.map(|s| s.tool_errors),
-        // The policy's account when it knows the server (it clears it once healthy).
-        "last_fault": match status {
-            Some(status) => status.last_fault.clone(),
-            None => view.last_fault.clone(),
-        },
-        "since": rfc3339(view.since),
-        "detail": view.detail,
-        "reconnects": view.reconnects,
-        "parks": view.parks,
-    })
-}
-
-async fn status(State(app): State<App>) -> axum::Json<Value> {
-    let supervisor = &app.ctx.supervisor;
-    let views = supervisor.views();
-    let statuses = supervisor.policy_status().await;
-    let servers: Vec<Value> = views
-        .iter()
-        .map(|view| {
-            let status = statuses.iter().find(|s| s.server == view.name);
-            server_json(supervisor, view, status)
-        })
-        .collect();
-    axum::Json(json!({
-        "policy": running_policy(supervisor),
-        "servers": servers,
-    }))
+async fn status(State(app): State<App>) -> axum::Json<api::Status> {
+    axum::Json(api::Status::collect(&app.ctx.supervisor).await)
 }
 
 async fn metrics(State(app): State<App>) -> Response {
@@ -347,36 +286,25 @@ async fn metrics(State(app): State<App>) -> Response {
         .into_response()
 }
 
-async fn reconnect(State(app): State<App>, Path(server): Path<String>) -> Response {
+async fn reconnect(
+    State(app): State<App>,
+    Path(server): Path<String>,
+) -> Result<axum::Json<api::Reconnecting>, ApiError> {
     if app
         .ctx
         .supervisor
         .request_reconnect(&server, ReconnectSource::Operator)
     {
         tracing::info!(server = %server, "reconnect requested by an operator");
-        axum::Json(json!({ "reconnecting": server })).into_response()
+        Ok(axum::Json(api::Reconnecting {
+            reconnecting: server,
+        }))
     } else {
-        ApiError(
+        Err(ApiError(
             StatusCode::NOT_FOUND,
-            format!("no server named {server:?} is supervised"),
-        )
-        .into_response()
+            crate::Error::UnknownServer(server).to_string(),
+        ))
     }
-}
-
-#[derive(serde::Deserialize)]
-struct SwapQuery {
-    /// A name for the component in status and logs (e.g. its file name).
-    label: Option<String>,
-    /// Swap even if the policy breaks Tether's invariants.
-    #[serde(default)]
-    force: bool,
-}
-
-#[derive(serde::Deserialize)]
-struct ForceQuery {
-    #[serde(default)]
-    force: bool,
 }
 
 /// Runs the conformance suite against a policy about to be swapped in: one that breaks the
@@ -446,9 +374,9 @@ fn policy_error(error: PolicyError) -> ApiError {
 
 async fn swap_policy(
     State(app): State<App>,
-    Query(query): Query<SwapQuery>,
+    Query(query): Query<api::UploadQuery>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<axum::Json<Value>, ApiError> {
+) -> Result<axum::Json<api::Swapped>, ApiError> {
     let force = query.force;
     let source = uploaded(query, body)?;
     let _operation = app.operations.lock().await;
@@ -465,28 +393,28 @@ async fn swap_policy(
         .await
         .map_err(policy_error)?;
     tracing::info!(name = %report.info.name, version = %report.info.version, path = ?report.path, "policy swapped through the admin API");
-    Ok(swap_answer(supervisor, &report, broken))
+    Ok(swap_answer(supervisor, report, broken))
 }
 
 /// What a swap answers: the policy now running, how the state moved, what it breaks.
 fn swap_answer(
     supervisor: &Supervisor,
-    report: &SwapReport,
+    report: SwapReport,
     broken: Vec<String>,
-) -> axum::Json<Value> {
-    axum::Json(json!({
-        "policy": running_policy(supervisor),
-        "swap": {
-            "path": report.path,
-            "not_carried": report.not_carried,
-            "breaks_invariants": broken,
+) -> axum::Json<api::Swapped> {
+    axum::Json(api::Swapped {
+        policy: api::RunningPolicy::of(supervisor.policy()),
+        swap: api::SwapOutcome {
+            path: report.path,
+            not_carried: report.not_carried,
+            breaks_invariants: broken,
         },
-    }))
+    })
 }
 
 /// A component uploaded in a request body, with its label.
 fn uploaded(
-    query: SwapQuery,
+    query: api::UploadQuery,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<PolicySource, ApiError> {
     let body = body?;
@@ -508,9 +436,9 @@ fn uploaded(
 
 async fn start_shadow(
     State(app): State<App>,
-    Query(query): Query<SwapQuery>,
+    Query(query): Query<api::UploadQuery>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<axum::Json<Value>, ApiError> {
+) -> Result<axum::Json<api::Shadow>, ApiError> {
     let source = uploaded(query, body)?;
     let _operation = app.operations.lock().await;
     let policy = app.ctx.supervisor.policy().clone();
@@ -518,10 +446,12 @@ async fn start_shadow(
         .await
         .unwrap_or(Err(PolicyError::Stopped))
         .map_err(policy_error)?;
-    Ok(axum::Json(json!({ "shadow": report })))
+    Ok(axum::Json(api::Shadow {
+        shadow: Some(report),
+    }))
 }
 
-async fn shadow_report(State(app): State<App>) -> Result<axum::Json<Value>, ApiError> {
+async fn shadow_report(State(app): State<App>) -> Result<axum::Json<api::Shadow>, ApiError> {
     let report = app
         .ctx
         .supervisor
@@ -529,10 +459,10 @@ async fn shadow_report(State(app): State<App>) -> Result<axum::Json<Value>, ApiE
         .shadow_report()
         .await
         .map_err(policy_error)?;
-    Ok(axum::Json(json!({ "shadow": report })))
+    Ok(axum::Json(api::Shadow { shadow: report }))
 }
 
-async fn drop_shadow(State(app): State<App>) -> Result<axum::Json<Value>, ApiError> {
+async fn drop_shadow(State(app): State<App>) -> Result<axum::Json<api::ShadowDropped>, ApiError> {
     let _operation = app.operations.lock().await;
     let dropped = app
         .ctx
@@ -541,13 +471,13 @@ async fn drop_shadow(State(app): State<App>) -> Result<axum::Json<Value>, ApiErr
         .drop_shadow()
         .await
         .map_err(policy_error)?;
-    Ok(axum::Json(json!({ "dropped": dropped })))
+    Ok(axum::Json(api::ShadowDropped { dropped }))
 }
 
 async fn promote_shadow(
     State(app): State<App>,
-    Query(query): Query<ForceQuery>,
-) -> Result<axum::Json<Value>, ApiError> {
+    Query(query): Query<api::ForceQuery>,
+) -> Result<axum::Json<api::Swapped>, ApiError> {
     let _operation = app.operations.lock().await;
     let supervisor = &app.ctx.supervisor;
     let shadow = supervisor
@@ -562,7 +492,7 @@ async fn promote_shadow(
         .await
         .map_err(policy_error)?;
     tracing::info!(name = %report.info.name, "shadow policy promoted through the admin API");
-    Ok(swap_answer(supervisor, &report, broken))
+    Ok(swap_answer(supervisor, report, broken))
 }
 
 /// RFC 7396 JSON merge patch: objects merge recursively, `null` removes a key.
@@ -587,7 +517,7 @@ fn merge_patch(target: &mut Value, patch: &Value) {
 async fn set_settings(
     State(app): State<App>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<axum::Json<Value>, ApiError> {
+) -> Result<axum::Json<api::Settings>, ApiError> {
     let body = body?;
     let unprocessable = |message: String| ApiError(StatusCode::UNPROCESSABLE_ENTITY, message);
     let patch: Value = serde_json::from_slice(&body)
@@ -597,7 +527,7 @@ async fn set_settings(
     }
     let _operation = app.operations.lock().await;
     let policy = app.ctx.supervisor.policy();
-    let mut settings = match settings_json(&policy.running().settings) {
+    let mut settings = match api::settings_json(&policy.running().settings) {
         object @ Value::Object(_) => object,
         _ => json!({}),
     };
@@ -607,82 +537,36 @@ async fn set_settings(
         .await
         .map_err(policy_error)?;
     tracing::info!(%settings, "policy settings changed through the admin API");
-    Ok(axum::Json(json!({ "settings": settings })))
+    Ok(axum::Json(api::Settings { settings }))
 }
 
 async fn reload(State(app): State<App>) -> Result<axum::Json<ReloadReport>, ApiError> {
     let _operation = app.operations.lock().await;
     match (app.ctx.reload)().await {
         Ok(report) => Ok(axum::Json(report)),
-        Err(message) => Err(ApiError(StatusCode::UNPROCESSABLE_ENTITY, message)),
+        Err(error) => Err(ApiError(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            error.to_string(),
+        )),
     }
-}
-
-/// The receivers an event stream reads from.
-struct Feeds {
-    lifecycle: broadcast::Receiver<crate::supervisor::LifecycleEvent>,
-    tools: broadcast::Receiver<crate::registry::RegistryChange>,
-    notices: broadcast::Receiver<crate::policy::PolicyNotice>,
-    stopping: watch::Receiver<bool>,
-}
-
-/// The next event as JSON; `None` when the stream should end (shutdown, supervisor gone).
-async fn next_event(feeds: &mut Feeds) -> Option<Value> {
-    use broadcast::error::RecvError;
-    fn lagged(missed: u64) -> Value {
-        json!({ "kind": "lagged", "missed": missed })
-    }
-    let mut event = tokio::select! {
-        _ = feeds.stopping.wait_for(|stop| *stop) => return None,
-        received = feeds.lifecycle.recv() => match received {
-            Ok(e) => json!({
-                "kind": "lifecycle",
-                "server": e.server,
-                "state": state_name(e.state),
-                "detail": e.detail,
-            }),
-            Err(RecvError::Lagged(missed)) => lagged(missed),
-            Err(RecvError::Closed) => return None,
-        },
-        received = feeds.tools.recv() => match received {
-            Ok(change) => json!({
-                "kind": "tools",
-                "server": change.server,
-                "generation": change.generation,
-                "added": change.added,
-                "removed": change.removed,
-            }),
-            Err(RecvError::Lagged(missed)) => lagged(missed),
-            Err(RecvError::Closed) => return None,
-        },
-        received = feeds.notices.recv() => match received {
-            Ok(notice) => {
-                let mut value = serde_json::to_value(&notice).unwrap_or_else(|_| json!({}));
-                let kind = value.get("kind").and_then(Value::as_str).unwrap_or("notice").to_string();
-                value["kind"] = Value::String(format!("policy-{kind}"));
-                value
-            }
-            Err(RecvError::Lagged(missed)) => lagged(missed),
-            Err(RecvError::Closed) => return None,
-        },
-    };
-    event["time"] = Value::String(rfc3339(SystemTime::now()));
-    Some(event)
 }
 
 async fn events(State(app): State<App>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     // Subscribed before the response goes out: whatever happens after the client sees the
     // headers is delivered.
-    let supervisor = &app.ctx.supervisor;
-    let feeds = Feeds {
-        lifecycle: supervisor.lifecycle(),
-        tools: supervisor.registry().subscribe(),
-        notices: supervisor.policy().notices(),
-        stopping: app.stopping.clone(),
-    };
-    let stream = futures::stream::unfold(feeds, |mut feeds| async move {
-        let event = next_event(&mut feeds).await?;
-        Some((Ok(Event::default().data(event.to_string())), feeds))
+    let feed = crate::events::Feed::new(&app.ctx.supervisor);
+    let stopping = app.stopping.clone();
+    let stream = futures::stream::unfold((feed, stopping), |(mut feed, mut stopping)| async move {
+        let event = tokio::select! {
+            _ = stopping.wait_for(|stop| *stop) => return None,
+            event = feed.next() => event?,
+        };
+        let timed = api::TimedEvent {
+            time: api::rfc3339(SystemTime::now()),
+            event,
+        };
+        let data = serde_json::to_string(&timed).unwrap_or_default();
+        Some((Ok(Event::default().data(data)), (feed, stopping)))
     });
     Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))
 }

@@ -104,6 +104,7 @@ impl Format {
 /// Which server and key an error or warning is about.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Place {
+    /// The server, if the place is inside one.
     pub server: Option<String>,
     /// A dotted path inside the server (or at top level): `env.TOKEN`, `args[2]`,
     /// `timeouts.call`.
@@ -145,67 +146,120 @@ impl fmt::Display for Place {
 /// Why a config file could not be loaded. Every message starts with the file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file could not be read.
     // The cause is in the message and deliberately not a `source`: error reports that print
     // the chain would say it twice.
     #[error("{file}: cannot read the config file: {cause}")]
-    Read { file: String, cause: std::io::Error },
+    Read {
+        /// The config file.
+        file: String,
+        /// The I/O error.
+        cause: std::io::Error,
+    },
+    /// The file name ends in neither `.json` nor `.toml`.
     #[error("{file}: unknown config file type: expected a `.json` or `.toml` file")]
-    UnknownExtension { file: String },
+    UnknownExtension {
+        /// The config file.
+        file: String,
+    },
+    /// The file is not valid JSON or TOML.
     #[error("{file}:{line}:{column}: invalid {language}: {message}")]
     Syntax {
+        /// The config file.
         file: String,
+        /// `"JSON"` or `"TOML"`.
         language: &'static str,
+        /// Line of the error (1-based).
         line: usize,
+        /// Column of the error (1-based, in characters).
         column: usize,
+        /// The parser's message.
         message: String,
     },
+    /// The file has neither a `mcpServers` nor a `servers` object at the top.
     #[error(
         "{file}: not an MCP server config: expected a top-level `mcpServers` object (Claude \
          Desktop, Cursor, Claude Code) or `servers` object (VS Code)"
     )]
-    UnknownLayout { file: String },
+    UnknownLayout {
+        /// The config file.
+        file: String,
+    },
+    /// A value has the wrong type.
     #[error("{file}: {place}: expected {expected}, found {found}")]
     WrongType {
+        /// The config file.
         file: String,
+        /// Where the value is.
         place: Place,
+        /// What the key takes.
         expected: &'static str,
+        /// What kind of value was found.
         found: &'static str,
     },
+    /// A required key is absent.
     #[error("{file}: {place}: required key is missing ({expected})")]
     Missing {
+        /// The config file.
         file: String,
+        /// Where the key belongs.
         place: Place,
+        /// What the key takes.
         expected: &'static str,
     },
+    /// A server name is empty, too long or has characters other than `[A-Za-z0-9_-]`.
     #[error(
         "{file}: server {server:?}: invalid server name: use only letters, digits, `_` and `-`, \
          at most {max} characters (tools are advertised as `<server>__<tool>` and the name names \
          the server's log file)",
         max = ServerSpec::MAX_NAME_LEN
     )]
-    InvalidName { file: String, server: String },
+    InvalidName {
+        /// The config file.
+        file: String,
+        /// The rejected name.
+        server: String,
+    },
+    /// A server's transport keys do not fit together (both `command` and `url`, neither, or a
+    /// `type` that does not match).
     #[error("{file}: server `{server}`: {message}")]
     Transport {
+        /// The config file.
         file: String,
+        /// The server.
         server: String,
+        /// What is wrong.
         message: String,
     },
+    /// A string refers to an environment variable that is not set (and has no default).
     #[error("{file}: {place}: environment variable `{var}` is not set")]
     UnsetVariable {
+        /// The config file.
         file: String,
+        /// Where the string is.
         place: Place,
+        /// The variable's name.
         var: String,
     },
+    /// A string holds a malformed or unsupported variable reference (e.g. `${input:...}`).
     #[error("{file}: {place}: {message}")]
     BadReference {
+        /// The config file.
         file: String,
+        /// Where the string is.
         place: Place,
+        /// What is wrong with the reference.
         message: String,
     },
+    /// A value has the right type but is not allowed (an unknown `type`, a bad URL, a zero
+    /// timeout, ...).
     #[error("{file}: {place}: {message}")]
     InvalidValue {
+        /// The config file.
         file: String,
+        /// Where the value is.
         place: Place,
+        /// What is wrong with it.
         message: String,
     },
 }

@@ -14,6 +14,7 @@ use crate::policy::{ServerConfig, TransportKind};
 pub struct ServerSpec {
     /// Unique name; the prefix of its advertised tool names.
     pub name: String,
+    /// How to reach it.
     pub transport: TransportSpec,
     /// Glob patterns over tool names: when non-empty only matching tools are shown.
     pub include: Vec<String>,
@@ -21,6 +22,7 @@ pub struct ServerSpec {
     pub exclude: Vec<String>,
     /// Per-server policy settings overrides (a JSON object), if any.
     pub policy_settings: Option<serde_json::Value>,
+    /// Its deadlines.
     pub timeouts: Timeouts,
     /// The largest message accepted from this server, in bytes: one answer, one notification,
     /// one event, and a whole (paginated) tool list. What is larger fails with a fault naming
@@ -47,6 +49,7 @@ impl ProtocolChoice {
     /// The values of the config key.
     pub const CHOICES: &str = "\"auto\", \"2026-07-28\" or \"2025-11-25\"";
 
+    /// The choice a config value names (one of [`Self::CHOICES`]), if any.
     pub fn parse(value: &str) -> Option<Self> {
         match value {
             "auto" => Some(Self::Auto),
@@ -62,27 +65,36 @@ impl ProtocolChoice {
 pub enum TransportSpec {
     /// A child process speaking MCP on stdin/stdout.
     Stdio {
+        /// The program to run.
         command: String,
+        /// Its arguments.
         args: Vec<String>,
         /// Added to the allowlisted part of the host environment.
         env: BTreeMap<String, String>,
+        /// Its working directory (`None`: the host's).
         cwd: Option<PathBuf>,
     },
     /// Streamable HTTP; with `sse_fallback`, a first connect falls back to legacy SSE when the
     /// server refuses Streamable HTTP (400/405/406).
     Http {
+        /// The MCP endpoint.
         url: String,
+        /// Sent with every request (e.g. `Authorization`).
         headers: BTreeMap<String, String>,
+        /// Whether a first connect may fall back to legacy SSE.
         sse_fallback: bool,
     },
     /// Legacy HTTP+SSE.
     Sse {
+        /// The SSE endpoint.
         url: String,
+        /// Sent with every request (e.g. `Authorization`).
         headers: BTreeMap<String, String>,
     },
 }
 
 impl TransportSpec {
+    /// The transport kind, as the policy is told it.
     pub fn kind(&self) -> TransportKind {
         match self {
             TransportSpec::Stdio { .. } => TransportKind::Stdio,
@@ -114,6 +126,7 @@ pub struct Timeouts {
 }
 
 impl Timeouts {
+    /// The shortest keepalive interval used, whatever is configured.
     pub const KEEPALIVE_FLOOR: Duration = Duration::from_secs(5);
 }
 
@@ -161,6 +174,7 @@ impl ServerSpec {
         )
     }
 
+    /// A server with default settings.
     pub fn new(name: &str, transport: TransportSpec) -> Self {
         Self {
             name: name.to_string(),

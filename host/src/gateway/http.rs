@@ -31,11 +31,37 @@ impl Gateway {
         self,
         bind: SocketAddr,
         options: HttpOptions,
-    ) -> Result<HttpServer, String> {
+    ) -> Result<HttpServer, crate::Error> {
+        let listen_error = |cause| crate::Error::Listen { addr: bind, cause };
         let listener = tokio::net::TcpListener::bind(bind)
             .await
-            .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
-        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            .map_err(listen_error)?;
+        let addr = listener.local_addr().map_err(listen_error)?;
+        // A deliberate non-loopback bind serves other hosts' names too.
+        let (app, endpoint) = self.http_router(options, !addr.ip().to_canonical().is_loopback());
+        let stop_accepting = Arc::new(Notify::new());
+        let stop = stop_accepting.clone();
+        let task = tokio::spawn(async move {
+            if let Err(error) = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { stop.notified().await })
+                .await
+            {
+                tracing::error!("MCP over HTTP stopped: {error}");
+            }
+        });
+        Ok(HttpServer {
+            addr,
+            stop_accepting,
+            endpoint,
+            task,
+        })
+    }
+
+    /// The Streamable HTTP endpoint as a router serving `/mcp`, for mounting in an embedder's
+    /// own axum stack (`Router::merge`), with the [`McpEndpoint`] that closes its sessions.
+    /// `any_host`: accept requests addressed to any host name, not only loopback names (for
+    /// a listener bound beyond loopback; rmcp refuses other `Host`s otherwise).
+    pub fn http_router(self, options: HttpOptions, any_host: bool) -> (axum::Router, McpEndpoint) {
         // rmcp checks Origin (scheme, host, port per RFC 6454; no Origin passes) before any
         // session handling, and answers 403.
         let mut config = StreamableHttpServerConfig::default().with_allowed_origins(
@@ -44,8 +70,7 @@ impl Gateway {
                 .map(|origin| origin.to_string())
                 .chain(options.allowed_origins),
         );
-        if !addr.ip().to_canonical().is_loopback() {
-            // A deliberate non-loopback bind serves other hosts' names too.
+        if any_host {
             config = config.disable_allowed_hosts();
         }
         let sessions = config.cancellation_token.clone();
@@ -65,23 +90,33 @@ impl Gateway {
                 require_token,
             ));
         }
-        let stop_accepting = Arc::new(Notify::new());
-        let stop = stop_accepting.clone();
-        let task = tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { stop.notified().await })
-                .await
-            {
-                tracing::error!("MCP over HTTP stopped: {error}");
-            }
-        });
-        Ok(HttpServer {
-            addr,
-            stop_accepting,
-            close_sessions: Box::new(move || sessions.cancel()),
-            answering,
-            task,
-        })
+        (
+            app,
+            McpEndpoint {
+                sessions,
+                answering,
+            },
+        )
+    }
+}
+
+/// The sessions of a Streamable HTTP endpoint, to end them at shutdown.
+pub struct McpEndpoint {
+    sessions: tokio_util::sync::CancellationToken,
+    answering: Arc<Answering>,
+}
+
+impl McpEndpoint {
+    /// Waits up to `grace` for answers still being written (POST responses not yet finished),
+    /// then closes every session, ending their event streams.
+    pub async fn close(&self, grace: Duration) {
+        if !self.answering.wait_idle(grace).await {
+            tracing::warn!(
+                "{} MCP requests still unanswered after {grace:?}; closing them",
+                self.answering.count.load(Ordering::SeqCst)
+            );
+        }
+        self.sessions.cancel();
     }
 }
 
@@ -182,8 +217,7 @@ pub struct HttpServer {
     /// The address it listens on.
     pub addr: SocketAddr,
     stop_accepting: Arc<Notify>,
-    close_sessions: Box<dyn FnOnce() + Send>,
-    answering: Arc<Answering>,
+    endpoint: McpEndpoint,
     task: JoinHandle<()>,
 }
 
@@ -200,13 +234,7 @@ impl HttpServer {
     /// then closes every session (ending their event streams) and stops.
     pub async fn close(self, grace: Duration) {
         self.stop_accepting();
-        if !self.answering.wait_idle(grace).await {
-            tracing::warn!(
-                "{} MCP requests still unanswered after {grace:?}; closing them",
-                self.answering.count.load(Ordering::SeqCst)
-            );
-        }
-        (self.close_sessions)();
+        self.endpoint.close(grace).await;
         let mut task = self.task;
         if tokio::time::timeout(CLOSE_GRACE, &mut task).await.is_err() {
             tracing::debug!("MCP connections still open after {CLOSE_GRACE:?}; dropping them");

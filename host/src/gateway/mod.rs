@@ -13,7 +13,7 @@ mod downstream;
 mod http;
 
 pub(crate) use http::bearer_token;
-pub use http::{HttpOptions, HttpServer, McpToken, parse_allowed_origin};
+pub use http::{HttpOptions, HttpServer, McpEndpoint, McpToken, parse_allowed_origin};
 
 #[allow(deprecated)] // logging and resources/subscribe are legacy-only, and still served
 use rmcp::model::{
@@ -116,16 +116,16 @@ impl Gateway {
     }
 
     /// Serves one session over this process's stdin/stdout until the client leaves.
-    pub async fn serve_stdio(self) -> Result<(), String> {
+    pub async fn serve_stdio(self) -> Result<(), crate::Error> {
         let service = self
             .serve(rmcp::transport::stdio())
             .await
-            .map_err(|e| format!("MCP over stdio: {e}"))?;
+            .map_err(|e| crate::Error::Stdio(e.to_string()))?;
         service
             .waiting()
             .await
             .map(drop)
-            .map_err(|e| format!("MCP over stdio: {e}"))
+            .map_err(|e| crate::Error::Stdio(e.to_string()))
     }
 
     /// An upstream's resource update or log message, to the clients that asked for it. An

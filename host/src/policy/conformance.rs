@@ -42,7 +42,9 @@ pub enum Level {
 /// One scenario's outcome.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ScenarioResult {
+    /// The scenario's name (e.g. `tools-are-withdrawn-exactly-once`).
     pub name: &'static str,
+    /// Which promise it checks.
     pub level: Level,
     /// `None` when it passed; otherwise what differed.
     pub failure: Option<String>,

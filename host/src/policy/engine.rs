@@ -34,12 +34,18 @@ pub enum PolicySource {
     /// A component file.
     File(PathBuf),
     /// Component bytes received from somewhere (e.g. the admin API), with a name for messages.
-    Bytes { label: String, bytes: Vec<u8> },
+    Bytes {
+        /// A name for messages.
+        label: String,
+        /// The component bytes.
+        bytes: Vec<u8>,
+    },
     /// A component this host has already compiled and vetted.
     Loaded(Arc<LoadedPolicy>),
 }
 
 impl PolicySource {
+    /// Its name for messages (for a file, the path).
     pub fn label(&self) -> String {
         match self {
             PolicySource::Embedded => "embedded default policy".to_string(),
@@ -99,6 +105,7 @@ impl PolicyEngine {
         }))
     }
 
+    /// The wasmtime engine policies are compiled for.
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
@@ -366,6 +373,7 @@ pub(crate) enum PolicyPre {
 }
 
 impl LoadedPolicy {
+    /// The wasmtime engine it was compiled for.
     pub fn engine(&self) -> &Engine {
         &self.engine.engine
     }

@@ -257,13 +257,13 @@ impl StoreState {
     }
 }
 
-/// A live instance of a loaded policy component.
 /// An instance's exports, in the bindings of its contract line.
 enum Bindings {
     V0_1(v0_1::PolicyComponent),
     V0_2(v0_2::PolicyComponent),
 }
 
+/// A live instance of a loaded policy component, in its own sandbox with fuel and memory limits.
 pub struct PolicyInstance {
     store: Store<StoreState>,
     bindings: Bindings,
@@ -388,6 +388,7 @@ impl PolicyInstance {
         self.policy.contract().carries_descriptions()
     }
 
+    /// Asks the guest who it is (its name and version).
     pub fn info(&mut self) -> Result<PolicyInfo, PolicyError> {
         self.call("info", 0, |b, s| match b {
             Bindings::V0_1(b) => b.tether_policy_policy().call_info(s).map(Into::into),
@@ -407,6 +408,7 @@ impl PolicyInstance {
         Ok(())
     }
 
+    /// Changes the guest's settings, keeping its state; a refusal is an error naming the policy.
     pub fn set_settings(&mut self, settings: &str) -> Result<(), PolicyError> {
         let answer = self.call("set-settings", 0, |b, s| match b {
             Bindings::V0_1(b) => b.tether_policy_policy().call_set_settings(s, settings),
@@ -490,6 +492,7 @@ impl PolicyInstance {
         converted.map_err(|why| self.policy.fault(during, PolicyFault::InvalidOutput(why)))
     }
 
+    /// Asks the guest whether a tool call may be made.
     pub fn admit(&mut self, request: &CallRequest) -> Result<Admission, PolicyError> {
         self.call("admit", 0, |b, s| match b {
             Bindings::V0_1(b) => b
@@ -517,6 +520,7 @@ impl PolicyInstance {
         })
     }
 
+    /// Serializes the guest's whole state, for `restore` in a fresh instance of the same policy.
     pub fn snapshot(&mut self) -> Result<Vec<u8>, PolicyError> {
         self.call("snapshot", 0, |b, s| match b {
             Bindings::V0_1(b) => b.tether_policy_policy().call_snapshot(s),

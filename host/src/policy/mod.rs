@@ -1,7 +1,7 @@
 //! The policy runtime: loads a policy component, runs it sandboxed on its own thread, contains
 //! its failures and swaps it at runtime. The rest of the host talks to [`PolicyRuntime`].
 
-pub mod bindings;
+mod bindings;
 pub mod conformance;
 mod engine;
 mod engine_config;
@@ -31,12 +31,16 @@ pub use types::{
 /// What stopped a guest call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyFault {
+    /// It used up its fuel budget (the payload is the budget per call).
     #[error("ran out of fuel ({0} units per call): an endless loop?")]
     OutOfFuel(u64),
+    /// It tried to grow its memory beyond the limit (the payload is the limit in bytes).
     #[error("exceeded its memory limit of {0} bytes")]
     Memory(usize),
+    /// It trapped (a panic, any other wasm trap) or failed to instantiate; the text says why.
     #[error("trapped: {0}")]
     Trap(String),
+    /// Its answer broke the contract; the text says how.
     #[error("returned invalid output: {0}")]
     InvalidOutput(String),
 }
@@ -44,33 +48,68 @@ pub enum PolicyFault {
 /// Errors of the policy runtime. Every variant names the policy concerned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
+    /// The wasm engine or linker could not be set up, or the policy thread not started.
     #[error("cannot set up the wasm engine: {0}")]
     Engine(String),
+    /// The component file could not be read (or a recording file not created).
     #[error("cannot read policy {policy}: {reason}")]
-    Read { policy: String, reason: String },
+    Read {
+        /// The policy's label (its path, or what it is).
+        policy: String,
+        /// What went wrong (the I/O error).
+        reason: String,
+    },
+    /// The bytes are not a valid wasm component.
     #[error("policy {policy} is not a valid wasm component: {reason}")]
-    Invalid { policy: String, reason: String },
+    Invalid {
+        /// The policy's label.
+        policy: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The component does not export the policy contract or needs imports the host lacks.
     #[error("{policy} is not a Tether policy component: {reason}")]
-    NotAPolicy { policy: String, reason: String },
+    NotAPolicy {
+        /// The policy's label.
+        policy: String,
+        /// What it lacks or exports instead.
+        reason: String,
+    },
+    /// The component speaks a contract version this host cannot load.
     #[error(
         "policy {policy} was built for tether:policy@{found}, which this host cannot load: it loads components of {}",
         contract_lines()
     )]
-    Incompatible { policy: String, found: String },
+    Incompatible {
+        /// The policy's label.
+        policy: String,
+        /// The contract version it was built for.
+        found: String,
+    },
+    /// A guest call failed (fuel, memory, trap or invalid output).
     #[error("policy {policy} failed during {during}: {fault}")]
     Fault {
+        /// The policy's label.
         policy: String,
+        /// The call that failed (`handle`, `admit`, `instantiation`, ...).
         during: &'static str,
+        /// What stopped it.
         fault: PolicyFault,
     },
+    /// The policy rejected its input (settings, a snapshot, a handover).
     #[error("policy {policy} refused {what}: {reason}")]
     Refused {
+        /// The policy's label.
         policy: String,
+        /// What it refused (`the settings`, `the saved state`, ...).
         what: &'static str,
+        /// The policy's reason.
         reason: String,
     },
+    /// The policy thread is gone (the runtime was shut down).
     #[error("the policy runtime has stopped")]
     Stopped,
+    /// A shadow operation was asked for while no shadow policy runs.
     #[error("no shadow policy is running: start one with `tether policy shadow FILE`")]
     NoShadow,
 }

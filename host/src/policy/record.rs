@@ -25,21 +25,36 @@ use super::types::{Action, Admission, CallRequest, Event, EventKind, Tool};
 pub enum Record {
     /// The policy that decided what follows (at the start, and after each swap or fallback).
     Policy {
+        /// Where the component came from (file path or other label).
         label: String,
+        /// The implementation's name, as it reports it.
         name: String,
+        /// The implementation's version, as it reports it.
         version: String,
+        /// The contract version the component was built against.
         contract: String,
+        /// Its settings, as a JSON object.
         settings: String,
     },
     /// An event and the actions it got.
-    Event { event: Event, actions: Vec<Action> },
+    Event {
+        /// The event fed to the policy.
+        event: Event,
+        /// The actions the policy returned (publications without descriptions and schemas).
+        actions: Vec<Action>,
+    },
     /// A call request and its admission.
     Admit {
+        /// The request.
         request: CallRequest,
+        /// The policy's answer.
         admission: Admission,
     },
     /// The settings changed.
-    Settings { settings: String },
+    Settings {
+        /// The new settings, as a JSON object.
+        settings: String,
+    },
 }
 
 /// Writes a recording. A line is flushed as soon as it is written: a recording cut short by a
@@ -104,14 +119,17 @@ fn redacted(mut record: Record) -> Record {
 }
 
 /// Where a candidate decided otherwise than the recording.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Divergence {
     /// The recording's line (1-based).
     pub line: usize,
+    /// The server the decision was about (`(all)` for a shutdown).
     pub server: String,
     /// What diverged: `"<event> actions"` or `"admission"`.
     pub kind: String,
+    /// The recorded decision, as JSON.
     pub recorded: serde_json::Value,
+    /// The candidate's decision, as JSON.
     pub candidate: serde_json::Value,
 }
 

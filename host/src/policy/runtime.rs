@@ -90,40 +90,77 @@ impl Default for RuntimeOptions {
 }
 
 /// Something operators should hear about.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum PolicyNotice {
     /// A guest call failed; `error` names the policy and the fault.
-    Fault { policy: String, error: String },
+    Fault {
+        /// The failing policy's label.
+        policy: String,
+        /// The error, in words.
+        error: String,
+    },
     /// A fresh instance of the same policy was restored to the last good state.
-    Recovered { policy: String },
+    Recovered {
+        /// The policy's label.
+        policy: String,
+    },
     /// The embedded default policy replaced a failing one.
-    FellBack { from: String, reason: String },
+    FellBack {
+        /// The label of the policy that failed.
+        from: String,
+        /// Why it was replaced.
+        reason: String,
+    },
     /// An operator swapped the policy.
-    Swapped { from: String, to: String },
+    Swapped {
+        /// The outgoing policy's label.
+        from: String,
+        /// The incoming policy's label.
+        to: String,
+    },
     /// An operator changed the settings.
-    SettingsChanged { settings: String },
+    SettingsChanged {
+        /// The new settings, as a JSON object.
+        settings: String,
+    },
     /// A candidate policy runs beside the live one, acting on nothing.
-    ShadowStarted { policy: String },
+    ShadowStarted {
+        /// The shadow policy's label.
+        policy: String,
+    },
     /// The shadow policy decided otherwise than the live one (first time on this server).
     ShadowDiverged {
+        /// The shadow policy's label.
         policy: String,
+        /// The server the decision was about.
         server: String,
         /// What diverged (`"<event> actions"` or `"admission"`).
         decision: String,
     },
     /// The shadow policy failed and was dropped.
-    ShadowDropped { policy: String, reason: String },
+    ShadowDropped {
+        /// The shadow policy's label.
+        policy: String,
+        /// Why it was dropped.
+        reason: String,
+    },
 }
 
 /// Counters for metrics.
 #[derive(Debug, Default)]
 pub struct RuntimeStats {
+    /// Guest faults contained.
     pub faults: AtomicU64,
+    /// Faulted instances rebuilt from the last good state.
     pub recoveries: AtomicU64,
+    /// Times the embedded default policy replaced a failing one.
     pub fallbacks: AtomicU64,
+    /// Policy swaps done.
     pub swaps: AtomicU64,
+    /// Inputs the policy decided.
     pub decisions: AtomicU64,
+    /// Time spent deciding them, in nanoseconds.
     pub decision_nanos: AtomicU64,
     /// Inline decisions handed to the policy thread (over budget, a fault, a panic).
     pub inline_misses: AtomicU64,
@@ -144,7 +181,9 @@ pub struct RunningPolicy {
 pub type HostClock = Arc<dyn Fn() -> Millis + Send + Sync>;
 
 /// How a swap moved the state into the incoming policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum SwapPath {
     /// Same implementation: its own snapshot, which carries everything.
@@ -160,6 +199,7 @@ pub enum SwapPath {
 pub struct SwapReport {
     /// The incoming policy.
     pub info: PolicyInfo,
+    /// How the state was moved into it.
     pub path: SwapPath,
     /// What the incoming policy could not be given, in words for operators.
     pub not_carried: Vec<String>,
@@ -516,6 +556,7 @@ impl PolicyRuntime {
             .clone()
     }
 
+    /// Counters for metrics.
     pub fn stats(&self) -> &RuntimeStats {
         &self.shared.stats
     }
@@ -1301,18 +1342,23 @@ struct Shadow {
 }
 
 /// How a shadow policy's decisions compare with the live policy's.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct ShadowReport {
+    /// Where the shadow policy came from (file path or other label).
     pub label: String,
+    /// Its implementation name.
     pub name: String,
+    /// Its implementation version.
     pub version: String,
     /// How it was given the live state.
     pub path: SwapPath,
+    /// What it could not be given of the live state, in words for operators.
     pub not_carried: Vec<String>,
     /// Live decisions it made too (events and admissions).
     pub decisions: usize,
     /// Those it made differently.
     pub divergences: usize,
+    /// Divergences by kind.
     pub by_kind: BTreeMap<String, usize>,
     /// The first divergence on each server (`recorded` is the live decision; `line` counts
     /// decisions since the shadow started).

@@ -13,24 +13,37 @@ use serde::{Deserialize, Serialize};
 pub type Millis = u64;
 
 /// How the host reaches a server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
 pub enum TransportKind {
+    /// A child process speaking MCP over stdin/stdout.
     Stdio,
+    /// MCP Streamable HTTP.
     StreamableHttp,
+    /// The legacy HTTP+SSE transport.
     Sse,
 }
 
 /// Why a connection attempt, a session or a keepalive failed, as classified by the host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Fault {
+    /// The process could not be started (not found, permission denied); the text says why.
     SpawnFailed(String),
+    /// The MCP initialize handshake failed; the text says why.
     HandshakeFailed(String),
+    /// The MCP initialize handshake did not finish within the connect timeout.
     HandshakeTimedOut,
+    /// The server demanded credentials (HTTP 401/403); the payload is the status code.
     AuthRequired(u16),
+    /// The endpoint answered, but not as an MCP server; the text says what it answered.
     NotMcpEndpoint(String),
+    /// The child process exited; the payload is its exit code, if it exited normally.
     ProcessExited(Option<i32>),
+    /// The transport closed (pipe or connection closed, I/O error); the text says why.
     TransportClosed(String),
+    /// The server no longer knows the session (HTTP 404 on a session).
     SessionExpired,
+    /// A keepalive got no valid answer in time; the text says why.
     KeepaliveFailed(String),
 }
 
@@ -60,7 +73,9 @@ impl std::fmt::Display for Fault {
 /// A tool as a server advertised it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tool {
+    /// The tool's name on its server.
     pub name: String,
+    /// Its description, if the server gave one.
     #[serde(default)]
     pub description: Option<String>,
     /// Its input JSON schema, serialized as JSON.
@@ -73,9 +88,13 @@ pub struct Tool {
 /// A server as configured by the operator.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerConfig {
+    /// Unique server name (the prefix of its advertised tool names).
     pub name: String,
+    /// How it is reached.
     pub transport: TransportKind,
+    /// Glob patterns over original tool names; when non-empty only matching tools are published.
     pub include: Vec<String>,
+    /// Glob patterns over original tool names; matching tools are never published.
     pub exclude: Vec<String>,
     /// Per-server overrides of the policy settings, as a JSON object (empty string: none).
     pub settings: String,
@@ -84,74 +103,115 @@ pub struct ServerConfig {
 /// A fresh session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionInfo {
+    /// The server the session belongs to.
     pub server: String,
+    /// The server's self-reported name and version, for display.
     pub server_info: String,
+    /// The tools the server advertised (all pages).
     pub tools: Vec<Tool>,
 }
 
+/// A fault on a named server.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerFault {
+    /// The server concerned.
     pub server: String,
+    /// What went wrong.
     pub fault: Fault,
 }
 
+/// A server's complete, refreshed tool list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerTools {
+    /// The server concerned.
     pub server: String,
+    /// Its full tool list after the refresh.
     pub tools: Vec<Tool>,
 }
 
 /// How a tool call ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CallOutcome {
+    /// The server answered with a result that is not an error.
     Ok,
+    /// The server answered with `isError`; the payload is the error text. The server works.
     ToolError(String),
+    /// The transport failed before an answer arrived (the outcome may be uncertain).
     TransportError(Fault),
+    /// No answer arrived within the call deadline.
     Timeout,
     /// The agent cancelled it in flight (contract 0.2; not reported to 0.1 policies).
     Cancelled,
 }
 
+/// The report of one finished tool call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallReport {
+    /// The server that was called.
     pub server: String,
+    /// The host's identifier of the call, as passed to `admit`.
     pub call_id: u64,
+    /// How it ended.
     pub outcome: CallOutcome,
+    /// How long it took, in milliseconds.
     pub duration_ms: u64,
 }
 
+/// Who asked for a reconnect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ReconnectSource {
+    /// An operator (admin API, CLI).
     Operator,
+    /// The agent (through the gateway).
     Agent,
+    /// The host, after a half-open probe or a call found no live session.
     Probe,
 }
 
+/// A request to reconnect a server now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReconnectRequest {
+    /// The server concerned.
     pub server: String,
+    /// Who asked.
     pub source: ReconnectSource,
 }
 
+/// A deadline the policy asked for has passed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TimerFired {
+    /// The server the timer belongs to.
     pub server: String,
+    /// The token the policy gave in its `wake-at` action.
     pub token: u64,
 }
 
+/// What happened.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventKind {
+    /// A server was added to the configuration (or its configuration changed).
     ServerConfigured(ServerConfig),
+    /// A server was removed from the configuration; the policy forgets it.
     ServerRemoved(String),
+    /// A connection attempt produced an initialized session.
     Connected(SessionInfo),
+    /// A connection attempt failed.
     ConnectFailed(ServerFault),
+    /// A live session ended.
     Disconnected(ServerFault),
+    /// A live session's tool list changed (after `notifications/tools/list_changed`).
     ToolsChanged(ServerTools),
+    /// A keepalive got a valid answer: the session is proven.
     KeepaliveOk(String),
+    /// A keepalive failed; a `Disconnected` event follows if the host tears the session down.
     KeepaliveFailed(ServerFault),
+    /// A tool call finished.
     CallFinished(CallReport),
+    /// A deadline asked for with `wake-at` has passed.
     Timer(TimerFired),
+    /// Someone asked to reconnect a server now.
     ReconnectRequested(ReconnectRequest),
+    /// The host is shutting down; every server is to be withdrawn.
     Shutdown,
 }
 
@@ -177,65 +237,102 @@ impl EventKind {
 /// An event, stamped with the host's time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
+    /// When it happened (host monotonic milliseconds).
     pub now: Millis,
+    /// What happened.
     pub kind: EventKind,
 }
 
 /// A tool as agents see it. From a 0.2 policy, the description and schema are the host's.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PublishedTool {
+    /// The name agents see (unique across all servers, `[A-Za-z0-9_-]{1,64}`).
     pub advertised: String,
+    /// The tool's name on its server.
     pub original: String,
+    /// Its description, if any.
     pub description: Option<String>,
+    /// Its input JSON schema, serialized as JSON.
     pub input_schema: String,
+    /// Whether it is annotated read-only (safe to retry on a fresh session).
     pub read_only: bool,
 }
 
+/// The complete set of tools a server may now show to agents (replaces any earlier set).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Publication {
+    /// The server concerned.
     pub server: String,
+    /// Its tools, as agents see them.
     pub tools: Vec<PublishedTool>,
 }
 
+/// A deadline the policy wants to hear about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Wake {
+    /// The server the timer belongs to.
     pub server: String,
+    /// Host time at which to send a `Timer` event.
     pub at: Millis,
+    /// Echoed in the `Timer` event; a later `WakeAt` for the same server supersedes earlier ones.
     pub token: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// A server's lifecycle state as the policy sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
 pub enum ServerState {
+    /// Waiting for the first connection attempt or an attempt in progress.
     Connecting,
+    /// A session is up but not yet proven by a keepalive or a successful call.
     Connected,
+    /// A session is up and proven.
     Healthy,
+    /// Waiting out a backoff before the next attempt.
     BackingOff,
+    /// Retry budget exhausted or a permanent fault: tools withdrawn, slow self-probe armed.
     Parked,
+    /// Removed from the configuration or shut down; nothing more happens.
     Stopped,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// The state of a server's circuit breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
 pub enum BreakerState {
+    /// Calls flow.
     Closed,
+    /// Calls fail fast until the cooldown ends.
     Open,
+    /// The cooldown ended; exactly one probe call is allowed.
     HalfOpen,
 }
 
+/// A lifecycle change, for operators and logs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateChange {
+    /// The server concerned.
     pub server: String,
+    /// Its new state.
     pub state: ServerState,
+    /// A human-readable reason (names the fault, the attempt, the next retry).
     pub detail: String,
 }
 
 /// What the host must do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Action {
+    /// Start a connection attempt for the server (tear down any existing session first).
     Connect(String),
+    /// Tear down the server's session (and child process) without reconnecting.
     Disconnect(String),
+    /// Send a `Timer` event at the given time.
     WakeAt(Wake),
+    /// Replace the server's visible tools with these.
     PublishTools(Publication),
+    /// Hide all of the server's tools (idempotent).
     WithdrawTools(String),
+    /// Report a lifecycle change.
     StateChanged(StateChange),
 }
 
@@ -251,27 +348,39 @@ impl Action {
     }
 }
 
+/// A request to admit one tool call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallRequest {
+    /// Host time of the request.
     pub now: Millis,
+    /// The host's identifier for this call; echoed in its `CallReport`.
     pub call_id: u64,
+    /// The server that would be called.
     pub server: String,
+    /// The tool's name on that server.
     pub tool: String,
 }
 
 /// "Not sent; wait up to `wait_ms` for a fresh session, then ask again."
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hold {
+    /// The longest wait, in milliseconds, for a session newer than the current one (at most
+    /// 60 000; the host waits less when the call's deadline is nearer).
     pub wait_ms: u64,
     /// The answer for the agent when no fresh session comes up in time.
     pub message: String,
 }
 
+/// The policy's answer to a call request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Admission {
+    /// Make the call.
     Allow,
+    /// Make the call; it is the single half-open probe of an open breaker.
     Probe,
+    /// Do not make the call; answer the agent with this message.
     Reject(String),
+    /// Do not make the call; reconnect the server and answer the agent with this message.
     Reconnect(String),
     /// Contract 0.2.
     Hold(Hold),
@@ -280,14 +389,23 @@ pub enum Admission {
 /// A server's status as the policy sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerStatus {
+    /// The server.
     pub server: String,
+    /// Its lifecycle state.
     pub state: ServerState,
+    /// Its breaker.
     pub breaker: BreakerState,
+    /// Consecutive failed attempts without a proven session.
     pub failures: u32,
+    /// Consecutive transport failures counted by the breaker.
     pub breaker_failures: u32,
+    /// Consecutive tool errors (counted apart; they never open the breaker).
     pub tool_errors: u32,
+    /// The last fault, described.
     pub last_fault: Option<String>,
+    /// Host time at which the current state was entered.
     pub since: Millis,
+    /// Number of tools currently published.
     pub published_tools: u32,
     /// When the next attempt or self-probe is due (contract 0.2; `None` from 0.1 policies).
     #[serde(default)]
@@ -297,27 +415,39 @@ pub struct ServerStatus {
     pub breaker_until: Option<Millis>,
 }
 
+/// Identifies a policy implementation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyInfo {
+    /// Implementation name.
     pub name: String,
+    /// Implementation version.
     pub version: String,
 }
 
 /// Severity of a policy's log record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LogLevel {
+    /// Fine-grained tracing.
     Trace,
+    /// Debugging detail.
     Debug,
+    /// Normal operation.
     Info,
+    /// Something unexpected but handled.
     Warn,
+    /// Something failed.
     Error,
 }
 
 /// A live session as the host knows it, for a handover.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LiveSession {
+    /// The server's self-reported name and version, for display.
     pub server_info: String,
+    /// Its latest tool list.
     pub tools: Vec<Tool>,
+    /// Whether the session was proven (a keepalive answered, or the outgoing policy reported the
+    /// server healthy).
     pub proven: bool,
 }
 
@@ -325,24 +455,39 @@ pub struct LiveSession {
 /// (configuration, session, attempt in flight) and what the outgoing policy reported.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerHandover {
+    /// The server's configuration.
     pub config: ServerConfig,
+    /// Its live session, if it has one (the incoming policy must not connect it again).
     pub session: Option<LiveSession>,
+    /// Whether a connection attempt is in flight (its outcome will arrive as an event).
     pub connecting: bool,
+    /// Its lifecycle state, as the outgoing policy reported it.
     pub state: ServerState,
+    /// The outgoing policy's breaker.
     pub breaker: BreakerState,
+    /// Host time at which an open breaker turns half-open, if the outgoing policy said.
     pub breaker_until: Option<Millis>,
+    /// Consecutive failed attempts without a proven session.
     pub failures: u32,
+    /// Consecutive transport failures counted by the breaker.
     pub breaker_failures: u32,
+    /// Consecutive tool errors.
     pub tool_errors: u32,
+    /// The last fault, described.
     pub last_fault: Option<String>,
+    /// Host time at which the current state was entered.
     pub since: Millis,
+    /// When the outgoing policy planned the next attempt, if it said.
     pub next_attempt_at: Option<Millis>,
 }
 
 /// What is true when a policy takes over from another implementation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Handover {
+    /// Host time of the handover.
     pub now: Millis,
+    /// Every configured server.
     pub servers: Vec<ServerHandover>,
+    /// The outgoing policy, for messages.
     pub previous: PolicyInfo,
 }

@@ -319,3 +319,26 @@ pub async fn wait_for_breaker(host: &Host, server: &str, state: tether::policy::
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Whether this process should run the test `name` (`module::test`) itself. The first time, it
+/// does not: it runs the test again in a fresh process of this binary, alone, asserts that it
+/// passed, and answers false. In that process it answers true. For tests that measure the whole
+/// process (resident memory), which other tests running beside them in this binary would skew.
+pub fn in_own_process(name: &str) -> bool {
+    const MARK: &str = "TETHER_TEST_OWN_PROCESS";
+    if std::env::var(MARK).as_deref() == Ok(name) {
+        return true;
+    }
+    let output = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args([name, "--exact", "--test-threads=1", "--nocapture"])
+        .env(MARK, name)
+        .output()
+        .expect("the test binary runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "{name} failed in its own process:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    false
+}

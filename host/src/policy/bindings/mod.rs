@@ -1,8 +1,8 @@
 //! One binding module per contract version (`tether:policy@0.1.x`, `@0.2.x`), each converting
 //! between its generated types and the host's own ([`super::types`]) at the edge.
 
-pub mod v0_1;
-pub mod v0_2;
+pub(crate) mod v0_1;
+pub(crate) mod v0_2;
 
 /// The WIT package a policy component exports `policy` from.
 pub const CONTRACT_PACKAGE: &str = "tether:policy";
@@ -14,7 +14,9 @@ pub const CONTRACT_VERSIONS: [&str; 2] = [v0_2::VERSION, v0_1::VERSION];
 /// The contract line a component speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Contract {
+    /// `tether:policy@0.1` (frozen).
     V0_1,
+    /// `tether:policy@0.2`: take-over, hold, cancelled, status with times.
     V0_2,
 }
 

@@ -14,8 +14,6 @@ use self::tether::policy::types as wit;
 use crate::policy::instance::StoreState;
 use crate::policy::types as host;
 
-pub use self::exports::tether::policy::policy::Guest as PolicyExports;
-
 /// The contract version these bindings were generated from.
 pub const VERSION: &str = "0.2.0";
 

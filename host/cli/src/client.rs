@@ -13,10 +13,15 @@ use std::time::{Duration, SystemTime};
 
 use comfy_table::{Table, presets};
 use futures::StreamExt;
-use serde_json::Value;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tether::Event;
+use tether::admin::api;
+use tether::policy::{PolicyNotice, ShadowReport, SwapPath};
+use tether::supervisor::ReloadReport;
 
-use super::state_file;
-use crate::cli::AdminArgs;
+use crate::args::AdminArgs;
+use crate::state_file;
 
 /// How long to wait for a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -162,8 +167,11 @@ impl Gateway {
         }
     }
 
-    /// Sends a request; answers its JSON body on success.
-    async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value, Failure> {
+    /// Sends a request; answers its body, read as the admin API's type for it.
+    async fn send<T: DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<T, Failure> {
         let response = request
             .timeout(REQUEST_TIMEOUT)
             .send()
@@ -177,7 +185,8 @@ impl Gateway {
         check_status(status, &body)?;
         serde_json::from_slice(&body).map_err(|e| {
             Failure::Failed(format!(
-                "the gateway at {} answered something that is not JSON: {e}",
+                "the gateway at {} answered something this CLI does not understand (another \
+                 version?): {e}",
                 self.addr
             ))
         })
@@ -209,10 +218,9 @@ fn refusal(status: reqwest::StatusCode, body: &[u8]) -> Failure {
                 .into(),
         );
     }
-    let message = serde_json::from_slice::<Value>(body)
-        .ok()
-        .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_string))
-        .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_string());
+    let message = serde_json::from_slice::<api::ApiError>(body)
+        .map(|answer| answer.error)
+        .unwrap_or_else(|_| String::from_utf8_lossy(body).trim().to_string());
     Failure::Failed(if message.is_empty() {
         format!("the gateway answered {status}")
     } else {
@@ -220,19 +228,27 @@ fn refusal(status: reqwest::StatusCode, body: &[u8]) -> Failure {
     })
 }
 
-fn print_json(value: &Value) {
+fn print_json(value: &impl Serialize) {
     println!(
         "{}",
-        serde_json::to_string_pretty(value).expect("JSON values serialize")
+        serde_json::to_string_pretty(value).expect("admin API types serialize")
     );
 }
 
-fn text(value: &Value, key: &str) -> String {
-    match value.get(key) {
-        None | Some(Value::Null) => "-".to_string(),
-        Some(Value::String(s)) if s.is_empty() => "-".to_string(),
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
+/// A value for a table cell or a line: `-` for nothing.
+fn shown(value: Option<impl ToString>) -> String {
+    match value.map(|v| v.to_string()) {
+        Some(text) if !text.is_empty() => text,
+        _ => "-".to_string(),
+    }
+}
+
+/// An enum as the API spells it (`backing-off`).
+fn spelled(value: &impl Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(text)) => text,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".to_string(),
     }
 }
 
@@ -254,23 +270,13 @@ fn age(since: &str) -> String {
 }
 
 /// The status as a table (one row per server) below a line naming the policy.
-fn status_text(status: &Value) -> String {
-    let mut out = String::new();
-    if let Some(policy) = status.get("policy") {
-        let name = text(policy, "name");
-        let version = text(policy, "version");
-        out.push_str(&format!(
-            "policy: {name} {version} ({}), contract {}\n",
-            text(policy, "label"),
-            text(policy, "contract")
-        ));
-    }
-    let servers = status
-        .get("servers")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    if servers.is_empty() {
+fn status_text(status: &api::Status) -> String {
+    let policy = &status.policy;
+    let mut out = format!(
+        "policy: {} {} ({}), contract {}\n",
+        policy.name, policy.version, policy.label, policy.contract
+    );
+    if status.servers.is_empty() {
         out.push_str("no servers configured\n");
         return out;
     }
@@ -287,20 +293,17 @@ fn status_text(status: &Value) -> String {
         "LAST FAULT",
         "SINCE",
     ]);
-    for server in &servers {
+    for server in &status.servers {
         table.add_row([
-            text(server, "name"),
-            text(server, "state"),
-            text(server, "transport"),
-            text(server, "pid"),
-            text(server, "tools"),
-            text(server, "breaker"),
-            text(server, "failures"),
-            text(server, "last_fault"),
-            server
-                .get("since")
-                .and_then(Value::as_str)
-                .map_or_else(|| "-".to_string(), age),
+            server.name.clone(),
+            spelled(&server.state),
+            spelled(&server.transport),
+            shown(server.pid),
+            server.tools.to_string(),
+            shown(server.breaker.as_ref().map(spelled)),
+            shown(server.failures),
+            shown(server.last_fault.as_ref()),
+            age(&server.since),
         ]);
     }
     // Flush left, two spaces between columns.
@@ -318,7 +321,7 @@ pub async fn status(admin: &AdminArgs) -> ExitCode {
     finish(
         async {
             let gateway = locate(admin)?;
-            let status = gateway
+            let status: api::Status = gateway
                 .send(gateway.request(reqwest::Method::GET, "/status"))
                 .await?;
             if admin.json {
@@ -333,82 +336,51 @@ pub async fn status(admin: &AdminArgs) -> ExitCode {
 }
 
 /// One event as a readable line.
-fn event_line(event: &Value) -> String {
-    let time = event
-        .get("time")
-        .and_then(Value::as_str)
-        .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
+fn event_line(timed: &api::TimedEvent) -> String {
+    let time = humantime::parse_rfc3339_weak(&timed.time)
         .map(|t| humantime::format_rfc3339_seconds(t).to_string())
         .unwrap_or_default();
-    let kind = event.get("kind").and_then(Value::as_str).unwrap_or("");
-    let what = match kind {
-        "lifecycle" => format!(
-            "{}: {} - {}",
-            text(event, "server"),
-            text(event, "state"),
-            text(event, "detail")
-        ),
-        "tools" => {
-            let names = |key: &str| -> Vec<String> {
-                event
-                    .get(key)
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(Value::as_str)
-                            .map(str::to_string)
-                            .collect()
-                    })
-                    .unwrap_or_default()
-            };
+    let what = match &timed.event {
+        Event::Lifecycle(e) => format!("{}: {} - {}", e.server, spelled(&e.state), e.detail),
+        Event::Tools(change) => {
             let mut parts = Vec::new();
-            let added = names("added");
-            let removed = names("removed");
-            if !added.is_empty() {
-                parts.push(format!("+{}", added.join(" +")));
+            if !change.added.is_empty() {
+                parts.push(format!("+{}", change.added.join(" +")));
             }
-            if !removed.is_empty() {
-                parts.push(format!("-{}", removed.join(" -")));
+            if !change.removed.is_empty() {
+                parts.push(format!("-{}", change.removed.join(" -")));
             }
             format!(
                 "{}: tools {} (generation {})",
-                text(event, "server"),
+                change.server,
                 parts.join(" "),
-                text(event, "generation")
+                change.generation
             )
         }
-        "policy-fault" => format!("policy fault: {}", text(event, "error")),
-        "policy-recovered" => format!("policy {} recovered", text(event, "policy")),
-        "policy-fell-back" => format!(
-            "policy {} replaced by the embedded default: {}",
-            text(event, "from"),
-            text(event, "reason")
-        ),
-        "policy-swapped" => format!(
-            "policy swapped: {} -> {}",
-            text(event, "from"),
-            text(event, "to")
-        ),
-        "policy-settings-changed" => {
-            format!("policy settings changed: {}", text(event, "settings"))
+        Event::Policy { notice } => match notice {
+            PolicyNotice::Fault { error, .. } => format!("policy fault: {error}"),
+            PolicyNotice::Recovered { policy } => format!("policy {policy} recovered"),
+            PolicyNotice::FellBack { from, reason } => {
+                format!("policy {from} replaced by the embedded default: {reason}")
+            }
+            PolicyNotice::Swapped { from, to } => format!("policy swapped: {from} -> {to}"),
+            PolicyNotice::SettingsChanged { settings } => {
+                format!("policy settings changed: {settings}")
+            }
+            PolicyNotice::ShadowStarted { policy } => format!("shadow policy {policy} started"),
+            PolicyNotice::ShadowDiverged {
+                policy,
+                server,
+                decision,
+            } => format!("shadow policy {policy} decided otherwise on {server} ({decision})"),
+            PolicyNotice::ShadowDropped { policy, reason } => {
+                format!("shadow policy {policy} dropped: {reason}")
+            }
+        },
+        Event::Lagged { missed } => {
+            format!("(missed {missed} events: this client read too slowly)")
         }
-        "policy-shadow-started" => format!("shadow policy {} started", text(event, "policy")),
-        "policy-shadow-diverged" => format!(
-            "shadow policy {} decided otherwise on {} ({})",
-            text(event, "policy"),
-            text(event, "server"),
-            text(event, "decision")
-        ),
-        "policy-shadow-dropped" => format!(
-            "shadow policy {} dropped: {}",
-            text(event, "policy"),
-            text(event, "reason")
-        ),
-        "lagged" => format!(
-            "(missed {} events: this client read too slowly)",
-            text(event, "missed")
-        ),
-        _ => event.to_string(),
+        other => format!("{other:?}"),
     };
     if time.is_empty() {
         what
@@ -461,7 +433,7 @@ pub async fn events(admin: &AdminArgs) -> ExitCode {
                         if admin.json {
                             println!("{data}");
                         } else {
-                            match serde_json::from_str::<Value>(&data) {
+                            match serde_json::from_str::<api::TimedEvent>(&data) {
                                 Ok(event) => println!("{}", event_line(&event)),
                                 Err(_) => println!("{data}"),
                             }
@@ -479,13 +451,13 @@ pub async fn reconnect(admin: &AdminArgs, name: &str) -> ExitCode {
         async {
             let gateway = locate(admin)?;
             let path = format!("/reconnect/{}", percent_encode(name));
-            let answer = gateway
+            let answer: api::Reconnecting = gateway
                 .send(gateway.request(reqwest::Method::POST, &path))
                 .await?;
             if admin.json {
                 print_json(&answer);
             } else {
-                println!("reconnecting {name}");
+                println!("reconnecting {}", answer.reconnecting);
             }
             Ok(())
         }
@@ -510,19 +482,19 @@ pub async fn reload(admin: &AdminArgs) -> ExitCode {
     finish(
         async {
             let gateway = locate(admin)?;
-            let report = gateway
+            let report: ReloadReport = gateway
                 .send(gateway.request(reqwest::Method::POST, "/reload"))
                 .await?;
             if admin.json {
                 print_json(&report);
             } else {
                 println!("configuration reloaded");
-                for key in ["added", "removed", "restarted", "unchanged"] {
-                    let names: Vec<&str> = report
-                        .get(key)
-                        .and_then(Value::as_array)
-                        .map(|a| a.iter().filter_map(Value::as_str).collect())
-                        .unwrap_or_default();
+                for (key, names) in [
+                    ("added", &report.added),
+                    ("removed", &report.removed),
+                    ("restarted", &report.restarted),
+                    ("unchanged", &report.unchanged),
+                ] {
                     let list = if names.is_empty() {
                         "-".to_string()
                     } else {
@@ -537,22 +509,12 @@ pub async fn reload(admin: &AdminArgs) -> ExitCode {
     )
 }
 
-fn policy_line(policy: &Value) -> String {
-    format!(
-        "{} {} ({}, digest {})",
-        text(policy, "name"),
-        text(policy, "version"),
-        text(policy, "label"),
-        text(policy, "digest")
-    )
-}
-
-/// A PUT of a component file to `route`, labelled with its file name; `query` adds parameters.
+/// A PUT of a component file to `route`, labelled with its file name.
 fn upload(
     gateway: &Gateway,
     route: &str,
     file: &Path,
-    query: &str,
+    force: bool,
 ) -> Result<reqwest::RequestBuilder, Failure> {
     let bytes = std::fs::read(file)
         .map_err(|e| Failure::Failed(format!("cannot read {}: {e}", file.display())))?;
@@ -563,7 +525,7 @@ fn upload(
     Ok(gateway
         .request(
             reqwest::Method::PUT,
-            &format!("{route}?label={}{query}", percent_encode(&label)),
+            &format!("{route}?label={}&force={force}", percent_encode(&label)),
         )
         .header(reqwest::header::CONTENT_TYPE, "application/wasm")
         .body(bytes))
@@ -573,8 +535,8 @@ pub async fn policy_swap(admin: &AdminArgs, file: &Path, force: bool) -> ExitCod
     finish(
         async {
             let gateway = locate(admin)?;
-            let request = upload(&gateway, "/policy", file, &format!("&force={force}"))?;
-            let answer = gateway.send(request).await?;
+            let request = upload(&gateway, "/policy", file, force)?;
+            let answer: api::Swapped = gateway.send(request).await?;
             print_swap(admin, &answer);
             Ok(())
         }
@@ -585,7 +547,7 @@ pub async fn policy_swap(admin: &AdminArgs, file: &Path, force: bool) -> ExitCod
 pub async fn policy_set(admin: &AdminArgs, settings: &str) -> ExitCode {
     finish(
         async {
-            let parsed: Value = serde_json::from_str(settings)
+            let parsed: serde_json::Value = serde_json::from_str(settings)
                 .map_err(|e| Failure::Failed(format!("the settings are not valid JSON: {e}")))?;
             if !parsed.is_object() {
                 return Err(Failure::Failed(
@@ -594,7 +556,7 @@ pub async fn policy_set(admin: &AdminArgs, settings: &str) -> ExitCode {
                 ));
             }
             let gateway = locate(admin)?;
-            let answer = gateway
+            let answer: api::Settings = gateway
                 .send(
                     gateway
                         .request(reqwest::Method::PATCH, "/policy/settings")
@@ -604,8 +566,7 @@ pub async fn policy_set(admin: &AdminArgs, settings: &str) -> ExitCode {
             if admin.json {
                 print_json(&answer);
             } else {
-                let settings = answer.get("settings").cloned().unwrap_or_default();
-                println!("policy settings are now {settings}");
+                println!("policy settings are now {}", answer.settings);
             }
             Ok(())
         }
@@ -613,32 +574,28 @@ pub async fn policy_set(admin: &AdminArgs, settings: &str) -> ExitCode {
     )
 }
 
-fn print_swap(admin: &AdminArgs, answer: &Value) {
+fn print_swap(admin: &AdminArgs, answer: &api::Swapped) {
     if admin.json {
         print_json(answer);
         return;
     }
-    let policy = answer.get("policy").cloned().unwrap_or_default();
-    println!("policy swapped: now running {}", policy_line(&policy));
-    let swap = answer.get("swap").cloned().unwrap_or_default();
-    let path = swap
-        .get("path")
-        .and_then(Value::as_str)
-        .unwrap_or("snapshot");
+    let policy = &answer.policy;
+    println!(
+        "policy swapped: now running {} {} ({}, digest {})",
+        policy.name, policy.version, policy.label, policy.digest
+    );
     println!(
         "state carried by {}",
-        match path {
-            "handover" => "a handover (another implementation)",
-            "events" => "events (a contract 0.1 policy)",
-            _ => "snapshot (same implementation)",
+        match answer.swap.path {
+            SwapPath::Handover => "a handover (another implementation)",
+            SwapPath::Events => "events (a contract 0.1 policy)",
+            SwapPath::Snapshot => "snapshot (same implementation)",
         }
     );
-    let lost = swap.get("not_carried").and_then(Value::as_array);
-    for what in lost.into_iter().flatten().filter_map(Value::as_str) {
+    for what in &answer.swap.not_carried {
         println!("not carried: {what}");
     }
-    let broken = swap.get("breaks_invariants").and_then(Value::as_array);
-    for name in broken.into_iter().flatten().filter_map(Value::as_str) {
+    for name in &answer.swap.breaks_invariants {
         println!("warning: it breaks Tether's invariant {name} (swapped with --force)");
     }
 }
@@ -648,9 +605,11 @@ pub async fn policy_promote(admin: &AdminArgs, force: bool) -> ExitCode {
     finish(
         async {
             let gateway = locate(admin)?;
-            let path = format!("/policy/promote?force={force}");
-            let answer = gateway
-                .send(gateway.request(reqwest::Method::POST, &path))
+            let answer: api::Swapped = gateway
+                .send(gateway.request(
+                    reqwest::Method::POST,
+                    &format!("/policy/promote?force={force}"),
+                ))
                 .await?;
             print_swap(admin, &answer);
             Ok(())
@@ -664,26 +623,31 @@ pub async fn policy_shadow(admin: &AdminArgs, file: Option<&Path>, drop: bool) -
     finish(
         async {
             let gateway = locate(admin)?;
-            let request = match (file, drop) {
-                (_, true) => gateway.request(reqwest::Method::DELETE, "/policy/shadow"),
-                (Some(file), false) => upload(&gateway, "/policy/shadow", file, "")?,
-                (None, false) => gateway.request(reqwest::Method::GET, "/policy/shadow"),
+            if drop {
+                let answer: api::ShadowDropped = gateway
+                    .send(gateway.request(reqwest::Method::DELETE, "/policy/shadow"))
+                    .await?;
+                if admin.json {
+                    print_json(&answer);
+                } else if answer.dropped {
+                    println!("shadow policy dropped");
+                } else {
+                    println!("no shadow policy was running");
+                }
+                return Ok(());
+            }
+            let request = match file {
+                Some(file) => upload(&gateway, "/policy/shadow", file, false)?,
+                None => gateway.request(reqwest::Method::GET, "/policy/shadow"),
             };
-            let answer = gateway.send(request).await?;
+            let answer: api::Shadow = gateway.send(request).await?;
             if admin.json {
                 print_json(&answer);
-            } else if drop {
-                let dropped = answer.get("dropped").and_then(Value::as_bool) == Some(true);
-                println!(
-                    "{}",
-                    if dropped {
-                        "shadow policy dropped"
-                    } else {
-                        "no shadow policy was running"
-                    }
-                );
             } else {
-                print_shadow(answer.get("shadow").unwrap_or(&Value::Null));
+                match &answer.shadow {
+                    Some(shadow) => print_shadow(shadow),
+                    None => println!("no shadow policy is running"),
+                }
             }
             Ok(())
         }
@@ -691,40 +655,29 @@ pub async fn policy_shadow(admin: &AdminArgs, file: Option<&Path>, drop: bool) -
     )
 }
 
-fn print_shadow(shadow: &Value) {
-    if shadow.is_null() {
-        println!("no shadow policy is running");
-        return;
-    }
+fn print_shadow(shadow: &ShadowReport) {
     println!(
         "shadow policy {} ({} {}), given the live state by {}",
-        text(shadow, "label"),
-        text(shadow, "name"),
-        text(shadow, "version"),
-        text(shadow, "path")
+        shadow.label,
+        shadow.name,
+        shadow.version,
+        spelled(&shadow.path)
     );
-    for what in shadow["not_carried"].as_array().into_iter().flatten() {
-        println!("not carried: {}", what.as_str().unwrap_or_default());
+    for what in &shadow.not_carried {
+        println!("not carried: {what}");
     }
     println!(
         "{} decisions compared, {} differ",
-        text(shadow, "decisions"),
-        text(shadow, "divergences")
+        shadow.decisions, shadow.divergences
     );
-    if let Some(kinds) = shadow["by_kind"].as_object() {
-        for (kind, count) in kinds {
-            println!("  {count:>6}  {kind}");
-        }
+    for (kind, count) in &shadow.by_kind {
+        println!("  {count:>6}  {kind}");
     }
-    if let Some(first) = shadow["first_per_server"].as_object() {
-        for (server, divergence) in first {
-            println!(
-                "first on {server} ({}):\n    live:   {}\n    shadow: {}",
-                text(divergence, "kind"),
-                divergence["recorded"],
-                divergence["candidate"]
-            );
-        }
+    for (server, divergence) in &shadow.first_per_server {
+        println!(
+            "first on {server} ({}):\n    live:   {}\n    shadow: {}",
+            divergence.kind, divergence.recorded, divergence.candidate
+        );
     }
 }
 
@@ -735,15 +688,19 @@ mod tests {
 
     #[test]
     fn the_status_table_has_the_columns_and_one_row_per_server() {
-        let status = json!({
-            "policy": {"label": "embedded default policy", "name": "tether-default", "version": "0.1.0", "contract": "0.1.0"},
+        let status: api::Status = serde_json::from_value(json!({
+            "policy": {"label": "embedded default policy", "name": "tether-default", "version": "0.1.0", "contract": "0.1.0", "digest": "ab", "settings": {}},
             "servers": [
                 {"name": "files", "state": "healthy", "transport": "stdio", "pid": 42, "tools": 3,
-                 "breaker": "closed", "failures": 0, "last_fault": null, "since": "2020-01-01T00:00:00Z"},
+                 "breaker": "closed", "failures": 0, "breaker_failures": 0, "tool_errors": 0, "last_fault": null,
+                 "since": "2020-01-01T00:00:00Z", "detail": "", "reconnects": 0, "parks": 0},
                 {"name": "web", "state": "parked", "transport": "streamable-http", "pid": null, "tools": 0,
-                 "breaker": "open", "failures": 5, "last_fault": "MCP handshake timed out", "since": "2020-01-01T00:00:00Z"}
+                 "breaker": "open", "failures": 5, "breaker_failures": 5, "tool_errors": 0,
+                 "last_fault": "MCP handshake timed out", "since": "2020-01-01T00:00:00Z", "detail": "",
+                 "reconnects": 2, "parks": 1}
             ]
-        });
+        }))
+        .unwrap();
         let out = status_text(&status);
         let lines: Vec<&str> = out.lines().collect();
         assert!(
@@ -770,14 +727,19 @@ mod tests {
 
     #[test]
     fn events_read_as_lines() {
-        let line = event_line(
-            &json!({"kind": "lifecycle", "server": "a", "state": "parked", "detail": "gave up", "time": "2020-01-01T00:00:00.123Z"}),
-        );
+        let read = |value| serde_json::from_value::<api::TimedEvent>(value).unwrap();
+        let line = event_line(&read(
+            json!({"kind": "lifecycle", "server": "a", "state": "parked", "detail": "gave up", "time": "2020-01-01T00:00:00.123Z"}),
+        ));
         assert_eq!(line, "2020-01-01T00:00:00Z  a: parked - gave up");
-        let line = event_line(
-            &json!({"kind": "tools", "server": "a", "generation": 3, "added": ["a__x"], "removed": ["a__y"]}),
-        );
+        let line = event_line(&read(
+            json!({"kind": "tools", "server": "a", "generation": 3, "added": ["a__x"], "removed": ["a__y"], "time": "x"}),
+        ));
         assert_eq!(line, "a: tools +a__x -a__y (generation 3)");
+        let line = event_line(&read(
+            json!({"kind": "policy", "notice": {"kind": "swapped", "from": "a", "to": "b"}, "time": "x"}),
+        ));
+        assert_eq!(line, "policy swapped: a -> b");
     }
 
     #[test]

@@ -1,3 +1,3 @@
 fn main() -> std::process::ExitCode {
-    tether::cli::main()
+    tether_cli::main()
 }

@@ -1,0 +1,188 @@
+//! The command line's grammar (clap).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "tether",
+    version,
+    about = "Keeps MCP servers connected for AI agents"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Supervise the configured servers and serve their healthy tools as one MCP server.
+    Serve(ServeArgs),
+    /// Show every server's state (from a running gateway).
+    Status {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Stream lifecycle events (from a running gateway) until interrupted.
+    Events {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Reconnect a server now (revives a parked one).
+    Reconnect {
+        /// The server's name.
+        name: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Reload the gateway's config file: start added servers, stop removed ones, restart
+    /// changed ones; others keep their sessions.
+    Reload {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Work with policy components.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum PolicyCommand {
+    /// Run the conformance suite against a policy component (default: the embedded policy).
+    /// Exits 0 when every scenario passes, 1 when one fails, 2 when the component cannot be used
+    /// (it cannot load, or it refuses the settings).
+    Check {
+        /// The component (.wasm) to check.
+        file: Option<PathBuf>,
+        /// Settings JSON given to the policy in every scenario.
+        #[arg(long, default_value = "{}")]
+        settings: String,
+        /// Print results as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replay a recording (`tether serve --record FILE`) against a candidate policy (default:
+    /// the embedded one) and print where its decisions differ from the recorded ones. Exits 0
+    /// when none differ, 1 when some do, 2 when the recording or the candidate cannot be used.
+    Replay {
+        /// The recording.
+        recording: PathBuf,
+        /// The candidate component (.wasm).
+        candidate: Option<PathBuf>,
+        /// Settings JSON for the candidate (default: the recording's initial settings).
+        #[arg(long)]
+        settings: Option<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replace the running gateway's policy with a component, keeping its state (by snapshot
+    /// for the same implementation, by handover for another) and its sessions.
+    Swap {
+        /// The component (.wasm).
+        #[arg(required_unless_present = "from_shadow")]
+        file: Option<PathBuf>,
+        /// Promote the shadow policy (`tether policy shadow FILE`) instead of a file.
+        #[arg(long, conflicts_with = "file")]
+        from_shadow: bool,
+        /// Swap even to a policy that breaks Tether's invariants (`tether policy check`); the
+        /// answer names them. A policy that breaks the contract is never swapped in.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Run a candidate policy beside the running gateway's policy, on the live inputs, acting on
+    /// nothing, and report where it decides otherwise (also in `tether events`). Without FILE:
+    /// show the report so far. Promote it with `tether policy swap --from-shadow`.
+    Shadow {
+        /// The candidate component (.wasm).
+        file: Option<PathBuf>,
+        /// Stop the shadow policy.
+        #[arg(long, conflicts_with = "file")]
+        drop: bool,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Change the running gateway's policy settings (a JSON object), keeping its state.
+    Set {
+        settings: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+/// How the admin commands find the running gateway.
+#[derive(Args, Debug, Clone)]
+pub struct AdminArgs {
+    /// The gateway's admin address (default: from the state file).
+    #[arg(long)]
+    pub admin: Option<SocketAddr>,
+    /// Bearer token (default: from the state file, for that address).
+    #[arg(long, env = "TETHER_ADMIN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// The state file `tether serve` wrote.
+    #[arg(long)]
+    pub state_file: Option<PathBuf>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `tether serve` options.
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Config file: `mcpServers` JSON, VS Code `mcp.json`, or Tether TOML.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Serve MCP over Streamable HTTP at http://ADDR/mcp instead of stdio.
+    #[arg(long)]
+    pub http: Option<SocketAddr>,
+    /// Admin API address (loopback only unless --admin-allow-remote).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub admin: SocketAddr,
+    /// Allow a non-loopback admin address.
+    #[arg(long)]
+    pub admin_allow_remote: bool,
+    /// Policy component to run instead of the embedded default.
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// Policy settings JSON (overrides the config file's [policy]).
+    #[arg(long)]
+    pub policy_settings: Option<String>,
+    /// Where to write the admin address and token (0600).
+    #[arg(long)]
+    pub state_file: Option<PathBuf>,
+    /// Where stdio servers' stderr logs go (default: beside the state file).
+    #[arg(long)]
+    pub log_dir: Option<PathBuf>,
+    /// Cache for compiled policy components (default: the user's cache directory).
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+    /// Also accept browser requests from ORIGIN over HTTP (`https://app.example.com`, a port,
+    /// or `:*` for any port). Loopback origins and requests without an Origin always pass;
+    /// others get 403. Repeatable.
+    #[arg(
+        long = "allow-origin",
+        value_name = "ORIGIN",
+        requires = "http",
+        value_parser = tether::gateway::parse_allowed_origin
+    )]
+    pub allow_origin: Vec<String>,
+    /// A file holding the bearer token every MCP request over HTTP must carry (or set
+    /// TETHER_MCP_TOKEN). Requests without it get 401.
+    #[arg(long, value_name = "PATH", requires = "http")]
+    pub mcp_token_file: Option<PathBuf>,
+    /// Record the policy's every decision (events, admissions, actions) in FILE as JSON lines,
+    /// for `tether policy replay`. Holds no secrets (see docs/POLICY-CONTRACT.md).
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// How long calls in flight may take to finish once shutdown starts (e.g. "30s", "2m").
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub drain_timeout: Duration,
+}

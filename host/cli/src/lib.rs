@@ -1,0 +1,101 @@
+//! The `tether` command line: `serve` runs the gateway on the embedding API ([`tether::Tether`]);
+//! the operators' commands talk to a running gateway's admin API ([`client`]); `policy check`
+//! and `policy replay` run a policy component here.
+
+mod args;
+mod client;
+mod policy;
+mod serve;
+pub mod state_file;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use args::{Cli, Command, PolicyCommand};
+
+/// Runs the command line: parses the arguments, runs the command, and says how it ended.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => {
+            // rmcp logs every session start and end at info; ours say it better.
+            init_logging("info,rmcp=warn");
+            serve::main(args)
+        }
+        Command::Policy {
+            command:
+                PolicyCommand::Check {
+                    file,
+                    settings,
+                    json,
+                },
+        } => {
+            init_logging("warn");
+            policy::check(file, &settings, json)
+        }
+        Command::Policy {
+            command:
+                PolicyCommand::Replay {
+                    recording,
+                    candidate,
+                    settings,
+                    json,
+                },
+        } => {
+            init_logging("warn");
+            policy::replay(&recording, candidate, settings, json)
+        }
+        command => {
+            init_logging("warn");
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            runtime.block_on(admin_command(command))
+        }
+    }
+}
+
+async fn admin_command(command: Command) -> ExitCode {
+    match command {
+        Command::Status { admin } => client::status(&admin).await,
+        Command::Events { admin } => client::events(&admin).await,
+        Command::Reconnect { name, admin } => client::reconnect(&admin, &name).await,
+        Command::Reload { admin } => client::reload(&admin).await,
+        Command::Policy {
+            command:
+                PolicyCommand::Swap {
+                    file,
+                    from_shadow,
+                    force,
+                    admin,
+                },
+        } => match file {
+            Some(file) if !from_shadow => client::policy_swap(&admin, &file, force).await,
+            _ => client::policy_promote(&admin, force).await,
+        },
+        Command::Policy {
+            command: PolicyCommand::Shadow { file, drop, admin },
+        } => client::policy_shadow(&admin, file.as_deref(), drop).await,
+        Command::Policy {
+            command: PolicyCommand::Set { settings, admin },
+        } => client::policy_set(&admin, &settings).await,
+        Command::Serve(_)
+        | Command::Policy {
+            command: PolicyCommand::Check { .. } | PolicyCommand::Replay { .. },
+        } => unreachable!("handled in main"),
+    }
+}
+
+/// Logs go to stderr (stdout may carry MCP); `RUST_LOG` overrides the default level.
+fn init_logging(default_level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    // Colours only on a terminal: stderr redirected to a file gets plain text.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}

@@ -1,0 +1,143 @@
+//! `tether policy check` and `tether policy replay`: a policy component run here, not in a
+//! gateway.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use tether::policy::{PolicySource, conformance};
+
+pub fn check(file: Option<PathBuf>, settings: &str, json: bool) -> ExitCode {
+    let source = file.map_or(PolicySource::Embedded, PolicySource::File);
+    // Loading errors (not a component, incompatible version) and settings the policy refuses
+    // are reported once, not per scenario.
+    let engine = match tether::policy::PolicyEngine::new(None)
+        .map_err(|error| error.to_string())
+        .and_then(|engine| conformance::preflight(&engine, &source, settings).map(|()| engine))
+    {
+        Ok(engine) => engine,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let results = conformance::run(&engine, &source, settings);
+    let failed = results.iter().filter(|r| r.failure.is_some()).count();
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&results).expect("results serialize")
+        );
+    } else {
+        println!("checking {}", source.label());
+        for (level, title) in [
+            (
+                conformance::Level::Contract,
+                "the contract (any policy must)",
+            ),
+            (
+                conformance::Level::Invariant,
+                "Tether's invariants (a policy may break them on purpose)",
+            ),
+        ] {
+            println!("{title}:");
+            let mut passed = 0;
+            let mut failed = 0;
+            for result in results.iter().filter(|r| r.level == level) {
+                match &result.failure {
+                    None => {
+                        passed += 1;
+                        println!("  ok    {}", result.name)
+                    }
+                    Some(why) => {
+                        failed += 1;
+                        println!("  FAIL  {}: {why}", result.name)
+                    }
+                }
+            }
+            println!("  {passed} passed, {failed} failed");
+        }
+        println!("{} passed, {failed} failed", results.len() - failed);
+    }
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+pub fn replay(
+    recording: &Path,
+    candidate: Option<PathBuf>,
+    settings: Option<String>,
+    json: bool,
+) -> ExitCode {
+    use tether::policy::{PolicyRuntime, RuntimeOptions, record};
+    let records = match record::read(recording) {
+        Ok(records) => records,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let source = candidate.map_or(PolicySource::Embedded, PolicySource::File);
+    let settings = settings
+        .or_else(|| record::initial_settings(&records).map(str::to_string))
+        .unwrap_or_else(|| "{}".to_string());
+    let runtime = match PolicyRuntime::start(RuntimeOptions {
+        source: source.clone(),
+        settings,
+        fallback_to_default: false,
+        ..RuntimeOptions::default()
+    }) {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = match record::replay(&records, &runtime) {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("error: the candidate failed during the replay: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("the report serializes")
+        );
+    } else {
+        println!(
+            "replayed {} decisions of {} against {}: {} differ",
+            report.decisions,
+            recording.display(),
+            source.label(),
+            report.divergences
+        );
+        if report.policy_changes > 0 {
+            println!(
+                "note: the recording changes policy {} times (swaps or fallbacks); it is compared as recorded",
+                report.policy_changes
+            );
+        }
+        for (kind, count) in &report.by_kind {
+            println!("  {count:>6}  {kind}");
+        }
+        for divergence in report.first_per_server.values() {
+            println!(
+                "first on {} (line {}, {}):\n    recorded:  {}\n    candidate: {}",
+                divergence.server,
+                divergence.line,
+                divergence.kind,
+                divergence.recorded,
+                divergence.candidate
+            );
+        }
+    }
+    if report.divergences == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,214 @@
+//! `tether serve`: the embedding API ([`tether::Tether`]) with the config file, the admin API and
+//! its state file, MCP over stdio or HTTP, until a signal. Shutdown is the handle's: no new
+//! calls, in-flight calls answered (bounded), every tool withdrawn, every session closed and
+//! every child reaped.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::signal::unix::{SignalKind, signal};
+
+use tether::gateway::{HttpOptions, McpToken};
+use tether::policy::PolicySource;
+use tether::{AdminOptions, Tether};
+
+use crate::args::ServeArgs;
+use crate::state_file;
+
+/// Where the MCP endpoint's bearer token may come from besides `--mcp-token-file`.
+const MCP_TOKEN_ENV: &str = "TETHER_MCP_TOKEN";
+
+pub fn main(args: ServeArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(run(args));
+    // A blocking read of stdin may still be pending; do not wait for it.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("{error:#}");
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The MCP endpoint's bearer token: from `--mcp-token-file`, else `TETHER_MCP_TOKEN` (never a
+/// command-line value: `ps` shows those). Only HTTP has one.
+fn mcp_token(args: &ServeArgs) -> anyhow::Result<Option<McpToken>> {
+    if args.http.is_none() {
+        return Ok(None);
+    }
+    let from_env = std::env::var_os(MCP_TOKEN_ENV);
+    if let Some(path) = &args.mcp_token_file {
+        if from_env.is_some() {
+            tracing::warn!("{MCP_TOKEN_ENV} is ignored: --mcp-token-file gives the MCP token");
+        }
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the MCP token file {}", path.display()))?;
+        let token = McpToken::new(text.trim())
+            .map_err(|why| anyhow::anyhow!("{why} (in {})", path.display()))?;
+        let mode = std::fs::metadata(path).map_or(0, |m| m.permissions().mode());
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                "the MCP token file {} can be read by other users (mode {:o}); chmod 600 it",
+                path.display(),
+                mode & 0o777
+            );
+        }
+        return Ok(Some(token));
+    }
+    match from_env {
+        None => Ok(None),
+        Some(value) => {
+            let value = value
+                .into_string()
+                .map_err(|_| anyhow::anyhow!("{MCP_TOKEN_ENV} is not valid UTF-8"))?;
+            McpToken::new(value.trim())
+                .map(Some)
+                .map_err(|why| anyhow::anyhow!("{why} (in {MCP_TOKEN_ENV})"))
+        }
+    }
+}
+
+/// Says loudly, in the log and on stderr, that MCP is served beyond this machine.
+fn warn_if_exposed(addr: std::net::SocketAddr, token: bool) {
+    if addr.ip().to_canonical().is_loopback() {
+        return;
+    }
+    let protection = if token {
+        "every request needs the bearer token, which plain HTTP carries in clear: put a TLS proxy in front and firewall the port"
+    } else {
+        "with no token, anyone who can reach it can call every tool: set --mcp-token-file (or TETHER_MCP_TOKEN), firewall the port and put a TLS proxy in front, or bind 127.0.0.1"
+    };
+    tracing::warn!(%addr, "serving MCP to the network; {protection}");
+    eprintln!(
+        "tether: WARNING: --http {addr} is not a loopback address: MCP is served to the network; {protection}"
+    );
+}
+
+async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let http_options = HttpOptions {
+        allowed_origins: args.allow_origin.clone(),
+        token: mcp_token(&args)?,
+    };
+    let state_file = args
+        .state_file
+        .clone()
+        .unwrap_or_else(state_file::default_path);
+    // Held until this function returns: a second gateway on this state file is refused.
+    let _state_lock = state_file::lock(&state_file)?;
+    let log_dir = args.log_dir.clone().unwrap_or_else(|| {
+        state_file
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+            .join("logs")
+    });
+
+    let mut builder = Tether::builder()
+        .config_file(&args.config)
+        .log_dir(&log_dir)
+        .admin(AdminOptions {
+            bind: args.admin,
+            allow_remote: args.admin_allow_remote,
+            token: std::env::var("TETHER_ADMIN_TOKEN").ok(),
+        });
+    if let Some(policy) = &args.policy {
+        builder = builder.policy(PolicySource::File(policy.clone()));
+    }
+    if let Some(settings) = &args.policy_settings {
+        builder = builder.policy_settings(settings);
+    }
+    let cache_dir = args
+        .cache_dir
+        .clone()
+        .or_else(|| dirs::cache_dir().map(|d| d.join("tether").join("policies")));
+    if let Some(cache_dir) = cache_dir {
+        builder = builder.cache_dir(cache_dir);
+    }
+    if let Some(record) = &args.record {
+        builder = builder.record(record);
+    }
+    let tether = builder.start().await?;
+    tracing::info!(logs = %log_dir.display(), "logs of stdio servers");
+
+    let admin_addr = tether.admin_addr().expect("the admin API was asked for");
+    let admin_token = tether.admin_token().unwrap_or_default();
+    state_file::write(&state_file, admin_addr, admin_token)
+        .with_context(|| format!("writing the state file {}", state_file.display()))?;
+    tracing::info!(admin = %admin_addr, state_file = %state_file.display(), "admin API listening");
+
+    // SIGHUP reloads the config file.
+    let mut hangups = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let tether = Arc::new(tether);
+    let reloader = tether.clone();
+    let hup_task = tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            if let Err(error) = reloader.reload().await {
+                tracing::error!("reload refused: {error}");
+            }
+        }
+    });
+
+    let has_token = http_options.token.is_some();
+    match args.http {
+        Some(bind) => {
+            let addr = tether.serve_http(bind, http_options).await?;
+            warn_if_exposed(addr, has_token);
+            tracing::info!(token = has_token, "serving MCP at http://{addr}/mcp");
+            eprintln!(
+                "tether: serving MCP at http://{addr}/mcp (admin API at http://{admin_addr})"
+            );
+            shutdown_signal().await;
+        }
+        None => {
+            // Its own task, so it keeps answering while calls drain.
+            let session = tether.serve_stdio();
+            tokio::select! {
+                result = session => {
+                    if let Ok(Err(error)) = result {
+                        tracing::warn!("{error}");
+                    }
+                    tracing::info!("the MCP client closed stdin; shutting down");
+                }
+                _ = shutdown_signal() => {}
+            }
+        }
+    }
+    // Once the SIGHUP task has ended, this is the only reference to the handle.
+    hup_task.abort();
+    let _ = hup_task.await;
+    let tether = Arc::into_inner(tether).expect("the SIGHUP task has ended");
+    tether.shutdown(args.drain_timeout).await;
+    state_file::remove(&state_file);
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let mut terminate = match signal(SignalKind::terminate()) {
+        Ok(stream) => stream,
+        Err(error) => {
+            tracing::error!("cannot install the SIGTERM handler: {error}");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+        _ = terminate.recv() => tracing::info!("SIGTERM received"),
+    }
+}

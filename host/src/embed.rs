@@ -1,0 +1,431 @@
+//! Tether inside another program: [`Tether::builder`] says what to supervise and how, and the
+//! [`Tether`] it starts is the handle to everything a running gateway offers (status, reload,
+//! reconnect, policy swaps, MCP over stdio, HTTP or any rmcp transport, and an orderly shutdown).
+//! The `tether` command line is built on exactly this.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::task::{AbortHandle, JoinHandle};
+
+use crate::admin::api::Status;
+use crate::admin::{AdminContext, AdminServer};
+use crate::config::ServerSpec;
+use crate::error::{Error, Result};
+use crate::events::{Event, Feed};
+use crate::gateway::{Gateway, HttpOptions, HttpServer, McpEndpoint};
+use crate::metrics::Metrics;
+use crate::policy::{PolicyRuntime, PolicySource, ReconnectSource, RuntimeOptions, SwapReport};
+use crate::supervisor::{ReloadReport, Supervisor};
+
+/// Once the drain is over and the servers are stopped, how long the last answers (calls that
+/// failed because their server stopped) may take to reach HTTP clients.
+const ANSWER_GRACE: Duration = Duration::from_secs(3);
+
+/// Called with every [`Event`], in order, on a task of its own.
+type Observer = Arc<dyn Fn(&Event) + Send + Sync>;
+
+/// Where and how the admin API listens (it is off unless asked for).
+#[derive(Debug, Clone)]
+pub struct AdminOptions {
+    /// The address (port 0: any free port; see [`Tether::admin_addr`]).
+    pub bind: SocketAddr,
+    /// Allow a non-loopback address (anyone who can reach it with the token controls Tether).
+    pub allow_remote: bool,
+    /// The bearer token requests must carry; `None` generates one ([`Tether::admin_token`]).
+    pub token: Option<String>,
+}
+
+/// What to supervise and how; [`Builder::start`] starts it.
+#[must_use]
+pub struct Builder {
+    config_file: Option<PathBuf>,
+    servers: Vec<ServerSpec>,
+    policy: PolicySource,
+    policy_settings: Option<String>,
+    cache_dir: Option<PathBuf>,
+    log_dir: Option<PathBuf>,
+    record: Option<PathBuf>,
+    observer: Option<Observer>,
+    admin: Option<AdminOptions>,
+}
+
+impl Builder {
+    /// Servers (and default policy settings, the file's `policy`) from a config file:
+    /// `mcpServers` JSON, VS Code `mcp.json` or Tether TOML. [`Tether::reload`] re-reads it.
+    pub fn config_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config_file = Some(path.into());
+        self
+    }
+
+    /// A server from code (after those of the config file, if any).
+    pub fn server(mut self, spec: ServerSpec) -> Self {
+        self.servers.push(spec);
+        self
+    }
+
+    /// The policy component (default: the embedded default policy).
+    pub fn policy(mut self, source: PolicySource) -> Self {
+        self.policy = source;
+        self
+    }
+
+    /// The policy's settings, a JSON object (default: the config file's `policy`, else `{}`).
+    pub fn policy_settings(mut self, json: impl Into<String>) -> Self {
+        self.policy_settings = Some(json.into());
+        self
+    }
+
+    /// A directory to keep compiled policy components in, so later starts skip compiling
+    /// (default: none, every start compiles).
+    pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cache_dir = Some(dir.into());
+        self
+    }
+
+    /// Where stdio servers' stderr logs go (default: `tether/logs` in the user's state
+    /// directory).
+    pub fn log_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.log_dir = Some(dir.into());
+        self
+    }
+
+    /// Record every policy decision in `file` as JSON lines (for `tether policy replay`).
+    pub fn record(mut self, file: impl Into<PathBuf>) -> Self {
+        self.record = Some(file.into());
+        self
+    }
+
+    /// Calls `observer` with every lifecycle change, tool list change and policy notice, in
+    /// order, on a task of its own (keep it quick: a slow observer misses events, and is then
+    /// told how many with [`Event::Lagged`]).
+    pub fn observer(mut self, observer: impl Fn(&Event) + Send + Sync + 'static) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    /// Serve the admin API (what the `tether` CLI's `status`, `reload`, `policy swap` … use).
+    pub fn admin(mut self, options: AdminOptions) -> Self {
+        self.admin = Some(options);
+        self
+    }
+
+    /// Loads the config and the policy, checks every server's settings with the policy, and
+    /// starts supervising. Must run inside a multi-threaded tokio runtime.
+    pub async fn start(self) -> Result<Tether> {
+        let mut servers = Vec::new();
+        let mut file_settings = None;
+        if let Some(path) = &self.config_file {
+            let (from_file, settings) = load_config(path)?;
+            servers = from_file;
+            file_settings = settings;
+        }
+        servers.extend(self.servers);
+        let settings = match (self.policy_settings, file_settings) {
+            (Some(given), _) => given,
+            (None, Some(from_file)) => from_file.to_string(),
+            (None, None) => "{}".to_string(),
+        };
+        let options = RuntimeOptions {
+            source: self.policy,
+            settings,
+            cache_dir: self.cache_dir,
+            record: self.record,
+            ..RuntimeOptions::default()
+        };
+        let policy = tokio::task::spawn_blocking(move || PolicyRuntime::start(options))
+            .await
+            .map_err(|e| Error::Task {
+                what: "starting the policy",
+                cause: e.to_string(),
+            })??;
+        let running = policy.running();
+        tracing::info!(policy = %running.label, name = %running.name, version = %running.version, "policy loaded");
+        check_with_policy(&policy, &servers, self.config_file.as_deref()).await?;
+
+        let log_dir = self.log_dir.unwrap_or_else(default_log_dir);
+        let supervisor = Supervisor::start(policy, log_dir);
+        // Subscribed before the first server starts: the observer hears everything.
+        let observer_task = self.observer.map(|observer| {
+            let mut feed = Feed::new(&supervisor);
+            tokio::spawn(async move {
+                while let Some(event) = feed.next().await {
+                    observer(&event);
+                }
+            })
+        });
+        let metrics = Arc::new(Metrics::new());
+        supervisor.observe_calls(metrics.clone());
+        let (gateway, announcer) = Gateway::new(supervisor.clone());
+        let mut tether = Tether {
+            supervisor,
+            gateway,
+            announcer,
+            observer_task,
+            config_file: self.config_file,
+            admin: None,
+            fronts: Mutex::default(),
+        };
+        for spec in servers {
+            if let Err(why) = tether.supervisor.add_server(spec) {
+                tether.supervisor.shutdown().await;
+                return Err(Error::Server(why));
+            }
+        }
+        tracing::info!("supervising {} servers", tether.supervisor.specs().len());
+        if let Some(admin) = self.admin {
+            let reload = tether.reload_fn();
+            let started = crate::admin::start(
+                admin.bind,
+                admin.allow_remote,
+                admin.token,
+                AdminContext {
+                    supervisor: tether.supervisor.clone(),
+                    reload,
+                    metrics,
+                },
+            )
+            .await;
+            match started {
+                Ok(server) => tether.admin = Some(server),
+                Err(error) => {
+                    tether.supervisor.shutdown().await;
+                    return Err(error.into());
+                }
+            }
+        }
+        Ok(tether)
+    }
+}
+
+/// A running Tether: supervised servers, their policy, and the MCP service over them.
+/// [`Tether::shutdown`] stops it in order; dropping it without that leaves servers running
+/// until the process ends.
+pub struct Tether {
+    supervisor: Supervisor,
+    gateway: Gateway,
+    announcer: JoinHandle<()>,
+    observer_task: Option<JoinHandle<()>>,
+    config_file: Option<PathBuf>,
+    admin: Option<AdminServer>,
+    fronts: Mutex<Vec<Front>>,
+}
+
+/// How agents reach this Tether, ended at shutdown.
+enum Front {
+    Http(HttpServer),
+    Mounted(McpEndpoint),
+    Stdio(AbortHandle),
+}
+
+impl Tether {
+    /// Starts describing a Tether.
+    pub fn builder() -> Builder {
+        Builder {
+            config_file: None,
+            servers: Vec::new(),
+            policy: PolicySource::Embedded,
+            policy_settings: None,
+            cache_dir: None,
+            log_dir: None,
+            record: None,
+            observer: None,
+            admin: None,
+        }
+    }
+
+    /// Every server's state and the running policy, as the admin API's `GET /status` has it.
+    pub async fn status(&self) -> Status {
+        Status::collect(&self.supervisor).await
+    }
+
+    /// Re-reads the config file: starts added servers, stops removed ones, restarts changed
+    /// ones; the others keep their sessions. A bad file changes nothing.
+    pub async fn reload(&self) -> Result<ReloadReport> {
+        let path = self.config_file.as_deref().ok_or(Error::NoConfigFile)?;
+        reload_file(&self.supervisor, path).await
+    }
+
+    /// Supervises exactly `servers` from now on, as [`Tether::reload`] does with a file's.
+    pub async fn reload_servers(&self, servers: Vec<ServerSpec>) -> Result<ReloadReport> {
+        check_with_policy(self.supervisor.policy(), &servers, None).await?;
+        Ok(self.supervisor.reload(servers).await)
+    }
+
+    /// Asks the policy to reconnect `server` now (this revives a parked server).
+    pub fn reconnect(&self, server: &str) -> Result<()> {
+        if self
+            .supervisor
+            .request_reconnect(server, ReconnectSource::Operator)
+        {
+            Ok(())
+        } else {
+            Err(Error::UnknownServer(server.to_string()))
+        }
+    }
+
+    /// Replaces the policy, keeping its state and every live session. Unlike the admin API,
+    /// this does not run the conformance suite first (see [`crate::policy::conformance`]).
+    pub async fn swap_policy(&self, source: PolicySource) -> Result<SwapReport> {
+        Ok(self.supervisor.swap_policy(source).await?)
+    }
+
+    /// Gives the running policy new settings (a JSON object), keeping its state.
+    pub async fn set_policy_settings(&self, json: impl Into<String>) -> Result<()> {
+        Ok(self.supervisor.policy().set_settings(json.into()).await?)
+    }
+
+    /// The MCP service: an rmcp `ServerHandler` to serve over any rmcp transport (each clone
+    /// is one downstream session).
+    pub fn gateway(&self) -> Gateway {
+        self.gateway.clone()
+    }
+
+    /// Serves one MCP session over this process's stdin and stdout, on a task of its own. It
+    /// ends when the client closes stdin, or at [`Tether::shutdown`].
+    pub fn serve_stdio(&self) -> JoinHandle<Result<()>> {
+        let session = tokio::spawn(self.gateway().serve_stdio());
+        self.front(Front::Stdio(session.abort_handle()));
+        session
+    }
+
+    /// Serves Streamable HTTP at `http://BIND/mcp` and returns the address bound.
+    pub async fn serve_http(&self, bind: SocketAddr, options: HttpOptions) -> Result<SocketAddr> {
+        let server = self.gateway().serve_http(bind, options).await?;
+        let addr = server.addr;
+        self.front(Front::Http(server));
+        Ok(addr)
+    }
+
+    /// The Streamable HTTP endpoint as an axum router serving `/mcp`, to merge into the
+    /// embedder's own router. `any_host`: accept any `Host` (for a listener beyond loopback).
+    /// Its sessions end at [`Tether::shutdown`].
+    pub fn http_router(&self, options: HttpOptions, any_host: bool) -> axum::Router {
+        let (router, endpoint) = self.gateway().http_router(options, any_host);
+        self.front(Front::Mounted(endpoint));
+        router
+    }
+
+    /// The admin API's address, when it runs.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(|admin| admin.addr)
+    }
+
+    /// The admin API's bearer token, when it runs.
+    pub fn admin_token(&self) -> Option<&str> {
+        self.admin.as_ref().map(|admin| admin.token.as_str())
+    }
+
+    /// The supervisor underneath, for what this handle does not offer.
+    pub fn supervisor(&self) -> &Supervisor {
+        &self.supervisor
+    }
+
+    /// Stops in order: no new MCP connections or calls; calls in flight get `drain` to finish;
+    /// then every server stops (its tools withdrawn, its session closed, its child reaped), the
+    /// last answers go out, and the MCP sessions and the admin API close.
+    pub async fn shutdown(self, drain: Duration) {
+        let fronts = std::mem::take(&mut *self.fronts.lock().unwrap_or_else(|e| e.into_inner()));
+        for front in &fronts {
+            if let Front::Http(server) = front {
+                server.stop_accepting();
+            }
+        }
+        tracing::info!(within = ?drain, "shutting down: draining in-flight calls");
+        self.supervisor.drain(drain).await;
+        self.supervisor.shutdown().await;
+        for front in fronts {
+            match front {
+                // Open sessions (long-lived event streams) are cut only after the last answers.
+                Front::Http(server) => server.close(ANSWER_GRACE).await,
+                Front::Mounted(endpoint) => endpoint.close(ANSWER_GRACE).await,
+                Front::Stdio(session) => session.abort(),
+            }
+        }
+        if let Some(admin) = self.admin {
+            admin.shutdown().await;
+        }
+        if let Some(task) = self.observer_task {
+            task.abort();
+        }
+        self.announcer.abort();
+        tracing::info!("all servers stopped");
+    }
+
+    fn front(&self, front: Front) {
+        self.fronts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(front);
+    }
+
+    fn reload_fn(&self) -> crate::admin::server::ReloadFn {
+        let supervisor = self.supervisor.clone();
+        let path = self.config_file.clone();
+        Arc::new(move || {
+            let supervisor = supervisor.clone();
+            let path = path.clone();
+            Box::pin(async move {
+                let path = path.ok_or(Error::NoConfigFile)?;
+                reload_file(&supervisor, &path).await
+            })
+        })
+    }
+}
+
+fn default_log_dir() -> PathBuf {
+    dirs::state_dir()
+        .or_else(|| dirs::home_dir().map(|home| home.join(".local").join("state")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("tether")
+        .join("logs")
+}
+
+fn load_config(path: &Path) -> Result<(Vec<ServerSpec>, Option<serde_json::Value>)> {
+    let loaded = crate::config::file::load(path)?;
+    for warning in &loaded.warnings {
+        tracing::warn!("{warning}");
+    }
+    Ok((loaded.servers, loaded.policy_settings))
+}
+
+async fn reload_file(supervisor: &Supervisor, path: &Path) -> Result<ReloadReport> {
+    let (servers, _) = load_config(path)?;
+    check_with_policy(supervisor.policy(), &servers, Some(path)).await?;
+    Ok(supervisor.reload(servers).await)
+}
+
+/// Per-server policy overrides and tool filters are the policy's to judge: each server that
+/// has any is shown to the running policy (on a scratch instance) before it is supervised, so
+/// an invalid one is an error naming the file and the server, not a server parked later.
+async fn check_with_policy(
+    policy: &PolicyRuntime,
+    servers: &[ServerSpec],
+    file: Option<&Path>,
+) -> Result<()> {
+    let origin = file.map_or_else(|| "config".to_string(), |f| f.display().to_string());
+    for spec in servers {
+        if spec.policy_settings.is_none() && spec.include.is_empty() && spec.exclude.is_empty() {
+            continue;
+        }
+        match policy.check_server(spec.policy_config()).await {
+            Ok(None) => {}
+            Ok(Some(reason)) => {
+                return Err(Error::Server(format!(
+                    "{origin}: server `{}`: the policy refuses its configuration (keys `policy`, \
+                     `include`, `exclude`): {reason}",
+                    spec.name
+                )));
+            }
+            Err(error) => {
+                return Err(Error::Server(format!(
+                    "{origin}: server `{}`: the policy could not check its configuration: {error}",
+                    spec.name
+                )));
+            }
+        }
+    }
+    Ok(())
+}

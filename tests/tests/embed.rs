@@ -1,0 +1,213 @@
+//! The embedding API as a plugin host uses it: a Tether built from code, its MCP endpoint
+//! mounted in the host's own axum router, typed status, reconnect, reload, a policy swap, the
+//! observer, the admin API, and a shutdown that leaves no child behind.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use tether::admin::api;
+use tether::policy::{PolicySource, ServerState, SwapPath};
+use tether::{AdminOptions, Error, Event, Tether};
+
+use crate::common::*;
+
+async fn state_of(tether: &Tether, server: &str) -> Option<ServerState> {
+    let status = tether.status().await;
+    status
+        .servers
+        .iter()
+        .find(|s| s.name == server)
+        .map(|s| s.state)
+}
+
+async fn wait_healthy(tether: &Tether, server: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while state_of(tether, server).await != Some(ServerState::Healthy) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{server} did not become healthy: {:?}",
+            tether.status().await
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_embeds_tether_mounts_its_mcp_endpoint_and_shuts_it_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = |name: &str| {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        StateDir(path)
+    };
+    let (alpha, beta) = (state("alpha"), state("beta"));
+    let heard: Arc<Mutex<Vec<Event>>> = Arc::default();
+    let observer = heard.clone();
+    let tether = Tether::builder()
+        .server(stdio_fixture("alpha", &alpha, &[]))
+        .server(stdio_fixture("beta", &beta, &[]))
+        .policy_settings(FAST_POLICY)
+        .log_dir(dir.path().join("logs"))
+        .observer(move |event| observer.lock().unwrap().push(event.clone()))
+        .admin(AdminOptions {
+            bind: "127.0.0.1:0".parse().unwrap(),
+            allow_remote: false,
+            token: Some("embedded-token".into()),
+        })
+        .start()
+        .await
+        .expect("Tether starts");
+    wait_healthy(&tether, "alpha").await;
+    wait_healthy(&tether, "beta").await;
+
+    // The MCP endpoint in the embedder's own router, beside its own route.
+    let app = axum::Router::new()
+        .route("/health", axum::routing::get(|| async { "ok" }))
+        .merge(tether.http_router(Default::default(), false));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = tokio::spawn(async move { axum::serve(listener, app).await });
+    let health = reqwest::get(format!("http://{addr}/health")).await.unwrap();
+    assert_eq!(health.text().await.unwrap(), "ok");
+    let transport =
+        rmcp::transport::StreamableHttpClientTransport::from_uri(format!("http://{addr}/mcp"));
+    let client = ().serve(transport).await.expect("an MCP session on the mounted endpoint");
+    let tools = client.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "alpha__echo"), "{tools:?}");
+    let result = client
+        .call_tool(
+            CallToolRequestParams::new("alpha__echo")
+                .with_arguments(args(serde_json::json!({"text": "through the embedder"})).unwrap()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(text(&result), "through the embedder");
+
+    // Typed operations and their errors.
+    let alpha_pid = alpha.pid().expect("alpha runs");
+    tether.reconnect("alpha").unwrap();
+    assert!(matches!(tether.reconnect("nope"), Err(Error::UnknownServer(name)) if name == "nope"));
+    assert!(matches!(tether.reload().await, Err(Error::NoConfigFile)));
+    wait_until("alpha has a new child", || {
+        alpha.pid().is_some_and(|pid| pid != alpha_pid)
+    })
+    .await;
+    wait_healthy(&tether, "alpha").await;
+    let beta_pid = beta.pid().expect("beta runs");
+    let report = tether
+        .reload_servers(vec![stdio_fixture("alpha", &alpha, &[])])
+        .await
+        .unwrap();
+    assert_eq!(report.removed, ["beta"]);
+    assert_eq!(report.unchanged, ["alpha"]);
+    wait_until("beta's child is reaped", || !process_alive(beta_pid)).await;
+
+    let swap = tether
+        .swap_policy(PolicySource::File(tether_tests::components::OTHER.into()))
+        .await
+        .unwrap();
+    assert_eq!(swap.path, SwapPath::Handover);
+    assert_eq!(tether.status().await.policy.name, swap.info.name);
+    let bad = tether
+        .swap_policy(PolicySource::Bytes {
+            label: "not-a-policy".into(),
+            bytes: b"\0asm nonsense".to_vec(),
+        })
+        .await;
+    assert!(
+        matches!(&bad, Err(Error::Policy(e)) if e.to_string().contains("not-a-policy")),
+        "{bad:?}"
+    );
+
+    // The admin API answers with the same types.
+    let admin = tether.admin_addr().expect("the admin API runs");
+    let status: api::Status = reqwest::Client::new()
+        .get(format!("http://{admin}/status"))
+        .bearer_auth(tether.admin_token().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status.servers.len(), 1);
+    assert_eq!(status.servers[0].name, "alpha");
+
+    // The observer heard the lifecycle, the tools and the swap, in order.
+    wait_until("the observer heard the swap", || {
+        heard
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| matches!(e, Event::Policy { .. }))
+    })
+    .await;
+    {
+        let heard = heard.lock().unwrap();
+        let first_healthy = heard.iter().position(|e| {
+            matches!(e, Event::Lifecycle(c) if c.server == "beta" && c.state == ServerState::Healthy)
+        });
+        let stopped = heard.iter().position(|e| {
+            matches!(e, Event::Lifecycle(c) if c.server == "beta" && c.state == ServerState::Stopped)
+        });
+        assert!(first_healthy.is_some() && stopped.is_some() && first_healthy < stopped);
+        assert!(heard.iter().any(
+            |e| matches!(e, Event::Tools(c) if c.server == "alpha" && c.added.contains(&"alpha__echo".to_string()))
+        ));
+    }
+
+    let alpha_pid = alpha.pid().unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        tether.shutdown(Duration::from_secs(5)),
+    )
+    .await
+    .expect("shutdown completes");
+    assert!(!process_alive(alpha_pid), "alpha's child is reaped");
+    // The mounted endpoint's sessions were closed: the client's session ends.
+    let ended = tokio::time::timeout(Duration::from_secs(10), client.list_all_tools()).await;
+    assert!(
+        matches!(ended, Ok(Err(_))),
+        "the session is closed: {ended:?}"
+    );
+    served.abort();
+    assert!(
+        reqwest::get(format!("http://{admin}/status"))
+            .await
+            .is_err(),
+        "the admin API is closed"
+    );
+}
+
+#[tokio::test]
+async fn a_bad_config_is_an_error_naming_the_file_and_nothing_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("servers.json");
+    std::fs::write(&path, r#"{"mcpServers": {"a": {"command": 7}}}"#).unwrap();
+    let error = Tether::builder()
+        .config_file(&path)
+        .start()
+        .await
+        .err()
+        .expect("a bad config is refused");
+    assert!(matches!(error, Error::Config(_)), "{error:?}");
+    assert!(
+        error.to_string().starts_with(&path.display().to_string()),
+        "{error}"
+    );
+
+    let duplicate = Tether::builder()
+        .server(tether::config::ServerSpec::stdio("twin", "true", &[]))
+        .server(tether::config::ServerSpec::stdio("twin", "true", &[]))
+        .log_dir(dir.path())
+        .start()
+        .await
+        .err()
+        .expect("two servers of one name are refused");
+    assert!(
+        matches!(&duplicate, Error::Server(why) if why.contains("twin")),
+        "{duplicate:?}"
+    );
+}
