@@ -104,6 +104,17 @@ async fn a_program_embeds_tether_mounts_its_mcp_endpoint_and_shuts_it_down() {
     assert_eq!(report.unchanged, ["alpha"]);
     wait_until("beta's child is reaped", || !process_alive(beta_pid)).await;
 
+    tether
+        .set_policy_settings(r#"{"breaker": {"open_ms": 432}}"#)
+        .await
+        .unwrap();
+    let settings = tether.status().await.policy.settings;
+    assert_eq!(settings["breaker"]["open_ms"], 432, "{settings}");
+    let refused = tether
+        .set_policy_settings(r#"{"reconnect_budget": 0}"#)
+        .await;
+    assert!(matches!(refused, Err(Error::Policy(_))), "{refused:?}");
+
     let swap = tether
         .swap_policy(PolicySource::File(tether_tests::components::OTHER.into()))
         .await

@@ -18,4 +18,5 @@ mod policy_runtime;
 mod reload_and_swap;
 mod supervision_http;
 mod supervision_stdio;
+mod supervision_virtual;
 mod transport_http;

@@ -564,18 +564,6 @@ impl Session {
         let _ = ended.wait_for(|ended| *ended).await;
     }
 
-    /// Resolves when the child process exits (never for HTTP sessions).
-    pub async fn process_exited(&self) -> Option<i32> {
-        match &self.process {
-            Some(process) => loop {
-                if let Some(code) = process.wait_exit(Duration::from_secs(3600)).await {
-                    return code;
-                }
-            },
-            None => std::future::pending().await,
-        }
-    }
-
     /// The fault the transport recorded when it ended the session, if it did.
     pub fn recorded_end(&self) -> Option<Fault> {
         self.end.fault()
@@ -1044,6 +1032,3 @@ pub fn tool_from_rmcp(tool: rmcp::model::Tool) -> Tool {
         input_schema: serde_json::Value::Object((*tool.input_schema).clone()).to_string(),
     }
 }
-
-/// Shared so a call can keep using a session the supervisor has since replaced.
-pub type SharedSession = Arc<Session>;

@@ -31,11 +31,20 @@ pub const PARKED_STAYS_PARKED: &str = r#"{
 /// How long any condition may take on a loaded 2-core machine before a test fails.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
-fn engine() -> Arc<PolicyEngine> {
+/// One policy engine for the whole test binary: components compile once.
+pub fn shared_engine() -> Arc<PolicyEngine> {
     static ENGINE: OnceLock<Arc<PolicyEngine>> = OnceLock::new();
     ENGINE
         .get_or_init(|| PolicyEngine::new(None).expect("engine"))
         .clone()
+}
+
+/// RUST_LOG=tether=debug shows the host's log in a failing test's output.
+pub fn test_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
 }
 
 /// A supervisor on the embedded policy with `settings`, logging into a temp dir.
@@ -63,13 +72,9 @@ impl Host {
 
     /// A supervisor on a policy runtime started with `options` (on the shared engine).
     pub fn start_with(options: RuntimeOptions) -> Host {
-        // RUST_LOG=tether=debug shows the host's log in a failing test's output.
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
+        test_logging();
         let policy = PolicyRuntime::start(RuntimeOptions {
-            engine: Some(engine()),
+            engine: Some(shared_engine()),
             ..options
         })
         .expect("policy starts");

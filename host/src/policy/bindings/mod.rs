@@ -36,11 +36,6 @@ impl Contract {
         semver::Version::parse(text).expect("valid contract version")
     }
 
-    /// Whether policies of this line can take over from another implementation's state.
-    pub fn has_take_over(self) -> bool {
-        self == Contract::V0_2
-    }
-
     /// Whether policies of this line keep tool descriptions and schemas (0.1) or only names.
     pub fn carries_descriptions(self) -> bool {
         self == Contract::V0_1

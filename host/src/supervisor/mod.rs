@@ -6,32 +6,40 @@
 //! server's task, publish/withdraw go to the registry and show or hide the server's prompts and
 //! resources in the catalog.
 //!
-//! Follow one failure: the child dies → its task sees the session end (`ServerTask::run`) →
-//! `Disconnected(process exited)` → the policy decides → the driver executes `WithdrawTools` (the registry
-//! drops the routes and broadcasts the change) and `WakeAt` (the task's backoff timer) →
-//! `Timer` → `Connect` → a new session → `Connected` → `PublishTools`.
+//! Each server's task (`task.rs`) is the IO around a sans-IO lifecycle (`lifecycle.rs`): what
+//! it observes goes in with the host's time, effects come out (open through the `connector.rs`
+//! [`Connector`], close, probe, feed the policy).
+//!
+//! Follow one failure: the child dies → its task sees the session end → its lifecycle says
+//! close it and feed `Disconnected(process exited)` → the policy decides → the driver executes
+//! `WithdrawTools` (the registry drops the routes and broadcasts the change) and `WakeAt` (the
+//! lifecycle's timer) → `Timer` → `Connect` → a new session → `Connected` → `PublishTools`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use futures::future::{BoxFuture, FutureExt};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::catalog::{Catalog, ServerCatalog};
-use crate::config::{ServerSpec, Timeouts};
+use crate::catalog::Catalog;
+use crate::config::ServerSpec;
 use crate::policy::{
-    Action, Event, EventKind, Fault, PolicyError, PolicyRuntime, PolicySource, ServerFault,
-    ServerState, ServerStatus, ServerTools, SessionInfo, StateChange, SwapReport, TimerFired, Tool,
-    TransportKind,
+    Action, Event, EventKind, PolicyError, PolicyRuntime, PolicySource, ServerState, ServerStatus,
+    StateChange, SwapReport, TransportKind,
 };
 use crate::registry::Registry;
-use crate::upstream::{ListChanges, Remembered, ServerEvent, Session};
+use crate::upstream::{ServerEvent, Session};
+
+mod connector;
+mod lifecycle;
+mod task;
+
+pub use connector::{Attempt, Connector, Link, OpenRequest, Opened, Upstream};
+use task::{Command, ServerTask};
 
 /// Host time for the policy: milliseconds since the supervisor started.
 #[derive(Debug, Clone, Copy)]
@@ -113,21 +121,6 @@ pub struct LifecycleEvent {
     pub detail: String,
 }
 
-enum Command {
-    Connect,
-    Disconnect,
-    WakeAt {
-        at_ms: u64,
-        token: u64,
-    },
-    /// Close the session and end the task (removal, shutdown).
-    Stop(oneshot::Sender<()>),
-    /// The policy could not take the session that just opened (its answer to `connected`
-    /// failed): close it and report the failure as a failed connect, so the server is never
-    /// left "connecting" without a fault.
-    PolicyRefusedSession(String),
-}
-
 struct ServerHandle {
     spec: ServerSpec,
     commands: mpsc::UnboundedSender<Command>,
@@ -146,6 +139,7 @@ pub(crate) struct Shared {
     feeder: Feeder,
     servers: Mutex<BTreeMap<String, ServerHandle>>,
     log_dir: PathBuf,
+    connector: Arc<dyn Connector>,
     lifecycle: broadcast::Sender<LifecycleEvent>,
     next_call_id: AtomicU64,
     /// Calls between admission and answer; shutdown waits for them.
@@ -173,6 +167,16 @@ impl Supervisor {
     /// Starts supervising nothing yet; add servers with [`Supervisor::add_server`].
     /// `log_dir` receives each stdio server's stderr as `<name>.log`.
     pub fn start(policy: PolicyRuntime, log_dir: PathBuf) -> Self {
+        Self::start_with(policy, log_dir, Arc::new(Upstream))
+    }
+
+    /// Like [`Supervisor::start`], reaching servers through `connector` (a fake one tests
+    /// supervision without processes or sockets, in virtual time).
+    pub fn start_with(
+        policy: PolicyRuntime,
+        log_dir: PathBuf,
+        connector: Arc<dyn Connector>,
+    ) -> Self {
         let (decided, decisions) = mpsc::unbounded_channel();
         let clock = Clock::new();
         policy.set_clock(Arc::new(move || clock.now_ms()));
@@ -189,6 +193,7 @@ impl Supervisor {
             clock,
             servers: Mutex::default(),
             log_dir,
+            connector,
             lifecycle: broadcast::channel(1024).0,
             next_call_id: AtomicU64::new(1),
             in_flight: AtomicUsize::new(0),
@@ -265,12 +270,12 @@ impl Supervisor {
         }));
         let task = ServerTask {
             spec: spec.clone(),
+            connector: self.shared.connector.clone(),
             own_commands: commands.downgrade(),
             feeder: self.shared.feeder.clone(),
             log_dir: self.shared.log_dir.clone(),
             session_tx,
             view: view.clone(),
-            remembered: Remembered::default(),
             catalog: self.shared.catalog.clone(),
             events: self.shared.events.clone(),
         };
@@ -575,19 +580,19 @@ type Decided = Result<Vec<Action>, PolicyError>;
 /// Feeds events to the policy runtime, stamped with the host's time when the policy
 /// takes them, and routes their actions to the driver.
 #[derive(Clone)]
-struct Feeder {
+pub(crate) struct Feeder {
     policy: PolicyRuntime,
-    clock: Clock,
+    pub(crate) clock: Clock,
     decided: mpsc::UnboundedSender<Decided>,
 }
 
 impl Feeder {
-    fn feed(&self, kind: EventKind) {
+    pub(crate) fn feed(&self, kind: EventKind) {
         self.feed_or(kind, |_| {});
     }
 
     /// Like `feed`, and runs `failed` with the reason when the policy could not decide.
-    fn feed_or(&self, kind: EventKind, failed: impl FnOnce(String) + Send + 'static) {
+    pub(crate) fn feed_or(&self, kind: EventKind, failed: impl FnOnce(String) + Send + 'static) {
         self.feed_then(kind, |outcome| {
             if let Err(reason) = outcome {
                 failed(reason);
@@ -597,7 +602,7 @@ impl Feeder {
 
     /// Like `feed`, and runs `decided` with the outcome as soon as the policy has decided,
     /// before its actions go to the driver and before any later input is decided.
-    fn feed_then(
+    pub(crate) fn feed_then(
         &self,
         kind: EventKind,
         decided: impl FnOnce(Result<(), String>) + Send + 'static,
@@ -614,346 +619,5 @@ impl Feeder {
                 let _ = driver.send(outcome);
             },
         );
-    }
-}
-
-/// One server's task: owns its session and timer, runs its connection attempts and keepalives.
-struct ServerTask {
-    spec: ServerSpec,
-    /// For reports back to this task from policy callbacks; weak, so the task still ends
-    /// when the supervisor drops its handle.
-    own_commands: mpsc::WeakUnboundedSender<Command>,
-    feeder: Feeder,
-    log_dir: PathBuf,
-    session_tx: watch::Sender<Option<Arc<Session>>>,
-    view: Arc<Mutex<ServerView>>,
-    /// Which HTTP flavor and protocol generation the server speaks, once known.
-    remembered: Remembered,
-    catalog: Arc<Catalog>,
-    events: broadcast::Sender<ServerEvent>,
-}
-
-/// A session that opened, with its tools and the rest of what it offers.
-struct Opened {
-    session: Session,
-    tools: Vec<Tool>,
-    catalog: ServerCatalog,
-}
-
-type Attempt = BoxFuture<'static, (Result<Opened, Fault>, Remembered)>;
-
-impl ServerTask {
-    fn feed(&self, kind: EventKind) {
-        self.feeder.feed(kind);
-    }
-
-    fn fault(&self, fault: Fault) -> ServerFault {
-        self.view
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .last_fault = Some(fault.to_string());
-        ServerFault {
-            server: self.spec.name.clone(),
-            fault,
-        }
-    }
-
-    fn attempt(&self, changes: Arc<ListChanges>) -> Attempt {
-        let spec = self.spec.clone();
-        let mut remembered = self.remembered;
-        let log_dir = self.log_dir.clone();
-        let events = self.events.clone();
-        async move {
-            let result = async {
-                let session =
-                    Session::open(&spec, &mut remembered, changes, events, &log_dir).await?;
-                let listed = async {
-                    let tools = session.list_tools(&spec.timeouts).await?;
-                    let catalog = session.list_catalog(&spec.timeouts).await?;
-                    Ok((tools, catalog))
-                };
-                match listed.await {
-                    Ok((tools, catalog)) => Ok(Opened {
-                        session,
-                        tools,
-                        catalog,
-                    }),
-                    Err(fault) => {
-                        session.close(spec.timeouts.stop_grace).await;
-                        Err(fault)
-                    }
-                }
-            }
-            .await;
-            if result.is_err() {
-                // The server may have been replaced by one of another generation: probe again.
-                remembered.generation = None;
-            }
-            (result, remembered)
-        }
-        .boxed()
-    }
-
-    fn refresh(&self, live: Arc<Session>) -> BoxFuture<'static, Result<Vec<Tool>, Fault>> {
-        let timeouts = self.spec.timeouts.clone();
-        async move { live.list_tools(&timeouts).await }.boxed()
-    }
-
-    fn refresh_catalog(
-        &self,
-        live: Arc<Session>,
-    ) -> BoxFuture<'static, Result<ServerCatalog, Fault>> {
-        let timeouts = self.spec.timeouts.clone();
-        async move { live.list_catalog(&timeouts).await }.boxed()
-    }
-
-    async fn close_session(&self, session: &mut Option<Arc<Session>>) {
-        if let Some(old) = session.take() {
-            let _ = self.session_tx.send(None);
-            self.view.lock().unwrap_or_else(|e| e.into_inner()).pid = None;
-            old.close(self.spec.timeouts.stop_grace).await;
-        }
-    }
-
-    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
-        let name = self.spec.name.clone();
-        let mut session: Option<Arc<Session>> = None;
-        let mut attempt: Option<Attempt> = None;
-        let mut wake: Option<(Instant, u64)> = None;
-        let mut keepalive: Option<BoxFuture<'static, Result<(), Fault>>> = None;
-        let mut refresh: Option<BoxFuture<'static, Result<Vec<Tool>, Fault>>> = None;
-        // A list change that came while a refresh was in flight: one more refresh after it.
-        let mut refresh_pending = false;
-        let mut catalog_refresh: Option<BoxFuture<'static, Result<ServerCatalog, Fault>>> = None;
-        let mut catalog_refresh_pending = false;
-        let mut next_keepalive = Instant::now();
-        let mut changes = Arc::new(ListChanges::default());
-        loop {
-            let live = session.clone();
-            tokio::select! {
-                command = commands.recv() => match command {
-                    Some(Command::Connect) => {
-                        self.close_session(&mut session).await;
-                        keepalive = None;
-                        refresh = None;
-                        refresh_pending = false;
-                        catalog_refresh = None;
-                        catalog_refresh_pending = false;
-                        // Fresh: list changes the old session announced are moot.
-                        changes = Arc::new(ListChanges::default());
-                        attempt = Some(self.attempt(changes.clone()));
-                        let mut view = self.view.lock().unwrap_or_else(|e| e.into_inner());
-                        view.reconnects += 1;
-                    }
-                    Some(Command::Disconnect) => {
-                        attempt = None;
-                        keepalive = None;
-                        refresh = None;
-                        catalog_refresh = None;
-                        self.close_session(&mut session).await;
-                    }
-                    Some(Command::WakeAt { at_ms, token }) => {
-                        wake = Some((self.feeder.clock.instant_at(at_ms), token));
-                    }
-                    Some(Command::PolicyRefusedSession(reason)) => {
-                        keepalive = None;
-                        refresh = None;
-                        catalog_refresh = None;
-                        self.close_session(&mut session).await;
-                        tracing::error!(server = %name, "the policy could not take the new session: {reason}");
-                        let fault = self.fault(Fault::HandshakeFailed(format!(
-                            "the policy could not take the session ({reason})"
-                        )));
-                        self.feed(EventKind::ConnectFailed(fault));
-                    }
-                    Some(Command::Stop(done)) => {
-                        self.close_session(&mut session).await;
-                        let _ = done.send(());
-                        return;
-                    }
-                    None => {
-                        self.close_session(&mut session).await;
-                        return;
-                    }
-                },
-                (result, remembered) = poll_option(&mut attempt) => {
-                    attempt = None;
-                    self.remembered = remembered;
-                    match result {
-                        Ok(Opened { session: opened, tools, catalog }) => {
-                            let opened = Arc::new(opened);
-                            // Stored before the policy hears of the session: publishing the
-                            // server shows it.
-                            self.catalog.set(&name, catalog);
-                            {
-                                let mut view = self.view.lock().unwrap_or_else(|e| e.into_inner());
-                                view.pid = opened.pid();
-                                view.transport = opened.transport();
-                            }
-                            let info = SessionInfo {
-                                server: name.clone(),
-                                server_info: opened.server_info().to_string(),
-                                tools,
-                            };
-                            session = Some(opened.clone());
-                            // The first keepalive comes early: it proves the session (and resets
-                            // the retry budget) without waiting a whole interval.
-                            next_keepalive = Instant::now()
-                                + self.spec.keepalive_interval().min(Timeouts::KEEPALIVE_FLOOR);
-                            let refused = self.own_commands.clone();
-                            let calls_see = self.session_tx.clone();
-                            // Calls see the session once the policy has heard of it, and before
-                            // its publication runs: a call that waited for it is admitted by a
-                            // policy that knows it, and a call to a published tool finds it.
-                            self.feeder.feed_then(EventKind::Connected(info), move |outcome| {
-                                match outcome {
-                                    // Unless it ended meanwhile (this task then cleared it).
-                                    Ok(()) => {
-                                        calls_see.send_if_modified(|current| {
-                                            let alive = opened.is_alive();
-                                            if alive {
-                                                *current = Some(opened);
-                                            }
-                                            alive
-                                        });
-                                    }
-                                    Err(reason) => {
-                                        if let Some(commands) = refused.upgrade() {
-                                            let _ = commands
-                                                .send(Command::PolicyRefusedSession(reason));
-                                        }
-                                    }
-                                }
-                            });
-                        }
-                        Err(fault) => {
-                            tracing::debug!(server = %name, "connection attempt failed: {fault}");
-                            let fault = self.fault(fault);
-                            self.feed(EventKind::ConnectFailed(fault));
-                        }
-                    }
-                }
-                _ = sleep_until_option(wake.map(|(at, _)| at)) => {
-                    if let Some((_, token)) = wake.take() {
-                        self.feed(EventKind::Timer(TimerFired { server: name.clone(), token }));
-                    }
-                }
-                _ = ended(live.as_deref()) => {
-                    let fault = match &session {
-                        Some(s) => s.end_fault().await,
-                        None => continue,
-                    };
-                    keepalive = None;
-                    refresh = None;
-                        catalog_refresh = None;
-                    self.close_session(&mut session).await;
-                    tracing::info!(server = %name, "session ended: {fault}");
-                    let fault = self.fault(fault);
-                    self.feed(EventKind::Disconnected(fault));
-                }
-                _ = tokio::time::sleep_until(next_keepalive), if live.is_some() && keepalive.is_none() => {
-                    let probe = live.clone().expect("guarded by live.is_some()");
-                    let timeouts = self.spec.timeouts.clone();
-                    keepalive = Some(async move { probe.keepalive(&timeouts).await }.boxed());
-                }
-                result = poll_option(&mut keepalive) => {
-                    keepalive = None;
-                    next_keepalive = Instant::now() + self.spec.keepalive_interval();
-                    match result {
-                        Ok(()) => self.feed(EventKind::KeepaliveOk(name.clone())),
-                        Err(fault) => {
-                            tracing::warn!(server = %name, "{fault}; closing the session");
-                            // What ended the session (HTTP 404, 401/403) says more than the
-                            // keepalive's failure, and decides whether the policy parks at once.
-                            let ended = session.as_ref().and_then(|s| s.recorded_end());
-                            let keepalive_fault = self.fault(fault);
-                            self.feed(EventKind::KeepaliveFailed(keepalive_fault.clone()));
-                            refresh = None;
-                        catalog_refresh = None;
-                            self.close_session(&mut session).await;
-                            let fault = match ended {
-                                Some(ended) => self.fault(ended),
-                                None => keepalive_fault,
-                            };
-                            self.feed(EventKind::Disconnected(fault));
-                        }
-                    }
-                }
-                changed = changes.next(), if live.is_some() => {
-                    let live = live.clone().expect("guarded by live.is_some()");
-                    // At most one refresh of each kind in flight and one pending, however many
-                    // notices come.
-                    if changed.tools {
-                        if refresh.is_some() {
-                            refresh_pending = true;
-                        } else {
-                            refresh = Some(self.refresh(live.clone()));
-                        }
-                    }
-                    if changed.catalog {
-                        if catalog_refresh.is_some() {
-                            catalog_refresh_pending = true;
-                        } else {
-                            catalog_refresh = Some(self.refresh_catalog(live));
-                        }
-                    }
-                }
-                result = poll_option(&mut catalog_refresh) => {
-                    catalog_refresh = None;
-                    match result {
-                        Ok(catalog) => self.catalog.set(&name, catalog),
-                        // The last lists stay; the session's end, if it ended, comes separately.
-                        Err(fault) => tracing::warn!(server = %name, "refreshing prompts and resources failed: {fault}"),
-                    }
-                    if std::mem::take(&mut catalog_refresh_pending) && let Some(live) = session.clone() {
-                        catalog_refresh = Some(self.refresh_catalog(live));
-                    }
-                }
-                result = poll_option(&mut refresh) => {
-                    refresh = None;
-                    match result {
-                        Ok(tools) => {
-                            let view = self.view.clone();
-                            let server = name.clone();
-                            self.feeder.feed_or(EventKind::ToolsChanged(ServerTools { server: name.clone(), tools }), move |reason| {
-                                tracing::error!(server = %server, "the policy could not take the new tool list; the last one stays: {reason}");
-                                view.lock().unwrap_or_else(|e| e.into_inner()).last_fault =
-                                    Some(format!("the policy could not take the new tool list: {reason}"));
-                            });
-                        }
-                        // A failed refresh keeps the last list; the session's end, if it ended, comes separately.
-                        Err(fault) => {
-                            tracing::warn!(server = %name, "refreshing tools failed: {fault}");
-                            self.fault(fault);
-                        }
-                    }
-                    if std::mem::take(&mut refresh_pending) && let Some(live) = session.clone() {
-                        refresh = Some(self.refresh(live));
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Polls an optional future; pending forever when there is none.
-async fn poll_option<T>(future: &mut Option<BoxFuture<'static, T>>) -> T {
-    match future {
-        Some(future) => Pin::new(future).await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until_option(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn ended(session: Option<&Session>) {
-    match session {
-        Some(session) => session.ended().await,
-        None => std::future::pending().await,
     }
 }

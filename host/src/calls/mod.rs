@@ -16,6 +16,8 @@ use crate::policy::{
 use crate::supervisor::{SessionLookup, Supervisor};
 use crate::upstream::{CallContext, CallFailure, Session};
 
+mod retry;
+
 /// How a call ended, for observers (and as the `outcome` label of metrics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CallResultKind {
@@ -217,52 +219,49 @@ impl Supervisor {
                 spec.timeouts.reconnect_wait.as_secs().max(1)
             )));
         };
-        let arguments_copy = arguments.clone();
-        let mut result = first
-            .call(&route.tool.original, arguments, &timeouts, &context)
-            .await;
-        if let Err(CallFailure::NotSent(_)) = &result {
-            // The session died between the check and the send: the call certainly did not run.
-            self.reconnect_if_current(&server, Some(&first), &sessions);
-            if let Some(fresh) =
-                wait_for_fresh(sessions.clone(), Some(&first), spec.timeouts.reconnect_wait).await
-            {
-                result = fresh
-                    .call(
-                        &route.tool.original,
-                        arguments_copy.clone(),
-                        &timeouts,
-                        &context,
-                    )
-                    .await;
+        // One try, and one more only where `retry::after` says the call cannot run twice.
+        let mut target = first;
+        let mut id = call_id;
+        let mut tries = 0;
+        // Whether an earlier try reached the server and was lost (and was reported).
+        let mut lost_before = false;
+        let (result, reported) = loop {
+            tries += 1;
+            let result = target
+                .call(&route.tool.original, arguments.clone(), &timeouts, &context)
+                .await;
+            let retry::Next::Again { report_loss } =
+                retry::after(&result, route.tool.read_only, tries)
+            else {
+                break (result, false);
+            };
+            if report_loss {
+                self.report_result(&server, id, &result, started);
+                id = shared.next_call_id();
+                lost_before = true;
             }
-        } else if let Err(CallFailure::Lost(fault)) = &result
-            && route.tool.read_only
-        {
-            // Read-only tools are safe to repeat; report the loss, then retry once on a new session.
-            let lost = fault.clone();
-            self.report(&server, call_id, CallOutcome::TransportError(lost), started);
-            self.reconnect_if_current(&server, Some(&first), &sessions);
-            if let Some(fresh) =
-                wait_for_fresh(sessions, Some(&first), spec.timeouts.reconnect_wait).await
+            self.reconnect_if_current(&server, Some(&target), &sessions);
+            match wait_for_fresh(
+                sessions.clone(),
+                Some(&target),
+                spec.timeouts.reconnect_wait,
+            )
+            .await
             {
-                let retry_id = shared.next_call_id();
-                let retried = fresh
-                    .call(&route.tool.original, arguments_copy, &timeouts, &context)
-                    .await;
-                self.report_result(&server, retry_id, &retried, started);
-                return Ok(match retried {
-                    Err(CallFailure::Lost(fault)) => refused(format!(
-                        "The connection to server \"{server}\" was lost during the call, and again during one retry on a fresh session ({}). The tool is read-only, so retrying is safe: wait a few seconds and retry.",
-                        fault_words(&fault)
-                    )),
-                    other => respond(&server, other, true),
-                });
+                Some(fresh) => target = fresh,
+                None => break (result, report_loss),
             }
-            return Ok(respond(&server, result, true));
+        };
+        if !reported {
+            self.report_result(&server, id, &result, started);
         }
-        self.report_result(&server, call_id, &result, started);
-        Ok(respond(&server, result, route.tool.read_only))
+        Ok(match result {
+            Err(CallFailure::Lost(fault)) if lost_before && tries == 2 => refused(format!(
+                "The connection to server \"{server}\" was lost during the call, and again during one retry on a fresh session ({}). The tool is read-only, so retrying is safe: wait a few seconds and retry.",
+                fault_words(&fault)
+            )),
+            result => respond(&server, result, route.tool.read_only),
+        })
     }
 
     /// Asks the policy to admit the call. A held call (contract 0.2) waits, within the call

@@ -1,0 +1,88 @@
+//! Whether a tool call goes out again, sans IO: the rule that keeps a call from running twice
+//! ("never replay an uncertain call"). The call path (`mod.rs`) asks it after every try.
+
+use crate::upstream::CallFailure;
+
+/// How many times a call may be sent at most: the first try and one more.
+const MAX_TRIES: u32 = 2;
+
+/// What to do after a try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Answer the caller with this try's result.
+    Answer,
+    /// Send the call again, on a session opened after this try's. `report_loss`: this try
+    /// reached the server and was lost, so the policy hears of it first (it counts as a
+    /// failure) and the new try is a new call.
+    Again { report_loss: bool },
+}
+
+/// What to do after the `tries`-th try (1-based) of a call to a tool that is `read_only` or
+/// not, whose outcome was `result`.
+pub(crate) fn after<T>(result: &Result<T, CallFailure>, read_only: bool, tries: u32) -> Next {
+    if tries >= MAX_TRIES {
+        return Next::Answer;
+    }
+    match result {
+        // It never left: it certainly did not run, whatever the tool does.
+        Err(CallFailure::NotSent(_)) => Next::Again { report_loss: false },
+        // It may have run: only a tool without side effects may run twice.
+        Err(CallFailure::Lost(_)) if read_only => Next::Again { report_loss: true },
+        // Answered, timed out (it may still be running), refused, too large, cancelled, or
+        // lost with side effects possible: the caller decides.
+        _ => Next::Answer,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Fault;
+    use std::time::Duration;
+
+    fn lost() -> Result<(), CallFailure> {
+        Err(CallFailure::Lost(Fault::ProcessExited(Some(1))))
+    }
+
+    fn not_sent() -> Result<(), CallFailure> {
+        Err(CallFailure::NotSent(Fault::TransportClosed("gone".into())))
+    }
+
+    #[test]
+    fn a_call_that_never_left_goes_out_once_more_for_any_tool() {
+        for read_only in [false, true] {
+            assert_eq!(
+                after(&not_sent(), read_only, 1),
+                Next::Again { report_loss: false }
+            );
+        }
+    }
+
+    #[test]
+    fn a_lost_call_is_repeated_only_for_a_read_only_tool_and_counted_first() {
+        assert_eq!(after(&lost(), true, 1), Next::Again { report_loss: true });
+        assert_eq!(
+            after(&lost(), false, 1),
+            Next::Answer,
+            "never replay an uncertain call"
+        );
+    }
+
+    #[test]
+    fn a_call_that_timed_out_or_was_answered_is_never_repeated() {
+        let timed_out: Result<(), _> = Err(CallFailure::TimedOut(Duration::from_secs(30)));
+        let too_large: Result<(), _> = Err(CallFailure::TooLarge { size: 9, limit: 1 });
+        let cancelled: Result<(), _> = Err(CallFailure::Cancelled);
+        for result in [Ok(()), timed_out, too_large, cancelled] {
+            for read_only in [false, true] {
+                assert_eq!(after(&result, read_only, 1), Next::Answer);
+            }
+        }
+    }
+
+    #[test]
+    fn there_is_never_a_third_try() {
+        assert_eq!(after(&not_sent(), true, 2), Next::Answer);
+        assert_eq!(after(&lost(), true, 2), Next::Answer);
+    }
+}
