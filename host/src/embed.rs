@@ -23,8 +23,10 @@ use crate::supervisor::{ReloadReport, Supervisor};
 /// Once the drain is over and the servers are stopped, how long the last answers (calls that
 /// failed because their server stopped) may take to reach HTTP clients.
 const ANSWER_GRACE: Duration = Duration::from_secs(3);
+/// How long the observer may take over the last events at shutdown.
+const OBSERVER_GRACE: Duration = Duration::from_secs(5);
 
-/// Called with every [`Event`], in order, on a task of its own.
+/// Called with every [`Event`] on a task of its own.
 type Observer = Arc<dyn Fn(&Event) + Send + Sync>;
 
 /// Where and how the admin API listens (it is off unless asked for).
@@ -98,9 +100,10 @@ impl Builder {
         self
     }
 
-    /// Calls `observer` with every lifecycle change, tool list change and policy notice, in
-    /// order, on a task of its own (keep it quick: a slow observer misses events, and is then
-    /// told how many with [`Event::Lagged`]).
+    /// Calls `observer` with every lifecycle change, tool list change and policy notice (each
+    /// kind in order; see [`crate::events`]), on a task of its own, up to the last ones of
+    /// [`Tether::shutdown`]. Keep it quick: a slow observer misses events, and is then told how
+    /// many with [`Event::Lagged`].
     pub fn observer(mut self, observer: impl Fn(&Event) + Send + Sync + 'static) -> Self {
         self.observer = Some(Arc::new(observer));
         self
@@ -116,6 +119,10 @@ impl Builder {
     /// starts supervising. Must run inside a multi-threaded tokio runtime.
     pub async fn start(self) -> Result<Tether> {
         let mut servers = Vec::new();
+        let origin = self
+            .config_file
+            .as_ref()
+            .map_or_else(|| "config".to_string(), |f| f.display().to_string());
         let mut file_settings = None;
         if let Some(path) = &self.config_file {
             let (from_file, settings) = load_config(path)?;
@@ -123,6 +130,8 @@ impl Builder {
             file_settings = settings;
         }
         servers.extend(self.servers);
+        // Before anything starts: a bad list starts nothing.
+        check_names(&servers, &origin)?;
         let settings = match (self.policy_settings, file_settings) {
             (Some(given), _) => given,
             (None, Some(from_file)) => from_file.to_string(),
@@ -150,11 +159,26 @@ impl Builder {
         // Subscribed before the first server starts: the observer hears everything.
         let observer_task = self.observer.map(|observer| {
             let mut feed = Feed::new(&supervisor);
-            tokio::spawn(async move {
-                while let Some(event) = feed.next().await {
-                    observer(&event);
+            let stop = Arc::new(tokio::sync::Notify::new());
+            let stopping = stop.clone();
+            let task = tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        biased;
+                        event = feed.next() => match event {
+                            Some(event) => observer(&event),
+                            None => return,
+                        },
+                        () = stopping.notified() => {
+                            while let Some(event) = feed.try_next() {
+                                observer(&event);
+                            }
+                            return;
+                        }
+                    }
                 }
-            })
+            });
+            (task, stop)
         });
         let metrics = Arc::new(Metrics::new());
         supervisor.observe_calls(metrics.clone());
@@ -170,7 +194,7 @@ impl Builder {
         };
         for spec in servers {
             if let Err(why) = tether.supervisor.add_server(spec) {
-                tether.supervisor.shutdown().await;
+                tether.abandon().await;
                 return Err(Error::Server(why));
             }
         }
@@ -191,7 +215,7 @@ impl Builder {
             match started {
                 Ok(server) => tether.admin = Some(server),
                 Err(error) => {
-                    tether.supervisor.shutdown().await;
+                    tether.abandon().await;
                     return Err(error.into());
                 }
             }
@@ -207,7 +231,8 @@ pub struct Tether {
     supervisor: Supervisor,
     gateway: Gateway,
     announcer: JoinHandle<()>,
-    observer_task: Option<JoinHandle<()>>,
+    /// The observer's task, and what tells it to hear the last events and end.
+    observer_task: Option<(JoinHandle<()>, Arc<tokio::sync::Notify>)>,
     config_file: Option<PathBuf>,
     admin: Option<AdminServer>,
     fronts: Mutex<Vec<Front>>,
@@ -250,6 +275,7 @@ impl Tether {
 
     /// Supervises exactly `servers` from now on, as [`Tether::reload`] does with a file's.
     pub async fn reload_servers(&self, servers: Vec<ServerSpec>) -> Result<ReloadReport> {
+        check_names(&servers, "config")?;
         check_with_policy(self.supervisor.policy(), &servers, None).await?;
         Ok(self.supervisor.reload(servers).await)
     }
@@ -347,11 +373,27 @@ impl Tether {
         if let Some(admin) = self.admin {
             admin.shutdown().await;
         }
-        if let Some(task) = self.observer_task {
-            task.abort();
+        if let Some((mut task, stop)) = self.observer_task {
+            stop.notify_one();
+            if tokio::time::timeout(OBSERVER_GRACE, &mut task)
+                .await
+                .is_err()
+            {
+                tracing::warn!("the observer is still busy after {OBSERVER_GRACE:?}; dropping it");
+                task.abort();
+            }
         }
         self.announcer.abort();
         tracing::info!("all servers stopped");
+    }
+
+    /// Undoes a start that failed part way: servers stopped, tasks ended.
+    async fn abandon(&mut self) {
+        self.supervisor.shutdown().await;
+        if let Some((task, _)) = self.observer_task.take() {
+            task.abort();
+        }
+        self.announcer.abort();
     }
 
     fn front(&self, front: Front) {
@@ -373,6 +415,27 @@ impl Tether {
             })
         })
     }
+}
+
+/// Every server needs a valid name of its own; `origin` says where the list came from.
+fn check_names(servers: &[ServerSpec], origin: &str) -> Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    for spec in servers {
+        if !ServerSpec::valid_name(&spec.name) {
+            return Err(Error::Server(format!(
+                "{origin}: invalid server name {:?}: use 1 to {} letters, digits, `_` and `-`",
+                spec.name,
+                ServerSpec::MAX_NAME_LEN
+            )));
+        }
+        if !seen.insert(spec.name.as_str()) {
+            return Err(Error::Server(format!(
+                "{origin}: two servers are named {:?}",
+                spec.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn default_log_dir() -> PathBuf {

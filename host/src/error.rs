@@ -34,9 +34,7 @@ pub enum Error {
     #[error("no server named {0:?} is supervised")]
     UnknownServer(String),
     /// [`crate::Tether::reload`] needs the config file the servers came from.
-    #[error(
-        "there is no config file to reload: this Tether was built with servers from code (use `reload_servers`)"
-    )]
+    #[error("there is no config file to reload: the servers were given in code")]
     NoConfigFile,
     /// The async runtime failed to run a blocking step (a panic in it, or shutdown).
     #[error("{what} did not finish: {cause}")]

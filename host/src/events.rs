@@ -1,6 +1,8 @@
 //! What operators and embedders hear as it happens: lifecycle changes, tool list changes and the
 //! policy's notices, merged into one stream of [`Event`]s (the admin API's `GET /events`, the
-//! embedder's observer).
+//! embedder's observer). Each kind comes in the order it happened; between kinds, an event may
+//! overtake one that happened just before it (a tool withdrawal, the state change that caused
+//! it).
 
 use tokio::sync::broadcast::{self, error::RecvError};
 
@@ -45,6 +47,24 @@ impl Feed {
             tools: supervisor.registry().subscribe(),
             notices: supervisor.policy().notices(),
         }
+    }
+
+    /// An event already waiting, if any (for draining at the end).
+    pub fn try_next(&mut self) -> Option<Event> {
+        use broadcast::error::TryRecvError;
+        fn event<T>(
+            received: Result<T, TryRecvError>,
+            wrap: impl FnOnce(T) -> Event,
+        ) -> Option<Event> {
+            match received {
+                Ok(value) => Some(wrap(value)),
+                Err(TryRecvError::Lagged(missed)) => Some(Event::Lagged { missed }),
+                Err(TryRecvError::Empty | TryRecvError::Closed) => None,
+            }
+        }
+        event(self.lifecycle.try_recv(), Event::Lifecycle)
+            .or_else(|| event(self.tools.try_recv(), Event::Tools))
+            .or_else(|| event(self.notices.try_recv(), |notice| Event::Policy { notice }))
     }
 
     /// The next event; `None` once the supervisor is gone.

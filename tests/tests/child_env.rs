@@ -1,7 +1,7 @@
 //! Secrets stay where they belong: one in the host's environment never reaches a child
 //! (configured env does), and the per-server logs are private and never hold the arguments.
-//! (Its own test binary: it sets the host environment, which must not race other tests' process
-//! spawns.)
+//! (Each test runs in a process of its own, started with the secret in its environment: setting
+//! it here would race the other tests' process spawns.)
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -9,16 +9,24 @@ use std::path::Path;
 use crate::common::*;
 use serde_json::json;
 
-/// Sets the host secret, once, before any test here spawns a process.
-fn set_host_secret() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    // SAFETY: every test calls this first, so no thread spawns a process meanwhile.
-    ONCE.call_once(|| unsafe { std::env::set_var("TETHER_TEST_HOST_SECRET", "hunter2") });
+/// A secret in the host's environment.
+const HOST_SECRET: (&str, &str) = ("TETHER_TEST_HOST_SECRET", "hunter2");
+
+/// Whether this process runs the test `name` itself, with the host secret in its environment
+/// (see [`in_own_process_with`]).
+fn with_host_secret(name: &str) -> bool {
+    let mine = in_own_process_with(name, &[HOST_SECRET]);
+    if mine {
+        assert_eq!(std::env::var(HOST_SECRET.0).as_deref(), Ok(HOST_SECRET.1));
+    }
+    mine
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_secrets_never_reach_a_child_but_configured_env_does() {
-    set_host_secret();
+    if !with_host_secret("child_env::host_secrets_never_reach_a_child_but_configured_env_does") {
+        return;
+    }
     let host = Host::fast();
     let state = host.state_dir("envy");
     let spec = with_env(
@@ -54,7 +62,9 @@ fn set_mode(path: &Path, mode: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_logs_are_private_and_never_hold_the_arguments() {
-    set_host_secret();
+    if !with_host_secret("child_env::server_logs_are_private_and_never_hold_the_arguments") {
+        return;
+    }
     let host = Host::fast();
     let state = host.state_dir("private");
     // Unknown tool names are ignored, so the fixture takes the secret without a word.

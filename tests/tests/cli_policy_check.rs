@@ -4,12 +4,14 @@ use std::process::Command;
 
 use tether_tests::components;
 
+/// `tether policy check ARGS`, without the user's compile cache unless ARGS name one.
 fn policy_check(args: &[&str]) -> (Option<i32>, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_tether-cli"))
-        .args(["policy", "check"])
-        .args(args)
-        .output()
-        .expect("tether runs");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tether-cli"));
+    command.args(["policy", "check"]).args(args);
+    if !args.contains(&"--cache-dir") {
+        command.arg("--no-cache");
+    }
+    let output = command.output().expect("tether runs");
     (
         output.status.code(),
         String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -84,6 +86,25 @@ fn an_incompatible_or_broken_component_is_refused_before_any_scenario() {
         stderr.contains("cannot read policy /nonexistent/policy.wasm"),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_second_check_of_a_component_skips_compiling_it() {
+    let cache = tempfile::tempdir().unwrap();
+    let args = [
+        components::OTHER,
+        "--cache-dir",
+        cache.path().to_str().unwrap(),
+    ];
+    let (code, stdout, first) = policy_check(&args);
+    assert_eq!(code, Some(0), "{stdout}\n{first}");
+    assert!(
+        first.contains("compiled in") && first.contains("for the next check"),
+        "{first}"
+    );
+    let (code, stdout, second) = policy_check(&args);
+    assert_eq!(code, Some(0), "{stdout}\n{second}");
+    assert!(second.contains("loaded without compiling"), "{second}");
 }
 
 #[test]

@@ -95,6 +95,17 @@ async fn a_program_embeds_tether_mounts_its_mcp_endpoint_and_shuts_it_down() {
     })
     .await;
     wait_healthy(&tether, "alpha").await;
+    let refused = tether
+        .reload_servers(vec![tether::config::ServerSpec::stdio(
+            "no spaces",
+            "true",
+            &[],
+        )])
+        .await;
+    assert!(
+        matches!(&refused, Err(Error::Server(why)) if why.contains("\"no spaces\"")),
+        "{refused:?}"
+    );
     let beta_pid = beta.pid().expect("beta runs");
     let report = tether
         .reload_servers(vec![stdio_fixture("alpha", &alpha, &[])])

@@ -65,6 +65,13 @@ pub enum PolicyCommand {
         /// Print results as JSON.
         #[arg(long)]
         json: bool,
+        /// Cache for compiled components (default: the user's cache directory, as `serve`):
+        /// a second check of the same component skips compiling.
+        #[arg(long)]
+        cache_dir: Option<PathBuf>,
+        /// Compile the component even if it is in the cache, and cache nothing.
+        #[arg(long, conflicts_with = "cache_dir")]
+        no_cache: bool,
     },
     /// Replay a recording (`tether serve --record FILE`) against a candidate policy (default:
     /// the embedded one) and print where its decisions differ from the recorded ones. Exits 0

@@ -29,10 +29,16 @@ pub fn main() -> ExitCode {
                     file,
                     settings,
                     json,
+                    cache_dir,
+                    no_cache,
                 },
         } => {
             init_logging("warn");
-            policy::check(file, &settings, json)
+            let cache_dir = match no_cache {
+                true => None,
+                false => cache_dir.or_else(default_cache_dir),
+            };
+            policy::check(file, &settings, json, cache_dir)
         }
         Command::Policy {
             command:
@@ -86,6 +92,11 @@ async fn admin_command(command: Command) -> ExitCode {
             command: PolicyCommand::Check { .. } | PolicyCommand::Replay { .. },
         } => unreachable!("handled in main"),
     }
+}
+
+/// Where compiled policy components are kept: `tether/policies` in the user's cache directory.
+fn default_cache_dir() -> Option<std::path::PathBuf> {
+    dirs::cache_dir().map(|dir| dir.join("tether").join("policies"))
 }
 
 /// Logs go to stderr (stdout may carry MCP); `RUST_LOG` overrides the default level.

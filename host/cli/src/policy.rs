@@ -3,14 +3,21 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Instant;
 
 use tether::policy::{PolicySource, conformance};
 
-pub fn check(file: Option<PathBuf>, settings: &str, json: bool) -> ExitCode {
+pub fn check(
+    file: Option<PathBuf>,
+    settings: &str,
+    json: bool,
+    cache_dir: Option<PathBuf>,
+) -> ExitCode {
     let source = file.map_or(PolicySource::Embedded, PolicySource::File);
-    // Loading errors (not a component, incompatible version) and settings the policy refuses
-    // are reported once, not per scenario.
-    let engine = match tether::policy::PolicyEngine::new(None)
+    let started = Instant::now();
+    // Loading errors (not a component, an import the sandbox lacks, incompatible version) and
+    // settings the policy refuses are reported once, not per scenario.
+    let engine = match tether::policy::PolicyEngine::new(cache_dir.clone())
         .map_err(|error| error.to_string())
         .and_then(|engine| conformance::preflight(&engine, &source, settings).map(|()| engine))
     {
@@ -20,6 +27,18 @@ pub fn check(file: Option<PathBuf>, settings: &str, json: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let loaded = started.elapsed().as_secs_f64();
+    match (engine.compilations(), &cache_dir, &source) {
+        (0, _, PolicySource::Embedded) => {
+            eprintln!("loaded in {loaded:.2} s (the embedded policy comes compiled)")
+        }
+        (0, _, _) => eprintln!("loaded without compiling in {loaded:.2} s (from the cache)"),
+        (_, Some(dir), _) => eprintln!(
+            "compiled in {loaded:.2} s (kept in {} for the next check)",
+            dir.display()
+        ),
+        (_, None, _) => eprintln!("compiled in {loaded:.2} s (not kept: --no-cache)"),
+    }
     let results = conformance::run(&engine, &source, settings);
     let failed = results.iter().filter(|r| r.failure.is_some()).count();
     if json {

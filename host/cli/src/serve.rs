@@ -151,18 +151,57 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("writing the state file {}", state_file.display()))?;
     tracing::info!(admin = %admin_addr, state_file = %state_file.display(), "admin API listening");
 
-    // SIGHUP reloads the config file.
-    let mut hangups = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     let tether = Arc::new(tether);
-    let reloader = tether.clone();
-    let hup_task = tokio::spawn(async move {
-        while hangups.recv().await.is_some() {
-            if let Err(error) = reloader.reload().await {
-                tracing::error!("reload refused: {error}");
-            }
+    // SIGHUP reloads the config file; a reload under way is finished before shutdown starts.
+    let stop_reloading = Arc::new(tokio::sync::Notify::new());
+    let hup_task = match signal(SignalKind::hangup()) {
+        Ok(mut hangups) => {
+            let reloader = tether.clone();
+            let stop = stop_reloading.clone();
+            Some(tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        received = hangups.recv() => {
+                            if received.is_none() {
+                                return;
+                            }
+                            if let Err(error) = reloader.reload().await {
+                                tracing::error!("reload refused: {error}");
+                            }
+                        }
+                        () = stop.notified() => return,
+                    }
+                }
+            }))
         }
-    });
+        Err(error) => {
+            tracing::error!(
+                "cannot install the SIGHUP handler (reload with `tether reload`): {error}"
+            );
+            None
+        }
+    };
 
+    let served = serve_until_done(&tether, &args, http_options, admin_addr).await;
+    stop_reloading.notify_one();
+    if let Some(task) = hup_task {
+        let _ = task.await;
+    }
+    // The SIGHUP task has ended: this is the only reference to the handle.
+    let tether = Arc::into_inner(tether).expect("the SIGHUP task has ended");
+    tether.shutdown(args.drain_timeout).await;
+    state_file::remove(&state_file);
+    served
+}
+
+/// Serves MCP over HTTP until SIGINT or SIGTERM, or over stdio until the client leaves or a
+/// signal comes.
+async fn serve_until_done(
+    tether: &Tether,
+    args: &ServeArgs,
+    http_options: HttpOptions,
+    admin_addr: std::net::SocketAddr,
+) -> anyhow::Result<()> {
     let has_token = http_options.token.is_some();
     match args.http {
         Some(bind) => {
@@ -188,12 +227,6 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
             }
         }
     }
-    // Once the SIGHUP task has ended, this is the only reference to the handle.
-    hup_task.abort();
-    let _ = hup_task.await;
-    let tether = Arc::into_inner(tether).expect("the SIGHUP task has ended");
-    tether.shutdown(args.drain_timeout).await;
-    state_file::remove(&state_file);
     Ok(())
 }
 

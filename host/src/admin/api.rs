@@ -15,7 +15,7 @@ use crate::supervisor::{ReloadReport, Supervisor};
 pub struct Status {
     /// The policy deciding now.
     pub policy: RunningPolicy,
-    /// Every supervised server, in config order.
+    /// Every supervised server, by name.
     pub servers: Vec<ServerRow>,
 }
 
@@ -63,7 +63,7 @@ pub struct ServerRow {
     pub since: String,
     /// What the state means now, in words.
     pub detail: String,
-    /// Sessions started after the first.
+    /// Connection attempts started, the first included.
     pub reconnects: u64,
     /// Times the server was parked.
     pub parks: u64,

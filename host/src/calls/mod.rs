@@ -381,9 +381,9 @@ impl Supervisor {
         self.report(server, call_id, outcome(result), started);
     }
 
-    /// Tells the policy how a call ended. The report is queued ahead of any later admission
-    /// before the caller gets its answer, so the next admission counts it; its actions run on
-    /// the driver without holding up the answer.
+    /// Tells the policy how a call ended, before the caller gets its answer, so the next
+    /// admission counts it. Its actions (a breaker opening: tools withdrawn) run as soon as it
+    /// is decided: inline, a few microseconds; queued, on the policy thread.
     fn report(&self, server: &str, call_id: u64, outcome: CallOutcome, started: Instant) {
         let kind = match &outcome {
             CallOutcome::Ok => CallResultKind::Ok,

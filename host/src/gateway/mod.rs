@@ -74,6 +74,7 @@ impl Gateway {
     pub fn new(supervisor: Supervisor) -> (Self, JoinHandle<()>) {
         let downstream = Downstream::default();
         let mut tools = supervisor.registry().subscribe();
+        let tool_lists = supervisor.registry().subscribe();
         let mut catalog = supervisor.catalog().subscribe();
         let mut events = supervisor.server_events();
         let gateway = Self {
@@ -84,15 +85,13 @@ impl Gateway {
             resubscribed: Arc::default(),
         };
         let announcer = gateway.clone();
-        let task = tokio::spawn(async move {
+        let others = async move {
             loop {
                 tokio::select! {
+                    // The tool lists themselves are announced by `downstream` (below).
                     change = tools.recv() => match change {
-                        Ok(change) => {
-                            announcer.downstream.tools_changed();
-                            announcer.resubscribe(&change.server);
-                        }
-                        Err(RecvError::Lagged(_)) => announcer.downstream.tools_changed(),
+                        Ok(change) => announcer.resubscribe(&change.server),
+                        Err(RecvError::Lagged(_)) => {}
                         Err(RecvError::Closed) => return,
                     },
                     change = catalog.recv() => match change {
@@ -111,6 +110,10 @@ impl Gateway {
                     },
                 }
             }
+        };
+        let downstream = gateway.downstream.clone();
+        let task = tokio::spawn(async move {
+            tokio::join!(downstream.announce_tool_changes(tool_lists), others);
         });
         (gateway, task)
     }

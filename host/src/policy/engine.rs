@@ -192,6 +192,14 @@ impl PolicyEngine {
                 ),
             }
         }
+        // Before compiling, which takes seconds: a component needing what the sandbox lacks is
+        // refused at once.
+        if let Some(reason) = super::imports::refusal(bytes) {
+            return Err(PolicyError::NotAPolicy {
+                policy: label.to_string(),
+                reason,
+            });
+        }
         let component = self.compile_or_load_artifact(label, bytes, digest)?;
         compiled.insert(digest.to_string(), component.clone());
         Ok(component)

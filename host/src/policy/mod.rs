@@ -6,6 +6,7 @@ pub mod conformance;
 mod engine;
 mod engine_config;
 mod guest_output;
+mod imports;
 mod instance;
 mod ledger;
 pub mod record;

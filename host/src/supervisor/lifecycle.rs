@@ -35,8 +35,9 @@ pub(crate) enum Input {
     ListsChanged { tools: bool, catalog: bool },
     /// The tool list was read again.
     ToolsListed(Result<Vec<Tool>, Fault>),
-    /// Prompts, resources and templates were read again (the task stores them).
-    CatalogListed(Result<(), Fault>),
+    /// Prompts, resources and templates were read again (the task stores them, or logs why
+    /// not: the last lists stay).
+    CatalogListed,
     /// The time of [`Lifecycle::deadline`] has come.
     Tick,
 }
@@ -267,12 +268,9 @@ impl Lifecycle {
                     effects.push(Effect::RefreshTools);
                 }
             }
-            Input::CatalogListed(result) => {
+            Input::CatalogListed => {
                 if self.catalog == Refresh::Idle {
                     return effects;
-                }
-                if let Err(fault) = result {
-                    effects.push(Effect::NoteFault(fault));
                 }
                 if self.catalog.finished(self.live()) {
                     effects.push(Effect::RefreshCatalog);
@@ -533,10 +531,10 @@ mod tests {
         );
         assert_eq!(lifecycle.handle(changed, 2), []);
         assert_eq!(
-            lifecycle.handle(Input::CatalogListed(Ok(())), 3),
+            lifecycle.handle(Input::CatalogListed, 3),
             [Effect::RefreshCatalog]
         );
-        assert_eq!(lifecycle.handle(Input::CatalogListed(Ok(())), 4), []);
+        assert_eq!(lifecycle.handle(Input::CatalogListed, 4), []);
     }
 
     #[test]

@@ -1,19 +1,19 @@
 //! Supervision. One task per configured server turns what it observes (a session opened or
 //! failed, ended, answered a keepalive, changed its tools; a timer fired) into policy events.
 //! Events go straight to the policy runtime, in the same order as admissions (decided inline or
-//! queued, so a call's report always counts before the next admission); one driver task executes
-//! the actions in the order the policy decided them: connect/disconnect/wake-at go back to the
-//! server's task, publish/withdraw go to the registry and show or hide the server's prompts and
-//! resources in the catalog.
+//! queued, so a call's report always counts before the next admission), and each decision's
+//! actions run as soon as it is made, in decision order: connect/disconnect/wake-at go back to
+//! the server's task, publish/withdraw go to the registry and show or hide the server's prompts
+//! and resources in the catalog.
 //!
 //! Each server's task (`task.rs`) is the IO around a sans-IO lifecycle (`lifecycle.rs`): what
 //! it observes goes in with the host's time, effects come out (open through the `connector.rs`
 //! [`Connector`], close, probe, feed the policy).
 //!
 //! Follow one failure: the child dies → its task sees the session end → its lifecycle says
-//! close it and feed `Disconnected(process exited)` → the policy decides → the driver executes
-//! `WithdrawTools` (the registry drops the routes and broadcasts the change) and `WakeAt` (the
-//! lifecycle's timer) → `Timer` → `Connect` → a new session → `Connected` → `PublishTools`.
+//! close it and feed `Disconnected(process exited)` → the policy decides, and its actions run at
+//! once: `WithdrawTools` (the registry drops the routes and broadcasts the change) and `WakeAt`
+//! (the lifecycle's timer) → `Timer` → `Connect` → a new session → `Connected` → `PublishTools`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -38,6 +38,9 @@ mod connector;
 mod lifecycle;
 mod task;
 
+// The seam between supervision and sessions: public for Tether's own tests (a fake connector
+// in virtual time), not part of the API (its types come from the hidden `upstream` module).
+#[doc(hidden)]
 pub use connector::{Attempt, Connector, Link, OpenRequest, Opened, Upstream};
 use task::{Command, ServerTask};
 
@@ -138,6 +141,11 @@ pub(crate) struct Shared {
     pub(crate) clock: Clock,
     feeder: Feeder,
     servers: Mutex<BTreeMap<String, ServerHandle>>,
+    /// Serializes adding, removing and stopping servers with what the policy hears of them.
+    /// Never taken while actions run, so it may be held across a decision.
+    membership: Mutex<()>,
+    /// Set when shutdown begins: no server is added after it.
+    stopped: AtomicBool,
     log_dir: PathBuf,
     connector: Arc<dyn Connector>,
     lifecycle: broadcast::Sender<LifecycleEvent>,
@@ -172,19 +180,19 @@ impl Supervisor {
 
     /// Like [`Supervisor::start`], reaching servers through `connector` (a fake one tests
     /// supervision without processes or sockets, in virtual time).
+    #[doc(hidden)]
     pub fn start_with(
         policy: PolicyRuntime,
         log_dir: PathBuf,
         connector: Arc<dyn Connector>,
     ) -> Self {
-        let (decided, decisions) = mpsc::unbounded_channel();
         let clock = Clock::new();
         policy.set_clock(Arc::new(move || clock.now_ms()));
-        let shared = Arc::new(Shared {
+        let shared = Arc::new_cyclic(|shared| Shared {
             feeder: Feeder {
                 policy: policy.clone(),
                 clock,
-                decided,
+                shared: shared.clone(),
             },
             policy,
             registry: Arc::new(Registry::default()),
@@ -192,6 +200,8 @@ impl Supervisor {
             events: broadcast::channel(1024).0,
             clock,
             servers: Mutex::default(),
+            membership: Mutex::default(),
+            stopped: AtomicBool::new(false),
             log_dir,
             connector,
             lifecycle: broadcast::channel(1024).0,
@@ -201,7 +211,6 @@ impl Supervisor {
             draining: AtomicBool::new(false),
             call_observer: std::sync::RwLock::new(None),
         });
-        tokio::spawn(drive(Arc::downgrade(&shared), decisions));
         Self { shared }
     }
 
@@ -235,8 +244,18 @@ impl Supervisor {
         self.shared.lifecycle.subscribe()
     }
 
-    /// Starts supervising `spec` (replacing nothing: the name must be new).
+    /// Starts supervising `spec` (replacing nothing: the name must be new). Refused once
+    /// shutdown has begun.
     pub fn add_server(&self, spec: ServerSpec) -> Result<(), String> {
+        // Held until the policy has heard of the server: a removal or a shutdown of the same
+        // name cannot come between the two.
+        let _membership = self.shared.membership();
+        if self.shared.stopped.load(Ordering::SeqCst) {
+            return Err(format!(
+                "server {:?} was not added: Tether is shutting down",
+                spec.name
+            ));
+        }
         let mut servers = self
             .shared
             .servers
@@ -289,6 +308,9 @@ impl Supervisor {
             task: tokio::spawn(task.run(commands_rx)),
         };
         servers.insert(config.name.clone(), handle);
+        // Released before the policy decides: its actions (run as soon as it has) reach this
+        // server through the table.
+        drop(servers);
         // A policy that cannot take the server never asks to connect it: say so where
         // operators look, rather than leaving it "connecting" without a fault.
         self.shared
@@ -303,14 +325,18 @@ impl Supervisor {
 
     /// Stops supervising a server: the policy withdraws its tools, its session and process end.
     pub async fn remove_server(&self, name: &str) -> bool {
-        let handle = self
-            .shared
-            .servers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(name);
-        let Some(handle) = handle else { return false };
-        self.shared.feed(EventKind::ServerRemoved(name.to_string()));
+        let handle = {
+            let _membership = self.shared.membership();
+            let handle = self
+                .shared
+                .servers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(name);
+            let Some(handle) = handle else { return false };
+            self.shared.feed(EventKind::ServerRemoved(name.to_string()));
+            handle
+        };
         stop(handle).await;
         self.shared.registry.forget(name);
         self.shared.catalog.forget(name);
@@ -348,10 +374,10 @@ impl Supervisor {
             .await
             .unwrap_or(Err(PolicyError::Stopped))?;
         let (answer, answered) = oneshot::channel();
-        let decided = self.shared.feeder.decided.clone();
+        let shared = Arc::downgrade(&self.shared);
         self.shared.policy.swap_then(loaded, move |result| {
-            if let Ok(report) = &result {
-                let _ = decided.send(Ok(report.actions.clone()));
+            if let (Ok(report), Some(shared)) = (&result, shared.upgrade()) {
+                shared.execute(report.actions.clone());
             }
             let _ = answer.send(result);
         });
@@ -362,10 +388,10 @@ impl Supervisor {
     /// [`Self::swap_policy`] does.
     pub async fn swap_policy_from_shadow(&self) -> Result<SwapReport, PolicyError> {
         let (answer, answered) = oneshot::channel();
-        let decided = self.shared.feeder.decided.clone();
+        let shared = Arc::downgrade(&self.shared);
         self.shared.policy.swap_from_shadow_then(move |result| {
-            if let Ok(report) = &result {
-                let _ = decided.send(Ok(report.actions.clone()));
+            if let (Ok(report), Some(shared)) = (&result, shared.upgrade()) {
+                shared.execute(report.actions.clone());
             }
             let _ = answer.send(result);
         });
@@ -417,13 +443,15 @@ impl Supervisor {
                 Some(old) if *old == spec => report.unchanged.push(name),
                 Some(_) => {
                     self.remove_server(&name).await;
-                    let _ = self.add_server(spec);
-                    report.restarted.push(name);
+                    match self.add_server(spec) {
+                        Ok(()) => report.restarted.push(name),
+                        Err(why) => tracing::error!("reload: {why}"),
+                    }
                 }
-                None => {
-                    let _ = self.add_server(spec);
-                    report.added.push(name);
-                }
+                None => match self.add_server(spec) {
+                    Ok(()) => report.added.push(name),
+                    Err(why) => tracing::error!("reload: {why}"),
+                },
             }
         }
         tracing::info!(?report, "configuration reloaded");
@@ -449,16 +477,20 @@ impl Supervisor {
 
     /// Withdraws every tool, closes every session and reaps every child. Supervision ends.
     pub async fn shutdown(&self) {
-        self.shared.feed(EventKind::Shutdown);
-        let handles: Vec<ServerHandle> = std::mem::take(
-            &mut *self
-                .shared
-                .servers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        )
-        .into_values()
-        .collect();
+        let handles: Vec<ServerHandle> = {
+            let _membership = self.shared.membership();
+            self.shared.stopped.store(true, Ordering::SeqCst);
+            self.shared.feed(EventKind::Shutdown);
+            std::mem::take(
+                &mut *self
+                    .shared
+                    .servers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()),
+            )
+            .into_values()
+            .collect()
+        };
         futures::future::join_all(handles.into_iter().map(stop)).await;
     }
 }
@@ -472,7 +504,11 @@ async fn stop(handle: ServerHandle) {
 }
 
 impl Shared {
-    /// Queues an event for the policy; its actions run on the driver, in decision order.
+    fn membership(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.membership.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Gives an event to the policy; its actions run once it is decided, in decision order.
     pub(crate) fn feed(&self, kind: EventKind) {
         self.feeder.feed(kind);
     }
@@ -560,30 +596,15 @@ impl Shared {
     }
 }
 
-/// Executes the policy's actions, event by event, in the order it decided them.
-async fn drive(shared: std::sync::Weak<Shared>, mut decisions: mpsc::UnboundedReceiver<Decided>) {
-    while let Some(decided) = decisions.recv().await {
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        match decided {
-            Ok(actions) => shared.execute(actions),
-            // The runtime already contained and reported the fault; nothing to execute.
-            Err(error) => tracing::error!("the policy could not handle an event: {error}"),
-        }
-    }
-}
-
-/// The outcome of one event, on its way from the policy to the driver.
-type Decided = Result<Vec<Action>, PolicyError>;
-
-/// Feeds events to the policy runtime, stamped with the host's time when the policy
-/// takes them, and routes their actions to the driver.
+/// Feeds events to the policy runtime, stamped with the host's time when the policy takes
+/// them, and executes their actions as soon as they are decided: in decision order (the
+/// runtime runs each decision's callback before deciding the next input), with no task in
+/// between.
 #[derive(Clone)]
 pub(crate) struct Feeder {
     policy: PolicyRuntime,
     pub(crate) clock: Clock,
-    decided: mpsc::UnboundedSender<Decided>,
+    shared: std::sync::Weak<Shared>,
 }
 
 impl Feeder {
@@ -601,14 +622,14 @@ impl Feeder {
     }
 
     /// Like `feed`, and runs `decided` with the outcome as soon as the policy has decided,
-    /// before its actions go to the driver and before any later input is decided.
+    /// before its actions run and before any later input is decided.
     pub(crate) fn feed_then(
         &self,
         kind: EventKind,
         decided: impl FnOnce(Result<(), String>) + Send + 'static,
     ) {
         let clock = self.clock;
-        let driver = self.decided.clone();
+        let shared = self.shared.clone();
         self.policy.handle_then(
             move || Event {
                 now: clock.now_ms(),
@@ -616,7 +637,15 @@ impl Feeder {
             },
             move |outcome| {
                 decided(outcome.as_ref().map(|_| ()).map_err(ToString::to_string));
-                let _ = driver.send(outcome);
+                match outcome {
+                    Ok(actions) => {
+                        if let Some(shared) = shared.upgrade() {
+                            shared.execute(actions);
+                        }
+                    }
+                    // The runtime already contained and reported the fault; nothing to run.
+                    Err(error) => tracing::error!("the policy could not handle an event: {error}"),
+                }
             },
         );
     }

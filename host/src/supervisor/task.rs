@@ -110,7 +110,11 @@ impl ServerTask {
                     }
                 }
                 _ = sleep_until_option(deadline) => Input::Tick,
-                fault = ended(io.link.as_deref()) => {
+                () = ended(io.link.as_deref()) => {
+                    // Waited for here, not in the race above: a stdio session's exit code may
+                    // take a moment, and nothing else may be handled before its end is.
+                    let Some(link) = io.link.clone() else { continue };
+                    let fault = link.end_fault().await;
                     tracing::info!(server = %name, "session ended: {fault}");
                     Input::Ended(fault)
                 }
@@ -130,17 +134,12 @@ impl ServerTask {
                 },
                 result = poll_option(&mut io.catalog) => {
                     io.catalog = None;
-                    Input::CatalogListed(match result {
-                        Ok(catalog) => {
-                            self.catalog.set(&name, catalog);
-                            Ok(())
-                        }
-                        Err(fault) => {
-                            // The last lists stay; the session's end, if it ended, comes separately.
-                            tracing::warn!(server = %name, "refreshing prompts and resources failed: {fault}");
-                            Err(fault)
-                        }
-                    })
+                    match result {
+                        Ok(catalog) => self.catalog.set(&name, catalog),
+                        // The last lists stay; the session's end, if it ended, comes separately.
+                        Err(fault) => tracing::warn!(server = %name, "refreshing prompts and resources failed: {fault}"),
+                    }
+                    Input::CatalogListed
                 }
                 result = poll_option(&mut io.tools) => {
                     io.tools = None;
@@ -301,13 +300,10 @@ async fn sleep_until_option(at: Option<tokio::time::Instant>) {
     }
 }
 
-/// Resolves with the reason once the session ends; never without a session.
-async fn ended(link: Option<&dyn Link>) -> Fault {
+/// Resolves once the session ends; never without a session.
+async fn ended(link: Option<&dyn Link>) {
     match link {
-        Some(link) => {
-            link.ended().await;
-            link.end_fault().await
-        }
+        Some(link) => link.ended().await,
         None => std::future::pending().await,
     }
 }

@@ -330,6 +330,12 @@ pub async fn wait_for_breaker(host: &Host, server: &str, state: tether::policy::
 /// passed, and answers false. In that process it answers true. For tests that measure the whole
 /// process (resident memory), which other tests running beside them in this binary would skew.
 pub fn in_own_process(name: &str) -> bool {
+    in_own_process_with(name, &[])
+}
+
+/// [`in_own_process`], the fresh process started with `env` added to its environment (a test
+/// must never set the environment of this one: other tests spawn processes meanwhile).
+pub fn in_own_process_with(name: &str, env: &[(&str, &str)]) -> bool {
     const MARK: &str = "TETHER_TEST_OWN_PROCESS";
     if std::env::var(MARK).as_deref() == Ok(name) {
         return true;
@@ -337,6 +343,7 @@ pub fn in_own_process(name: &str) -> bool {
     let output = std::process::Command::new(std::env::current_exe().expect("the test binary"))
         .args([name, "--exact", "--test-threads=1", "--nocapture"])
         .env(MARK, name)
+        .envs(env.iter().copied())
         .output()
         .expect("the test binary runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
