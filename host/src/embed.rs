@@ -102,8 +102,9 @@ impl Builder {
 
     /// Calls `observer` with every lifecycle change, tool list change and policy notice (each
     /// kind in order; see [`crate::events`]), on a task of its own, up to the last ones of
-    /// [`Tether::shutdown`]. Keep it quick: a slow observer misses events, and is then told how
-    /// many with [`Event::Lagged`].
+    /// [`Tether::shutdown`] (not of a failed [`Builder::start`]). Keep it quick: a slow observer
+    /// misses events, and is then told how many with [`Event::Lagged`]; one that never returns
+    /// keeps its task running after shutdown.
     pub fn observer(mut self, observer: impl Fn(&Event) + Send + Sync + 'static) -> Self {
         self.observer = Some(Arc::new(observer));
         self

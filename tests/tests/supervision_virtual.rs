@@ -29,6 +29,9 @@ enum Plan {
         tools: Vec<&'static str>,
         hangs: bool,
     },
+    /// A session whose process dies during its first keepalive: the keepalive fails at once,
+    /// and the session is seen to end (exit code 7) a few milliseconds later.
+    DiesOnKeepalive,
 }
 
 /// A scripted server: its plans, when it was attempted, its live session.
@@ -80,11 +83,17 @@ impl Connector for FakeConnector {
                 .unwrap_or(Plan::Refuse);
             let result = match plan {
                 Plan::Refuse => Err(Fault::HandshakeTimedOut),
-                Plan::Serve { tools, hangs } => {
+                plan @ (Plan::Serve { .. } | Plan::DiesOnKeepalive) => {
+                    let dies = matches!(plan, Plan::DiesOnKeepalive);
+                    let (tools, hangs) = match plan {
+                        Plan::Serve { tools, hangs } => (tools, hangs),
+                        _ => (vec!["echo"], false),
+                    };
                     let link = Arc::new(FakeLink {
                         server: server.clone(),
                         end: watch::channel(None).0,
                         hangs,
+                        dies,
                         tools: tools.iter().map(|t| tether_tests::tool(t)).collect(),
                     });
                     *server.live.lock().unwrap() = Some(link.clone());
@@ -105,6 +114,7 @@ struct FakeLink {
     server: Arc<FakeServer>,
     end: watch::Sender<Option<Fault>>,
     hangs: bool,
+    dies: bool,
     tools: Vec<Tool>,
 }
 
@@ -150,6 +160,16 @@ impl Link for FakeLink {
     fn keepalive<'a>(&'a self, timeouts: &'a Timeouts) -> BoxFuture<'a, Result<(), Fault>> {
         async move {
             self.server.keepalives.lock().unwrap().push(Instant::now());
+            if self.dies {
+                let end = self.end.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    end.send_if_modified(|end| {
+                        end.replace(Fault::ProcessExited(Some(7))).is_none()
+                    });
+                });
+                return Err(Fault::KeepaliveFailed("connection closed".into()));
+            }
             if self.hangs {
                 tokio::time::sleep(timeouts.keepalive_deadline).await;
                 return Err(Fault::KeepaliveFailed("no answer".into()));
@@ -277,13 +297,14 @@ async fn keepalives_prove_a_session_early_and_one_unanswered_ends_it() {
         .collect();
     assert_eq!(keepalives, [5, 65, 125, 185]);
 
-    // The next session never answers: it ends one keepalive deadline after its first probe.
+    // The next session never answers: it ends one keepalive deadline after its first probe,
+    // and half a second more in which a dying child would have been seen to end.
     server.kill(Fault::ProcessExited(Some(1)));
     let second = reaches(&supervisor, ServerState::Connected).await;
     let ended = reaches(&supervisor, ServerState::BackingOff).await;
     assert_eq!(
         ended - second,
-        Timeouts::KEEPALIVE_FLOOR + test_timeouts().keepalive_deadline
+        Timeouts::KEEPALIVE_FLOOR + test_timeouts().keepalive_deadline + Duration::from_millis(500)
     );
     let fault = supervisor.views()[0].last_fault.clone().unwrap_or_default();
     assert!(fault.contains("no answer"), "{fault}");
@@ -337,4 +358,19 @@ async fn virtual_time_makes_the_schedule_exactly_repeatable() {
     }
     assert!(runs[0].len() > 6, "{runs:?}");
     assert_eq!(runs[0], runs[1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_child_that_dies_during_a_keepalive_is_reported_by_its_exit_code() {
+    let server = FakeServer::new(&[Plan::DiesOnKeepalive, serve(&["echo"])]);
+    let supervisor = supervise(FAST_POLICY, &server, Duration::from_secs(3600));
+    reaches(&supervisor, ServerState::Connected).await;
+    reaches(&supervisor, ServerState::BackingOff).await;
+    let fault = supervisor.views()[0].last_fault.clone().unwrap_or_default();
+    assert!(
+        fault.contains("code 7"),
+        "the exit, not the keepalive: {fault}"
+    );
+    reaches(&supervisor, ServerState::Connected).await;
+    supervisor.shutdown().await;
 }

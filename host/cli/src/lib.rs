@@ -95,7 +95,7 @@ async fn admin_command(command: Command) -> ExitCode {
 }
 
 /// Where compiled policy components are kept: `tether/policies` in the user's cache directory.
-fn default_cache_dir() -> Option<std::path::PathBuf> {
+pub(crate) fn default_cache_dir() -> Option<std::path::PathBuf> {
     dirs::cache_dir().map(|dir| dir.join("tether").join("policies"))
 }
 

@@ -132,11 +132,7 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(settings) = &args.policy_settings {
         builder = builder.policy_settings(settings);
     }
-    let cache_dir = args
-        .cache_dir
-        .clone()
-        .or_else(|| dirs::cache_dir().map(|d| d.join("tether").join("policies")));
-    if let Some(cache_dir) = cache_dir {
+    if let Some(cache_dir) = args.cache_dir.clone().or_else(crate::default_cache_dir) {
         builder = builder.cache_dir(cache_dir);
     }
     if let Some(record) = &args.record {
@@ -147,8 +143,11 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     let admin_addr = tether.admin_addr().expect("the admin API was asked for");
     let admin_token = tether.admin_token().unwrap_or_default();
-    state_file::write(&state_file, admin_addr, admin_token)
-        .with_context(|| format!("writing the state file {}", state_file.display()))?;
+    if let Err(error) = state_file::write(&state_file, admin_addr, admin_token) {
+        tether.shutdown(args.drain_timeout).await;
+        return Err(error)
+            .with_context(|| format!("writing the state file {}", state_file.display()));
+    }
     tracing::info!(admin = %admin_addr, state_file = %state_file.display(), "admin API listening");
 
     let tether = Arc::new(tether);
@@ -161,6 +160,8 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
             Some(tokio::spawn(async move {
                 loop {
                     tokio::select! {
+                        biased;
+                        () = stop.notified() => return,
                         received = hangups.recv() => {
                             if received.is_none() {
                                 return;
@@ -169,7 +170,6 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
                                 tracing::error!("reload refused: {error}");
                             }
                         }
-                        () = stop.notified() => return,
                     }
                 }
             }))

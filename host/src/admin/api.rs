@@ -246,17 +246,19 @@ fn metrics() {}
 fn reconnect() {}
 
 #[utoipa::path(put, path = "/policy", tag = "policy", params(UploadQuery),
-    request_body(content = Vec<u8>, content_type = "application/wasm", description = "The policy component"),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The policy component (any content type is read as its bytes)"),
     responses(
         (status = 200, description = "The policy was swapped in", body = Swapped),
+        (status = 400, description = "The query is malformed", body = ApiError),
         (status = 422, description = "Not a usable policy, or it breaks the contract or (without force) the invariants", body = ApiError)))]
 #[allow(dead_code)]
 fn swap_policy() {}
 
 #[utoipa::path(put, path = "/policy/shadow", tag = "policy", params(UploadQuery),
-    request_body(content = Vec<u8>, content_type = "application/wasm", description = "The candidate component"),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The candidate component (any content type is read as its bytes)"),
     responses(
         (status = 200, description = "The shadow runs", body = Shadow),
+        (status = 400, description = "The query is malformed", body = ApiError),
         (status = 422, description = "Not a usable policy", body = ApiError)))]
 #[allow(dead_code)]
 fn start_shadow() {}
@@ -275,6 +277,7 @@ fn drop_shadow() {}
 #[utoipa::path(post, path = "/policy/promote", tag = "policy", params(ForceQuery),
     responses(
         (status = 200, description = "The shadow now decides", body = Swapped),
+        (status = 400, description = "The query is malformed", body = ApiError),
         (status = 409, description = "No shadow runs", body = ApiError),
         (status = 422, description = "It breaks the contract or (without force) the invariants", body = ApiError)))]
 #[allow(dead_code)]
@@ -299,12 +302,47 @@ fn reload() {}
 #[openapi(
     info(title = "Tether admin API", description = "Operate a running Tether gateway. Every request needs `Authorization: Bearer <token>` (the token is in the state file `tether serve` writes); a request without it gets 401 with an ApiError."),
     paths(status, events, metrics, reconnect, swap_policy, start_shadow, shadow_report, drop_shadow, promote_shadow, set_settings, reload),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &Refusals),
     security(("bearer" = []))
 )]
 struct AdminApi;
 
 struct BearerAuth;
+
+/// Every operation can be refused for want of the token (401).
+struct Refusals;
+
+impl utoipa::Modify for Refusals {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        let unauthorized = ResponseBuilder::new()
+            .description("No admin token, or a wrong one")
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ApiError")))
+                    .build(),
+            )
+            .build();
+        for item in openapi.paths.paths.values_mut() {
+            for operation in [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.patch,
+                &mut item.delete,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                operation
+                    .responses
+                    .responses
+                    .insert("401".into(), unauthorized.clone().into());
+            }
+        }
+    }
+}
 
 impl utoipa::Modify for BearerAuth {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
@@ -322,10 +360,25 @@ pub fn openapi() -> String {
     let mut document = AdminApi::openapi();
     document.info.version = env!("CARGO_PKG_VERSION").to_string();
     document.info.license = None;
-    document
-        .to_pretty_json()
-        .expect("an OpenAPI document serializes")
-        + "\n"
+    let mut value = serde_json::to_value(&document).expect("an OpenAPI document serializes");
+    // Each server-sent event is an object whose `data` is a TimedEvent in JSON (utoipa has no
+    // word for a schema of the text inside a string).
+    value["paths"]["/events"]["get"]["responses"]["200"]["content"]["text/event-stream"]["schema"] = serde_json::json!({
+        "type": "object",
+        "description": "One server-sent event: `data` is a TimedEvent in JSON.",
+        "required": ["data"],
+        "properties": {
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": {"$ref": "#/components/schemas/TimedEvent"}
+            },
+            "event": {"type": "string"},
+            "id": {"type": "string"},
+            "retry": {"type": "integer"}
+        }
+    });
+    serde_json::to_string_pretty(&value).expect("JSON values serialize") + "\n"
 }
 
 #[cfg(test)]

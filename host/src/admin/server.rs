@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
@@ -236,6 +236,12 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        ApiError(StatusCode::BAD_REQUEST, rejection.body_text())
+    }
+}
+
 impl From<BytesRejection> for ApiError {
     fn from(rejection: BytesRejection) -> Self {
         ApiError(rejection.status(), rejection.body_text())
@@ -374,9 +380,10 @@ fn policy_error(error: PolicyError) -> ApiError {
 
 async fn swap_policy(
     State(app): State<App>,
-    Query(query): Query<api::UploadQuery>,
+    query: Result<Query<api::UploadQuery>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<axum::Json<api::Swapped>, ApiError> {
+    let Query(query) = query?;
     let force = query.force;
     let source = uploaded(query, body)?;
     let _operation = app.operations.lock().await;
@@ -436,9 +443,10 @@ fn uploaded(
 
 async fn start_shadow(
     State(app): State<App>,
-    Query(query): Query<api::UploadQuery>,
+    query: Result<Query<api::UploadQuery>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<axum::Json<api::Shadow>, ApiError> {
+    let Query(query) = query?;
     let source = uploaded(query, body)?;
     let _operation = app.operations.lock().await;
     let policy = app.ctx.supervisor.policy().clone();
@@ -476,8 +484,9 @@ async fn drop_shadow(State(app): State<App>) -> Result<axum::Json<api::ShadowDro
 
 async fn promote_shadow(
     State(app): State<App>,
-    Query(query): Query<api::ForceQuery>,
+    query: Result<Query<api::ForceQuery>, QueryRejection>,
 ) -> Result<axum::Json<api::Swapped>, ApiError> {
+    let Query(query) = query?;
     let _operation = app.operations.lock().await;
     let supervisor = &app.ctx.supervisor;
     let shadow = supervisor

@@ -18,7 +18,7 @@ const OFFERED_WASI: [&str; 6] = [
     "wasi:sockets",
 ];
 
-/// The contract's own package (its `types` interface).
+/// The contract's own package (the `log` interface a policy may import).
 const CONTRACT: &str = "tether:policy";
 
 /// The names a component imports at its top level (`wasi:cli/environment@0.2.3`, …). Nested

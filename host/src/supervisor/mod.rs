@@ -338,8 +338,18 @@ impl Supervisor {
             handle
         };
         stop(handle).await;
-        self.shared.registry.forget(name);
-        self.shared.catalog.forget(name);
+        // Unless a server of that name was added meanwhile: its tools are its own.
+        let _membership = self.shared.membership();
+        let present = self
+            .shared
+            .servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(name);
+        if !present {
+            self.shared.registry.forget(name);
+            self.shared.catalog.forget(name);
+        }
         true
     }
 
@@ -435,8 +445,9 @@ impl Supervisor {
             specs.into_iter().map(|s| (s.name.clone(), s)).collect();
         let mut report = ReloadReport::default();
         for name in current.keys().filter(|n| !wanted.contains_key(*n)) {
-            self.remove_server(name).await;
-            report.removed.push(name.clone());
+            if self.remove_server(name).await {
+                report.removed.push(name.clone());
+            }
         }
         for (name, spec) in wanted {
             match current.get(&name) {
@@ -445,7 +456,10 @@ impl Supervisor {
                     self.remove_server(&name).await;
                     match self.add_server(spec) {
                         Ok(()) => report.restarted.push(name),
-                        Err(why) => tracing::error!("reload: {why}"),
+                        Err(why) => {
+                            tracing::error!("reload: {why}");
+                            report.removed.push(name);
+                        }
                     }
                 }
                 None => match self.add_server(spec) {
@@ -491,6 +505,9 @@ impl Supervisor {
             .into_values()
             .collect()
         };
+        // The policy decides in order: once it has answered this, the shutdown's actions (the
+        // last withdrawals and state changes) have run, even if they were queued.
+        let _ = self.shared.policy.status().await;
         futures::future::join_all(handles.into_iter().map(stop)).await;
     }
 }

@@ -120,13 +120,17 @@ impl ServerTask {
                 }
                 result = poll_option(&mut io.keepalive) => {
                     io.keepalive = None;
-                    if let Err(fault) = &result {
+                    let mut recorded_end = None;
+                    if let (Err(fault), Some(link)) = (&result, io.link.clone()) {
                         tracing::warn!(server = %name, "{fault}; closing the session");
+                        // A child that died fails its keepalive a moment before its session
+                        // is seen to end: what ended it (its exit code) says more.
+                        recorded_end = match tokio::time::timeout(END_GRACE, link.ended()).await {
+                            Ok(()) => Some(link.end_fault().await),
+                            Err(_) => link.recorded_end(),
+                        };
                     }
-                    Input::KeepaliveDone {
-                        recorded_end: io.link.as_ref().and_then(|l| l.recorded_end()),
-                        result,
-                    }
+                    Input::KeepaliveDone { result, recorded_end }
                 }
                 changed = io.changes.next(), if io.link.is_some() => Input::ListsChanged {
                     tools: changed.tools,
@@ -284,6 +288,9 @@ impl ServerTask {
         }
     }
 }
+
+/// How long a failed keepalive waits to see whether its session ended too.
+const END_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Polls an optional future; pending forever when there is none.
 async fn poll_option<T>(future: &mut Option<BoxFuture<'static, T>>) -> T {

@@ -354,3 +354,50 @@ pub fn in_own_process_with(name: &str, env: &[(&str, &str)]) -> bool {
     );
     false
 }
+
+/// A virtualenv under the build's temp dir with `requirement` installed from PyPI, every
+/// dependency pinned by `constraints` (a file in `tests/python/`); made on first use, other test
+/// processes wait on a lock meanwhile. Needs `python3` with `venv`.
+pub fn python_venv(name: &str, requirement: &str, constraints: &str) -> PathBuf {
+    use std::process::Command as StdCommand;
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-sdk");
+    std::fs::create_dir_all(&root).unwrap();
+    let lock = std::fs::File::create(root.join(".lock")).unwrap();
+    lock.lock().expect("locking the virtualenv directory");
+    let venv = root.join(name);
+    let ready = venv.join(".installed");
+    if !ready.exists() {
+        let _ = std::fs::remove_dir_all(&venv);
+        let run = |command: &mut StdCommand, what: &str| {
+            let output = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(
+                output.status.success(),
+                "{what} failed (needs python3 with venv and PyPI):\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        };
+        run(
+            StdCommand::new("python3").args(["-m", "venv"]).arg(&venv),
+            "python3 -m venv",
+        );
+        let constraints = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("python")
+            .join(constraints);
+        run(
+            StdCommand::new(venv.join("bin").join("python"))
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                ])
+                .arg(requirement)
+                .arg("-c")
+                .arg(constraints),
+            &format!("pip install {requirement}"),
+        );
+        std::fs::File::create(&ready).unwrap();
+    }
+    venv
+}

@@ -3,9 +3,7 @@
 //! pinned with its dependencies (`tests/python/constraints-*.txt`), into a virtualenv under
 //! the target directory; `tests/python/agent.py` drives it and reports what it saw as JSON.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::Command as StdCommand;
 
 use serde_json::{Value, json};
 
@@ -21,47 +19,15 @@ fn python_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("python")
 }
 
-/// The virtualenv's python with `mcp==version` installed; installs it on first use (other
-/// test processes wait on a lock meanwhile).
+/// The virtualenv's python with `mcp==version` installed (on first use).
 fn sdk_python(version: &str, constraints: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-sdk");
-    std::fs::create_dir_all(&root).unwrap();
-    let lock = File::create(root.join(".lock")).unwrap();
-    lock.lock().expect("locking the SDK directory");
-    let venv = root.join(format!("mcp-{version}"));
-    let python = venv.join("bin").join("python");
-    let ready = venv.join(".installed");
-    if !ready.exists() {
-        let _ = std::fs::remove_dir_all(&venv);
-        let run = |command: &mut StdCommand, what: &str| {
-            let output = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-            assert!(
-                output.status.success(),
-                "{what} failed (needs python3 with venv and PyPI):\n{}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-        };
-        run(
-            StdCommand::new("python3").args(["-m", "venv"]).arg(&venv),
-            "python3 -m venv",
-        );
-        run(
-            StdCommand::new(&python)
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                ])
-                .arg(format!("mcp=={version}"))
-                .arg("-c")
-                .arg(python_dir().join(constraints)),
-            &format!("pip install mcp=={version}"),
-        );
-        File::create(&ready).unwrap();
-    }
-    python
+    python_venv(
+        &format!("mcp-{version}"),
+        &format!("mcp=={version}"),
+        constraints,
+    )
+    .join("bin")
+    .join("python")
 }
 
 /// Runs the agent with `python` against `target` (`["http", URL]` or `["stdio", cmd...]`).
