@@ -89,7 +89,8 @@ pub(crate) fn refusal(bytes: &[u8]) -> Option<String> {
     );
     if missing.iter().any(|name| name.starts_with("wasi:http/")) {
         why.push_str(
-            "; a componentize-js build imports wasi:http unless built with `--disable http`",
+            "; a componentize-js build imports wasi:http unless built with \
+             `--disable http --disable fetch-event`",
         );
     }
     Some(why)
@@ -157,7 +158,10 @@ mod tests {
             why.starts_with("it imports wasi:http/types@0.2.3, which"),
             "{why}"
         );
-        assert!(why.contains("--disable http"), "{why}");
+        assert!(
+            why.contains("--disable http --disable fetch-event"),
+            "{why}"
+        );
 
         let engine = crate::policy::PolicyEngine::new(None).unwrap();
         let error = engine
