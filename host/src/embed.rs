@@ -422,12 +422,8 @@ impl Tether {
 fn check_names(servers: &[ServerSpec], origin: &str) -> Result<()> {
     let mut seen = std::collections::BTreeSet::new();
     for spec in servers {
-        if !ServerSpec::valid_name(&spec.name) {
-            return Err(Error::Server(format!(
-                "{origin}: invalid server name {:?}: use 1 to {} letters, digits, `_` and `-`",
-                spec.name,
-                ServerSpec::MAX_NAME_LEN
-            )));
+        if let Some(problem) = ServerSpec::name_problem(&spec.name) {
+            return Err(Error::Server(format!("{origin}: {problem}")));
         }
         if !seen.insert(spec.name.as_str()) {
             return Err(Error::Server(format!(

@@ -22,15 +22,20 @@ async fn state_of(tether: &Tether, server: &str) -> Option<ServerState> {
         .map(|s| s.state)
 }
 
+/// Waits, on its lifecycle events, until `server` is healthy.
 async fn wait_healthy(tether: &Tether, server: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while state_of(tether, server).await != Some(ServerState::Healthy) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
+    // Subscribed before the first look: a change after it is never missed.
+    let mut changes = tether.supervisor().lifecycle();
+    let healthy = async {
+        while state_of(tether, server).await != Some(ServerState::Healthy) {
+            let _ = changes.recv().await;
+        }
+    };
+    if tokio::time::timeout(PATIENCE, healthy).await.is_err() {
+        panic!(
             "{server} did not become healthy: {:?}",
             tether.status().await
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -317,22 +317,35 @@ fn status_text(status: &api::Status) -> String {
     out
 }
 
-pub async fn status(admin: &AdminArgs) -> ExitCode {
+/// Sends the request `build` makes to the gateway and shows the answer: as JSON with
+/// `--json`, else as `show` writes it.
+async fn exchange<T: DeserializeOwned + Serialize>(
+    admin: &AdminArgs,
+    build: impl FnOnce(&Gateway) -> Result<reqwest::RequestBuilder, Failure>,
+    show: impl FnOnce(&T),
+) -> ExitCode {
     finish(
         async {
             let gateway = locate(admin)?;
-            let status: api::Status = gateway
-                .send(gateway.request(reqwest::Method::GET, "/status"))
-                .await?;
+            let answer: T = gateway.send(build(&gateway)?).await?;
             if admin.json {
-                print_json(&status);
+                print_json(&answer);
             } else {
-                print!("{}", status_text(&status));
+                show(&answer);
             }
             Ok(())
         }
         .await,
     )
+}
+
+pub async fn status(admin: &AdminArgs) -> ExitCode {
+    exchange(
+        admin,
+        |gateway| Ok(gateway.request(reqwest::Method::GET, "/status")),
+        |status: &api::Status| print!("{}", status_text(status)),
+    )
+    .await
 }
 
 /// One event as a readable line.
@@ -447,22 +460,13 @@ pub async fn events(admin: &AdminArgs) -> ExitCode {
 }
 
 pub async fn reconnect(admin: &AdminArgs, name: &str) -> ExitCode {
-    finish(
-        async {
-            let gateway = locate(admin)?;
-            let path = format!("/reconnect/{}", percent_encode(name));
-            let answer: api::Reconnecting = gateway
-                .send(gateway.request(reqwest::Method::POST, &path))
-                .await?;
-            if admin.json {
-                print_json(&answer);
-            } else {
-                println!("reconnecting {}", answer.reconnecting);
-            }
-            Ok(())
-        }
-        .await,
+    let path = format!("/reconnect/{}", percent_encode(name));
+    exchange(
+        admin,
+        |gateway| Ok(gateway.request(reqwest::Method::POST, &path)),
+        |answer: &api::Reconnecting| println!("reconnecting {}", answer.reconnecting),
     )
+    .await
 }
 
 /// Percent-encodes text for a URL path segment or query value.
@@ -479,34 +483,27 @@ fn percent_encode(name: &str) -> String {
 }
 
 pub async fn reload(admin: &AdminArgs) -> ExitCode {
-    finish(
-        async {
-            let gateway = locate(admin)?;
-            let report: ReloadReport = gateway
-                .send(gateway.request(reqwest::Method::POST, "/reload"))
-                .await?;
-            if admin.json {
-                print_json(&report);
-            } else {
-                println!("configuration reloaded");
-                for (key, names) in [
-                    ("added", &report.added),
-                    ("removed", &report.removed),
-                    ("restarted", &report.restarted),
-                    ("unchanged", &report.unchanged),
-                ] {
-                    let list = if names.is_empty() {
-                        "-".to_string()
-                    } else {
-                        names.join(", ")
-                    };
-                    println!("  {key:<10} {list}");
-                }
+    exchange(
+        admin,
+        |gateway| Ok(gateway.request(reqwest::Method::POST, "/reload")),
+        |report: &ReloadReport| {
+            println!("configuration reloaded");
+            for (key, names) in [
+                ("added", &report.added),
+                ("removed", &report.removed),
+                ("restarted", &report.restarted),
+                ("unchanged", &report.unchanged),
+            ] {
+                let list = if names.is_empty() {
+                    "-".to_string()
+                } else {
+                    names.join(", ")
+                };
+                println!("  {key:<10} {list}");
             }
-            Ok(())
-        }
-        .await,
+        },
     )
+    .await
 }
 
 /// A PUT of a component file to `route`, labelled with its file name.
@@ -532,53 +529,42 @@ fn upload(
 }
 
 pub async fn policy_swap(admin: &AdminArgs, file: &Path, force: bool) -> ExitCode {
-    finish(
-        async {
-            let gateway = locate(admin)?;
-            let request = upload(&gateway, "/policy", file, force)?;
-            let answer: api::Swapped = gateway.send(request).await?;
-            print_swap(admin, &answer);
-            Ok(())
-        }
-        .await,
+    exchange(
+        admin,
+        |gateway| upload(gateway, "/policy", file, force),
+        print_swap,
     )
+    .await
 }
 
 pub async fn policy_set(admin: &AdminArgs, settings: &str) -> ExitCode {
-    finish(
-        async {
-            let parsed: serde_json::Value = serde_json::from_str(settings)
-                .map_err(|e| Failure::Failed(format!("the settings are not valid JSON: {e}")))?;
-            if !parsed.is_object() {
-                return Err(Failure::Failed(
-                    "the settings must be a JSON object, e.g. '{\"breaker\": {\"open_ms\": 30000}}'"
-                        .into(),
-                ));
-            }
-            let gateway = locate(admin)?;
-            let answer: api::Settings = gateway
-                .send(
-                    gateway
-                        .request(reqwest::Method::PATCH, "/policy/settings")
-                        .json(&parsed),
-                )
-                .await?;
-            if admin.json {
-                print_json(&answer);
-            } else {
-                println!("policy settings are now {}", answer.settings);
-            }
-            Ok(())
+    let parsed = match serde_json::from_str::<serde_json::Value>(settings) {
+        Ok(parsed) if parsed.is_object() => parsed,
+        Ok(_) => {
+            return finish(Err(Failure::Failed(
+                "the settings must be a JSON object, e.g. '{\"breaker\": {\"open_ms\": 30000}}'"
+                    .into(),
+            )));
         }
-        .await,
+        Err(e) => {
+            return finish(Err(Failure::Failed(format!(
+                "the settings are not valid JSON: {e}"
+            ))));
+        }
+    };
+    exchange(
+        admin,
+        |gateway| {
+            Ok(gateway
+                .request(reqwest::Method::PATCH, "/policy/settings")
+                .json(&parsed))
+        },
+        |answer: &api::Settings| println!("policy settings are now {}", answer.settings),
     )
+    .await
 }
 
-fn print_swap(admin: &AdminArgs, answer: &api::Swapped) {
-    if admin.json {
-        print_json(answer);
-        return;
-    }
+fn print_swap(answer: &api::Swapped) {
     let policy = &answer.policy;
     println!(
         "policy swapped: now running {} {} ({}, digest {})",
@@ -602,57 +588,40 @@ fn print_swap(admin: &AdminArgs, answer: &api::Swapped) {
 
 /// `tether policy swap --from-shadow`.
 pub async fn policy_promote(admin: &AdminArgs, force: bool) -> ExitCode {
-    finish(
-        async {
-            let gateway = locate(admin)?;
-            let answer: api::Swapped = gateway
-                .send(gateway.request(
-                    reqwest::Method::POST,
-                    &format!("/policy/promote?force={force}"),
-                ))
-                .await?;
-            print_swap(admin, &answer);
-            Ok(())
-        }
-        .await,
+    let path = format!("/policy/promote?force={force}");
+    exchange(
+        admin,
+        |gateway| Ok(gateway.request(reqwest::Method::POST, &path)),
+        print_swap,
     )
+    .await
 }
 
 /// `tether policy shadow [FILE] [--drop]`.
 pub async fn policy_shadow(admin: &AdminArgs, file: Option<&Path>, drop: bool) -> ExitCode {
-    finish(
-        async {
-            let gateway = locate(admin)?;
-            if drop {
-                let answer: api::ShadowDropped = gateway
-                    .send(gateway.request(reqwest::Method::DELETE, "/policy/shadow"))
-                    .await?;
-                if admin.json {
-                    print_json(&answer);
-                } else if answer.dropped {
-                    println!("shadow policy dropped");
-                } else {
-                    println!("no shadow policy was running");
-                }
-                return Ok(());
-            }
-            let request = match file {
-                Some(file) => upload(&gateway, "/policy/shadow", file, false)?,
-                None => gateway.request(reqwest::Method::GET, "/policy/shadow"),
-            };
-            let answer: api::Shadow = gateway.send(request).await?;
-            if admin.json {
-                print_json(&answer);
-            } else {
-                match &answer.shadow {
-                    Some(shadow) => print_shadow(shadow),
-                    None => println!("no shadow policy is running"),
-                }
-            }
-            Ok(())
-        }
-        .await,
+    if drop {
+        return exchange(
+            admin,
+            |gateway| Ok(gateway.request(reqwest::Method::DELETE, "/policy/shadow")),
+            |answer: &api::ShadowDropped| match answer.dropped {
+                true => println!("shadow policy dropped"),
+                false => println!("no shadow policy was running"),
+            },
+        )
+        .await;
+    }
+    exchange(
+        admin,
+        |gateway| match file {
+            Some(file) => upload(gateway, "/policy/shadow", file, false),
+            None => Ok(gateway.request(reqwest::Method::GET, "/policy/shadow")),
+        },
+        |answer: &api::Shadow| match &answer.shadow {
+            Some(shadow) => print_shadow(shadow),
+            None => println!("no shadow policy is running"),
+        },
     )
+    .await
 }
 
 fn print_shadow(shadow: &ShadowReport) {

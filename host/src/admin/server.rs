@@ -27,6 +27,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
+use utoipa::OpenApi;
 
 use crate::metrics::Metrics;
 use crate::policy::{PolicyError, PolicySource, ReconnectSource, SwapReport};
@@ -276,10 +277,14 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     )
 }
 
+#[utoipa::path(get, path = "/status", tag = "admin",
+    responses((status = 200, description = "The running policy and every server", body = api::Status)))]
 async fn status(State(app): State<App>) -> axum::Json<api::Status> {
     axum::Json(api::Status::collect(&app.ctx.supervisor).await)
 }
 
+#[utoipa::path(get, path = "/metrics", tag = "admin",
+    responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain", body = String)))]
 async fn metrics(State(app): State<App>) -> Response {
     let text = app.ctx.metrics.render(&app.ctx.supervisor).await;
     (
@@ -292,6 +297,11 @@ async fn metrics(State(app): State<App>) -> Response {
         .into_response()
 }
 
+#[utoipa::path(post, path = "/reconnect/{server}", tag = "admin",
+    params(("server" = String, Path, description = "The server's name")),
+    responses(
+        (status = 200, description = "Reconnect requested", body = api::Reconnecting),
+        (status = 404, description = "No such server", body = api::ApiError)))]
 async fn reconnect(
     State(app): State<App>,
     Path(server): Path<String>,
@@ -378,6 +388,12 @@ fn policy_error(error: PolicyError) -> ApiError {
     ApiError(status, error.to_string())
 }
 
+#[utoipa::path(put, path = "/policy", tag = "policy", params(api::UploadQuery),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The policy component (any content type is read as its bytes)"),
+    responses(
+        (status = 200, description = "The policy was swapped in", body = api::Swapped),
+        (status = 400, description = "The query is malformed", body = api::ApiError),
+        (status = 422, description = "Not a usable policy, or it breaks the contract or (without force) the invariants", body = api::ApiError)))]
 async fn swap_policy(
     State(app): State<App>,
     query: Result<Query<api::UploadQuery>, QueryRejection>,
@@ -441,6 +457,12 @@ fn uploaded(
     })
 }
 
+#[utoipa::path(put, path = "/policy/shadow", tag = "policy", params(api::UploadQuery),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The candidate component (any content type is read as its bytes)"),
+    responses(
+        (status = 200, description = "The shadow runs", body = api::Shadow),
+        (status = 400, description = "The query is malformed", body = api::ApiError),
+        (status = 422, description = "Not a usable policy", body = api::ApiError)))]
 async fn start_shadow(
     State(app): State<App>,
     query: Result<Query<api::UploadQuery>, QueryRejection>,
@@ -459,6 +481,9 @@ async fn start_shadow(
     }))
 }
 
+#[utoipa::path(get, path = "/policy/shadow", tag = "policy",
+    responses(
+        (status = 200, description = "The shadow's report so far (`shadow` is null when none runs)", body = api::Shadow)))]
 async fn shadow_report(State(app): State<App>) -> Result<axum::Json<api::Shadow>, ApiError> {
     let report = app
         .ctx
@@ -470,6 +495,8 @@ async fn shadow_report(State(app): State<App>) -> Result<axum::Json<api::Shadow>
     Ok(axum::Json(api::Shadow { shadow: report }))
 }
 
+#[utoipa::path(delete, path = "/policy/shadow", tag = "policy",
+    responses((status = 200, description = "The shadow is stopped", body = api::ShadowDropped)))]
 async fn drop_shadow(State(app): State<App>) -> Result<axum::Json<api::ShadowDropped>, ApiError> {
     let _operation = app.operations.lock().await;
     let dropped = app
@@ -482,6 +509,12 @@ async fn drop_shadow(State(app): State<App>) -> Result<axum::Json<api::ShadowDro
     Ok(axum::Json(api::ShadowDropped { dropped }))
 }
 
+#[utoipa::path(post, path = "/policy/promote", tag = "policy", params(api::ForceQuery),
+    responses(
+        (status = 200, description = "The shadow now decides", body = api::Swapped),
+        (status = 400, description = "The query is malformed", body = api::ApiError),
+        (status = 409, description = "No shadow runs", body = api::ApiError),
+        (status = 422, description = "It breaks the contract or (without force) the invariants", body = api::ApiError)))]
 async fn promote_shadow(
     State(app): State<App>,
     query: Result<Query<api::ForceQuery>, QueryRejection>,
@@ -523,6 +556,11 @@ fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
+#[utoipa::path(patch, path = "/policy/settings", tag = "policy",
+    request_body(content = Object, description = "A JSON merge patch (RFC 7396) over the running settings"),
+    responses(
+        (status = 200, description = "The settings now in force", body = api::Settings),
+        (status = 422, description = "Not a JSON object, or the policy refuses it", body = api::ApiError)))]
 async fn set_settings(
     State(app): State<App>,
     body: Result<Bytes, BytesRejection>,
@@ -549,6 +587,10 @@ async fn set_settings(
     Ok(axum::Json(api::Settings { settings }))
 }
 
+#[utoipa::path(post, path = "/reload", tag = "admin",
+    responses(
+        (status = 200, description = "What the reload changed", body = crate::supervisor::ReloadReport),
+        (status = 422, description = "The config file is invalid; nothing changed", body = api::ApiError)))]
 async fn reload(State(app): State<App>) -> Result<axum::Json<ReloadReport>, ApiError> {
     let _operation = app.operations.lock().await;
     match (app.ctx.reload)().await {
@@ -560,6 +602,9 @@ async fn reload(State(app): State<App>) -> Result<axum::Json<ReloadReport>, ApiE
     }
 }
 
+#[utoipa::path(get, path = "/events", tag = "admin",
+    responses((status = 200, description = "A `text/event-stream`; each `data:` is one JSON TimedEvent",
+        content_type = "text/event-stream", body = api::TimedEvent)))]
 async fn events(State(app): State<App>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     // Subscribed before the response goes out: whatever happens after the client sees the
     // headers is delivered.
@@ -580,9 +625,121 @@ async fn events(State(app): State<App>) -> Sse<impl Stream<Item = Result<Event, 
     Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))
 }
 
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Tether admin API", description = "Operate a running Tether gateway. Every request needs `Authorization: Bearer <token>` (the token is in the state file `tether serve` writes); a request without it gets 401 with an ApiError."),
+    paths(
+        status,
+        events,
+        metrics,
+        reconnect,
+        swap_policy,
+        start_shadow,
+        shadow_report,
+        drop_shadow,
+        promote_shadow,
+        set_settings,
+        reload
+    ),
+    modifiers(&BearerAuth, &Refusals),
+    security(("bearer" = []))
+)]
+struct AdminApi;
+
+struct BearerAuth;
+
+/// Every operation can be refused for want of the token (401).
+struct Refusals;
+
+impl utoipa::Modify for Refusals {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        let unauthorized = ResponseBuilder::new()
+            .description("No admin token, or a wrong one")
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ApiError")))
+                    .build(),
+            )
+            .build();
+        for item in openapi.paths.paths.values_mut() {
+            for operation in [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.patch,
+                &mut item.delete,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                operation
+                    .responses
+                    .responses
+                    .insert("401".into(), unauthorized.clone().into());
+            }
+        }
+    }
+}
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The admin API's OpenAPI 3.1 document, generated from the routes above and the types of
+/// [`api`].
+pub fn openapi() -> String {
+    let mut document = AdminApi::openapi();
+    document.info.version = env!("CARGO_PKG_VERSION").to_string();
+    document.info.license = None;
+    let mut value = serde_json::to_value(&document).expect("an OpenAPI document serializes");
+    // Each server-sent event is an object whose `data` is a TimedEvent in JSON (utoipa has no
+    // word for a schema of the text inside a string).
+    value["paths"]["/events"]["get"]["responses"]["200"]["content"]["text/event-stream"]["schema"] = serde_json::json!({
+        "type": "object",
+        "description": "One server-sent event: `data` is a TimedEvent in JSON.",
+        "required": ["data"],
+        "properties": {
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": {"$ref": "#/components/schemas/TimedEvent"}
+            },
+            "event": {"type": "string"},
+            "id": {"type": "string"},
+            "retry": {"type": "integer"}
+        }
+    });
+    serde_json::to_string_pretty(&value).expect("JSON values serialize") + "\n"
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `docs/admin-openapi.json` is what the types say; `TETHER_BLESS=1` rewrites it.
+    #[test]
+    fn the_checked_in_openapi_document_matches_the_types() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/admin-openapi.json");
+        let generated = super::openapi();
+        if std::env::var_os("TETHER_BLESS").is_some() {
+            std::fs::write(path, &generated).unwrap();
+        }
+        let checked_in = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            checked_in == generated,
+            "docs/admin-openapi.json is out of date with host/src/admin/api.rs: run \
+             `TETHER_BLESS=1 cargo test -p tether --lib admin::server` and commit it"
+        );
+    }
 
     #[test]
     fn merge_patch_follows_rfc_7396() {

@@ -161,6 +161,16 @@ impl ServerSpec {
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
     }
 
+    /// Why `name` cannot name a server, if it cannot.
+    pub fn name_problem(name: &str) -> Option<String> {
+        (!Self::valid_name(name)).then(|| {
+            format!(
+                "invalid server name {name:?}: use 1 to {} letters, digits, `_` and `-`",
+                Self::MAX_NAME_LEN
+            )
+        })
+    }
+
     /// A stdio server with default settings.
     pub fn stdio(name: &str, command: impl Into<String>, args: &[&str]) -> Self {
         Self::new(

@@ -45,14 +45,13 @@ pub(crate) enum Input {
 /// What the task must do, in order.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Effect {
-    /// Close the session: calls stop seeing it, its process is stopped.
+    /// Close the session: the keepalive and list reads on it are dropped, calls stop seeing
+    /// it, its process is stopped.
     CloseSession,
     /// Start a connection attempt, with fresh tracking of list changes.
     StartAttempt,
     /// Drop the attempt in flight.
     DropAttempt,
-    /// Drop the keepalive and the list refreshes in flight.
-    DropProbes,
     /// Adopt the opened session and tell the policy it is `connected`.
     AdoptSession,
     /// Send the keepalive.
@@ -167,12 +166,11 @@ impl Lifecycle {
         }
     }
 
-    /// Ends the session: drops what probes it, then closes it.
+    /// Ends the session.
     fn close(&mut self, effects: &mut Vec<Effect>) {
         self.tools = Refresh::Idle;
         self.catalog = Refresh::Idle;
         if self.keepalive.take().is_some() {
-            effects.push(Effect::DropProbes);
             effects.push(Effect::CloseSession);
         }
     }
@@ -384,7 +382,6 @@ mod tests {
                 Effect::Feed(EventKind::KeepaliveFailed(server_fault(
                     "keepalive timed out"
                 ))),
-                Effect::DropProbes,
                 Effect::CloseSession,
                 Effect::Feed(EventKind::Disconnected(server_fault(
                     "HTTP 404: session expired"
@@ -425,7 +422,6 @@ mod tests {
         assert_eq!(
             lifecycle.handle(Input::Ended(fault("process exited")), 10),
             [
-                Effect::DropProbes,
                 Effect::CloseSession,
                 Effect::Feed(EventKind::Disconnected(server_fault("process exited"))),
             ]
@@ -438,11 +434,7 @@ mod tests {
         let mut lifecycle = live_at(0);
         assert_eq!(
             lifecycle.handle(Input::Connect, 10),
-            [
-                Effect::DropProbes,
-                Effect::CloseSession,
-                Effect::StartAttempt
-            ]
+            [Effect::CloseSession, Effect::StartAttempt]
         );
         assert_eq!(
             lifecycle.handle(Input::Disconnect, 11),
@@ -541,9 +533,9 @@ mod tests {
     fn a_session_the_policy_could_not_take_is_closed_and_reported_as_a_failed_connect() {
         let mut lifecycle = live_at(0);
         let effects = lifecycle.handle(Input::PolicyRefusedSession("out of fuel".into()), 1);
-        assert_eq!(effects[..2], [Effect::DropProbes, Effect::CloseSession]);
+        assert_eq!(effects[0], Effect::CloseSession);
         assert!(matches!(
-            &effects[2],
+            &effects[1],
             Effect::Feed(EventKind::ConnectFailed(f))
                 if f.fault.to_string().contains("the policy could not take the session (out of fuel)")
         ));

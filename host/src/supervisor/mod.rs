@@ -267,12 +267,8 @@ impl Supervisor {
                 spec.name
             ));
         }
-        if !ServerSpec::valid_name(&spec.name) {
-            return Err(format!(
-                "invalid server name {:?}: use 1 to {} letters, digits, `_` and `-`",
-                spec.name,
-                ServerSpec::MAX_NAME_LEN
-            ));
+        if let Some(problem) = ServerSpec::name_problem(&spec.name) {
+            return Err(problem);
         }
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let (session_tx, session) = watch::channel(None);

@@ -175,11 +175,6 @@ impl ServerTask {
                 self.view().reconnects += 1;
             }
             Effect::DropAttempt => io.attempt = None,
-            Effect::DropProbes => {
-                io.keepalive = None;
-                io.tools = None;
-                io.catalog = None;
-            }
             Effect::AdoptSession => {
                 if let Some(opened) = io.opened.take() {
                     self.adopt(opened, io);
@@ -281,6 +276,9 @@ impl ServerTask {
     }
 
     async fn close_session(&self, io: &mut Io) {
+        io.keepalive = None;
+        io.tools = None;
+        io.catalog = None;
         if let Some(old) = io.link.take() {
             let _ = self.session_tx.send(None);
             self.view().pid = None;
