@@ -56,23 +56,7 @@ pub enum PolicyCommand {
     /// Run the conformance suite against a policy component (default: the embedded policy).
     /// Exits 0 when every scenario passes, 1 when one fails, 2 when the component cannot be used
     /// (it cannot load, or it refuses the settings).
-    Check {
-        /// The component (.wasm) to check.
-        file: Option<PathBuf>,
-        /// Settings JSON given to the policy in every scenario.
-        #[arg(long, default_value = "{}")]
-        settings: String,
-        /// Print results as JSON.
-        #[arg(long)]
-        json: bool,
-        /// Cache for compiled components (default: the user's cache directory, as `serve`):
-        /// a second check of the same component skips compiling.
-        #[arg(long)]
-        cache_dir: Option<PathBuf>,
-        /// Compile the component even if it is in the cache, and cache nothing.
-        #[arg(long, conflicts_with = "cache_dir")]
-        no_cache: bool,
-    },
+    Check(CheckArgs),
     /// Replay a recording (`tether serve --record FILE`) against a candidate policy (default:
     /// the embedded one) and print where its decisions differ from the recorded ones. Exits 0
     /// when none differ, 1 when some do, 2 when the recording or the candidate cannot be used.
@@ -192,4 +176,32 @@ pub struct ServeArgs {
     /// How long calls in flight may take to finish once shutdown starts (e.g. "30s", "2m").
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
+}
+
+/// `tether policy check`.
+#[derive(Args)]
+pub struct CheckArgs {
+    /// The component (.wasm) to check.
+    pub file: Option<PathBuf>,
+    /// Settings JSON given to the policy in every scenario.
+    #[arg(long, default_value = "{}")]
+    pub settings: String,
+    /// Print results as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Cache for compiled components (default: the user's cache directory, as `serve`):
+    /// a second check of the same component skips compiling.
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+    /// Compile the component even if it is in the cache, and cache nothing.
+    #[arg(long, conflicts_with = "cache_dir")]
+    pub no_cache: bool,
+    /// Write the suite's scenarios as JSON into this directory (one file per scenario, and
+    /// `index.json`; see docs/CONFORMANCE.md) and check nothing.
+    #[arg(long, conflicts_with_all = ["file", "json", "transcripts"])]
+    pub export: Option<PathBuf>,
+    /// Write each scenario's transcript (every call into the policy and its answer) into this
+    /// directory as NAME.jsonl, to compare with other hosts'.
+    #[arg(long)]
+    pub transcripts: Option<PathBuf>,
 }

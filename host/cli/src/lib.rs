@@ -24,21 +24,10 @@ pub fn main() -> ExitCode {
             serve::main(args)
         }
         Command::Policy {
-            command:
-                PolicyCommand::Check {
-                    file,
-                    settings,
-                    json,
-                    cache_dir,
-                    no_cache,
-                },
+            command: PolicyCommand::Check(args),
         } => {
             init_logging("warn");
-            let cache_dir = match no_cache {
-                true => None,
-                false => cache_dir.or_else(default_cache_dir),
-            };
-            policy::check(file, &settings, json, cache_dir)
+            policy::check(args)
         }
         Command::Policy {
             command:
@@ -89,7 +78,7 @@ async fn admin_command(command: Command) -> ExitCode {
         } => client::policy_set(&admin, &settings).await,
         Command::Serve(_)
         | Command::Policy {
-            command: PolicyCommand::Check { .. } | PolicyCommand::Replay { .. },
+            command: PolicyCommand::Check(_) | PolicyCommand::Replay { .. },
         } => unreachable!("handled in main"),
     }
 }

@@ -7,12 +7,30 @@ use std::time::Instant;
 
 use tether::policy::{PolicySource, conformance};
 
-pub fn check(
-    file: Option<PathBuf>,
-    settings: &str,
-    json: bool,
-    cache_dir: Option<PathBuf>,
-) -> ExitCode {
+use crate::args::CheckArgs;
+
+pub fn check(args: CheckArgs) -> ExitCode {
+    if let Some(dir) = &args.export {
+        return match conformance::export(dir) {
+            Ok(()) => {
+                eprintln!(
+                    "wrote {} scenarios into {}",
+                    conformance::scenarios().len(),
+                    dir.display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("error: cannot write into {}: {error}", dir.display());
+                ExitCode::from(2)
+            }
+        };
+    }
+    let cache_dir = match args.no_cache {
+        true => None,
+        false => args.cache_dir.or_else(crate::default_cache_dir),
+    };
+    let (file, settings, json) = (args.file, args.settings.as_str(), args.json);
     let source = file.map_or(PolicySource::Embedded, PolicySource::File);
     let started = Instant::now();
     // Loading errors (not a component, an import the sandbox lacks, incompatible version) and
@@ -40,6 +58,12 @@ pub fn check(
         (_, None, _) => eprintln!("compiled in {loaded:.2} s (not kept: --no-cache)"),
     }
     let results = conformance::run(&engine, &source, settings);
+    if let Some(dir) = &args.transcripts
+        && let Err(error) = conformance::write_transcripts(dir, &results)
+    {
+        eprintln!("error: cannot write into {}: {error}", dir.display());
+        return ExitCode::from(2);
+    }
     let failed = results.iter().filter(|r| r.failure.is_some()).count();
     if json {
         println!(

@@ -136,6 +136,28 @@ impl Ledger {
         }
     }
 
+    /// Takes in what a handover says the host has: a host that starts from one (conformance's
+    /// take-over) knows those servers and sessions.
+    pub fn note_handover(&mut self, handover: &Handover) {
+        self.servers = handover
+            .servers
+            .iter()
+            .map(|server| {
+                let session = server.session.as_ref().map(|live| Live {
+                    server_info: live.server_info.clone(),
+                    tools: Arc::new(live.tools.clone()),
+                    proven: live.proven,
+                });
+                let entry = Entry {
+                    config: server.config.clone(),
+                    session,
+                    connecting: server.connecting,
+                };
+                (server.config.name.clone(), entry)
+            })
+            .collect();
+    }
+
     /// Takes in what the host is about to do.
     pub fn note_actions(&mut self, actions: &[Action]) {
         for action in actions {

@@ -1,0 +1,561 @@
+// The interpreter of the conformance scenarios (docs/CONFORMANCE.md): steps, predicates and
+// transcripts. It drives "instances" given by a factory: objects with the methods
+//   init(settings: string), handle(event) -> actions, admit(request) -> admission,
+//   status(now: bigint) -> statuses, snapshot() -> Uint8Array, restore(bytes),
+//   takeOver(handover) -> actions
+// taking and returning JSON values (wit-json.mjs), throwing on any trap, refusal or error.
+// A PolicyHost (policy-host.mjs) is such an instance. No dependencies.
+
+import { T, normalize, stringify } from './wit-json.mjs';
+
+/** A scenario failed: `message` says why (without the step prefix). */
+export class ScenarioFailure extends Error {}
+
+const fail = (message) => {
+  throw new ScenarioFailure(message);
+};
+
+const USABLE_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+
+const toBig = (v, what) => {
+  if (typeof v === 'bigint') return v;
+  if (typeof v === 'number' && Number.isSafeInteger(v)) return BigInt(v);
+  throw new ScenarioFailure(`malformed step: ${what} must be an integer, got ${JSON.stringify(v)}`);
+};
+
+const need = (step, key, check, what) => {
+  if (!Object.prototype.hasOwnProperty.call(step, key) || !check(step[key])) {
+    throw new ScenarioFailure(`malformed step ${safeText(step)}: "${key}" must be ${what}`);
+  }
+  return step[key];
+};
+const isString = (v) => typeof v === 'string';
+const isInt = (v) => typeof v === 'bigint' || (typeof v === 'number' && Number.isSafeInteger(v));
+
+function safeText(v) {
+  try {
+    const s = stringify(v);
+    return s.length > 120 ? s.slice(0, 117) + '...' : s;
+  } catch {
+    return String(v);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Predicates
+
+function publications(actions, server) {
+  return (actions ?? []).filter((a) => a.tag === 'publish-tools' && a.val.server === server).map((a) => a.val);
+}
+const lastPublication = (actions, server) => publications(actions, server).at(-1);
+const hasAction = (actions, tag, server) => (actions ?? []).some((a) => a.tag === tag && a.val === server);
+
+/**
+ * Whether `predicate` holds in `state` ({actions, wakes, now, admission, status}). Throws a
+ * ScenarioFailure for a malformed predicate and for `state` naming a server `status` lacks.
+ */
+export function holds(predicate, state) {
+  if (typeof predicate !== 'object' || predicate === null || Array.isArray(predicate)) {
+    fail(`malformed predicate ${safeText(predicate)}`);
+  }
+  const keys = Object.keys(predicate);
+  if (keys.length !== 1) fail(`malformed predicate ${safeText(predicate)}: it must have exactly one key`);
+  const [key] = keys;
+  const arg = predicate[key];
+  const server = () => {
+    if (typeof arg !== 'string') fail(`malformed predicate ${safeText(predicate)}: expected a server name`);
+    return arg;
+  };
+  const field = (name, check, what) => {
+    if (typeof arg !== 'object' || arg === null || !check(arg[name])) {
+      fail(`malformed predicate ${safeText(predicate)}: "${name}" must be ${what}`);
+    }
+    return arg[name];
+  };
+  switch (key) {
+    case 'connects':
+      return hasAction(state.actions, 'connect', server());
+    case 'disconnects':
+      return hasAction(state.actions, 'disconnect', server());
+    case 'withdraws': {
+      const s = field('server', isString, 'a string');
+      const times = toBig(field('times', isInt, 'an integer'), 'times');
+      const count = (state.actions ?? []).filter((a) => a.tag === 'withdraw-tools' && a.val === s).length;
+      return BigInt(count) === times;
+    }
+    case 'publishes':
+      return publications(state.actions, server()).length > 0;
+    case 'publishes-originals': {
+      const s = field('server', isString, 'a string');
+      const originals = field('originals', (v) => Array.isArray(v) && v.every(isString), 'a list of strings');
+      const p = lastPublication(state.actions, s);
+      if (!p) return false;
+      // Exactly these names as a set, and no original published twice (as Tether's host).
+      const got = new Set(p.tools.map((t) => t.original));
+      const want = new Set(originals);
+      return got.size === p.tools.length && got.size === want.size && [...want].every((o) => got.has(o));
+    }
+    case 'publishes-usable-names': {
+      const p = lastPublication(state.actions, server());
+      if (!p) return false;
+      const names = p.tools.map((t) => t.advertised);
+      return names.every((n) => USABLE_NAME.test(n)) && new Set(names).size === names.length;
+    }
+    case 'timer-armed':
+      return state.wakes.has(server());
+    case 'timer-not-in-the-past': {
+      const w = state.wakes.get(server());
+      return w !== undefined && w.at >= state.now;
+    }
+    case 'admission':
+      if (typeof arg !== 'string') fail(`malformed predicate ${safeText(predicate)}: expected a case name`);
+      return state.admission != null && state.admission.tag === arg;
+    case 'refused-naming': {
+      const s = server();
+      const a = state.admission;
+      if (a == null) return false;
+      if (a.tag === 'reject' || a.tag === 'reconnect') return a.val.includes(s);
+      if (a.tag === 'hold') return a.val.message.includes(s);
+      return false;
+    }
+    case 'lists':
+      return (state.status ?? []).some((st) => st.server === server());
+    case 'state': {
+      const s = field('server', isString, 'a string');
+      const states = field('in', (v) => Array.isArray(v) && v.every(isString), 'a list of states');
+      const entry = (state.status ?? []).find((st) => st.server === s);
+      if (!entry) fail(`status() does not list ${s}`);
+      return states.includes(entry.state);
+    }
+    case 'not':
+      return !holds(arg, state);
+    default:
+      return fail(`unknown predicate "${key}"`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Describing calls (for failure messages, worded as Tether's host words them)
+
+/** A fault in words, as Tether's host says it. */
+export function describeFault(fault) {
+  const v = fault?.val;
+  switch (fault?.tag) {
+    case 'spawn-failed':
+      return `could not start the server process: ${v}`;
+    case 'handshake-failed':
+      return `MCP handshake failed: ${v}`;
+    case 'handshake-timed-out':
+      return 'MCP handshake timed out';
+    case 'auth-required':
+      return `the server requires authorization (HTTP ${v})`;
+    case 'not-mcp-endpoint':
+      return `not an MCP endpoint: ${v}`;
+    case 'process-exited':
+      return v === null || v === undefined
+        ? 'the server process was killed by a signal'
+        : `the server process exited with code ${v}`;
+    case 'transport-closed':
+      return `the connection closed: ${v}`;
+    case 'session-expired':
+      return 'the server no longer knows the session';
+    case 'keepalive-failed':
+      return `keepalive failed: ${v}`;
+    default:
+      return safeText(fault);
+  }
+}
+
+const SOURCE_NAMES = { operator: 'Operator', agent: 'Agent', probe: 'Probe' };
+
+/** An event kind in words (the description of a `handle` call). */
+export function describeEvent(kind) {
+  const v = kind?.val;
+  switch (kind?.tag) {
+    case 'server-configured':
+      return `configure ${v.name}`;
+    case 'server-removed':
+      return `remove ${v}`;
+    case 'connected':
+      return `${v.server} connected`;
+    case 'connect-failed':
+      return `${v.server} failed to connect (${describeFault(v.fault)})`;
+    case 'disconnected':
+      return `${v.server} disconnected (${describeFault(v.fault)})`;
+    case 'tools-changed':
+      return `${v.server} changed its tools`;
+    case 'keepalive-ok':
+      return `${v} answered a keepalive`;
+    case 'keepalive-failed':
+      return `${v.server} keepalive failed`;
+    case 'call-finished':
+      return `call ${v['call-id']} on ${v.server} finished: ${safeText(v.outcome)}`;
+    case 'timer':
+      return `timer for ${v.server}`;
+    case 'reconnect-requested':
+      return `reconnect ${v.server} requested by ${SOURCE_NAMES[v.source] ?? v.source}`;
+    case 'shutdown':
+      return 'shutdown';
+    default:
+      return `event ${safeText(kind)}`;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the host knows of its servers
+
+/** Most actions one answer may hold (as Tether's host). */
+export const MAX_ACTIONS = 10000;
+
+/**
+ * Each server's latest tool list, as the events and actions passing through tell a host (as
+ * Tether's host keeps it): a policy may publish only tools of a server's live session.
+ */
+export class Ledger {
+  constructor(servers = new Map()) {
+    this.servers = servers; // name -> { session: Set of tool names | null }
+  }
+  clone() {
+    return new Ledger(new Map([...this.servers].map(([n, e]) => [n, { session: e.session }])));
+  }
+  noteEvent(event) {
+    const v = event.kind.val;
+    const entry = (name) => this.servers.get(name);
+    switch (event.kind.tag) {
+      case 'server-configured':
+        if (!this.servers.has(v.name)) this.servers.set(v.name, { session: null });
+        break;
+      case 'server-removed':
+        this.servers.delete(v);
+        break;
+      case 'connected':
+        if (entry(v.server)) entry(v.server).session = new Set(v.tools.map((t) => t.name));
+        break;
+      case 'connect-failed':
+      case 'disconnected':
+        if (entry(v.server)) entry(v.server).session = null;
+        break;
+      case 'tools-changed':
+        if (entry(v.server)?.session) entry(v.server).session = new Set(v.tools.map((t) => t.name));
+        break;
+      default:
+    }
+  }
+  noteHandover(handover) {
+    this.servers = new Map(
+      handover.servers.map((sh) => [sh.config.name, { session: sh.session ? new Set(sh.session.tools.map((t) => t.name)) : null }]),
+    );
+  }
+  noteActions(actions) {
+    for (const a of actions) {
+      if ((a.tag === 'connect' || a.tag === 'disconnect') && this.servers.has(a.val)) this.servers.get(a.val).session = null;
+    }
+  }
+  /** Why the host cannot take these actions, or null. */
+  invalid(actions, what) {
+    if (actions.length > MAX_ACTIONS) return `returned ${actions.length} actions for ${what} (limit ${MAX_ACTIONS})`;
+    for (const a of actions) {
+      if (a.tag !== 'publish-tools') continue;
+      const { server, tools } = a.val;
+      for (const t of tools) {
+        if (!this.servers.get(server)?.session?.has(t.original)) {
+          return `published ${[...t.advertised].slice(0, 80).join('')} as ${JSON.stringify([...t.original].slice(0, 80).join(''))}, which server ${JSON.stringify(server)} does not offer`;
+        }
+      }
+    }
+    return null;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The interpreter
+
+function errorText(e) {
+  if (e instanceof ScenarioFailure) return e.message;
+  return e?.message ?? String(e);
+}
+
+/** `{"alpha": (27143, 1)}`: the armed timers, as Tether's host prints them. */
+function describeWakes(wakes) {
+  const entries = [...wakes.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return '{' + entries.map(([server, w]) => `${JSON.stringify(server)}: (${w.at}, ${w.token})`).join(', ') + '}';
+}
+
+/**
+ * Runs one scenario. `newInstance()` gives a fresh, un-`init`ed instance (may be async).
+ * Returns { name, level, failure: string|null, transcript: string[] (the lines, without their
+ * '\n'), unusable?: string (the first instance could not be made or refused the settings: the
+ * component cannot be used; a caller's preflight normally finds that first) }.
+ *
+ * A failure reads `at step K (WHAT): WHY`, K counting the calls into the policy so far (`handle`,
+ * `admit`, `snapshot-restore`, `take-over`; not `status`) and WHAT the latest of them, as
+ * Tether's host says it.
+ */
+export async function runScenario(scenario, { newInstance, settings = '{}' }) {
+  const transcript = [];
+  const record = (obj) => transcript.push(stringify(obj));
+  const s = {
+    instance: null,
+    // What `twice` restarts from.
+    now: 1000n,
+    wakes: new Map(),
+    nextCallId: 1n,
+    calls: new Map(),
+    lastCall: null,
+    // The latest answers.
+    actions: [],
+    admission: null,
+    status: [],
+  };
+  let calls = 0;
+  let last = 'start';
+  const called = (what) => {
+    calls++;
+    last = what;
+  };
+
+  const attempt = (what, fn) => {
+    try {
+      return fn();
+    } catch (e) {
+      if (e instanceof ScenarioFailure) throw e;
+      throw new ScenarioFailure(what ? `${what}: ${errorText(e)}` : errorText(e));
+    }
+  };
+  // A fresh instance given `init(settings)` (not recorded: callers record when the spec says).
+  const fresh = async () => {
+    let inst;
+    try {
+      inst = await newInstance();
+    } catch (e) {
+      fail(errorText(e));
+    }
+    attempt(null, () => inst.init(settings));
+    return inst;
+  };
+  let ledger = new Ledger();
+  const label = () => s.instance?.label ?? 'under test';
+  // The host checks the actions before it takes them.
+  const checked = (actions, during, what) => {
+    const why = ledger.invalid(actions, what);
+    if (why) fail(`policy ${label()} failed during ${during}: returned invalid output: ${why}`);
+    return actions;
+  };
+  const took = (actions) => {
+    ledger.noteActions(actions);
+    for (const a of actions) {
+      if (a.tag === 'wake-at') s.wakes.set(a.val.server, { at: a.val.at, token: a.val.token });
+    }
+    s.actions = actions;
+  };
+  const handle = (kind) => {
+    const event = normalize(T.event, { now: s.now, kind }, 'event');
+    called(describeEvent(event.kind));
+    ledger.noteEvent(event);
+    const actions = checked(attempt(null, () => s.instance.handle(event)), 'handle', 'one event');
+    took(actions);
+    record({ do: 'handle', event, actions });
+  };
+  const admit = (server, tool) => {
+    const request = normalize(T['call-request'], { now: s.now, 'call-id': s.nextCallId, server, tool }, 'request');
+    called(`admit a call to ${server}/${tool}`);
+    s.nextCallId++;
+    s.lastCall = request['call-id'];
+    const admission = attempt(null, () => s.instance.admit(request));
+    record({ do: 'admit', request, admission });
+    s.admission = admission;
+    return request['call-id'];
+  };
+  const finish = (server, callId, outcome) =>
+    handle({ tag: 'call-finished', val: { server, 'call-id': callId, outcome, 'duration-ms': 5 } });
+  const statusNow = () => attempt(null, () => s.instance.status(s.now));
+
+  const isObject = (v) => typeof v === 'object' && v !== null;
+
+  // Runs steps; returns 'ran', 'stop' (a stop-if held: the enclosing repeat ends).
+  const runSteps = async (steps) => {
+    if (!Array.isArray(steps)) fail(`malformed steps: ${safeText(steps)}`);
+    for (const step of steps) {
+      const flow = await runStep(step);
+      if (flow !== 'ran') return flow;
+    }
+    return 'ran';
+  };
+
+  const runStep = async (step) => {
+    if (!isObject(step)) fail(`malformed step ${safeText(step)}`);
+    switch (step.do) {
+      case 'event':
+        handle(need(step, 'kind', isObject, 'an event kind'));
+        break;
+      case 'fire-timer': {
+        const server = need(step, 'server', isString, 'a string');
+        const w = s.wakes.get(server);
+        if (w) {
+          s.wakes.delete(server);
+          if (w.at > s.now) s.now = w.at;
+          handle({ tag: 'timer', val: { server, token: w.token } });
+        } else if (step.optional !== true) {
+          fail(`expected a timer armed for ${server}, none is`);
+        }
+        break;
+      }
+      case 'advance':
+        s.now += toBig(need(step, 'ms', isInt, 'an integer'), 'ms');
+        break;
+      case 'admit': {
+        const server = need(step, 'server', isString, 'a string');
+        const tool = need(step, 'tool', isString, 'a string');
+        const name = step.name ?? null;
+        if (name !== null && typeof name !== 'string') fail(`malformed step ${safeText(step)}: "name" must be a string or null`);
+        const callId = admit(server, tool);
+        if (name !== null) s.calls.set(name, callId);
+        break;
+      }
+      case 'finish': {
+        const server = need(step, 'server', isString, 'a string');
+        const outcome = need(step, 'outcome', isObject, 'a call outcome');
+        const name = step.call ?? null;
+        const callId = name === null ? s.lastCall : s.calls.get(name) ?? null;
+        if (callId === null) fail(`no call ${name ?? ''} was admitted`);
+        finish(server, callId, outcome);
+        break;
+      }
+      case 'call': {
+        const server = need(step, 'server', isString, 'a string');
+        const tool = need(step, 'tool', isString, 'a string');
+        const outcome = need(step, 'outcome', isObject, 'a call outcome');
+        const callId = admit(server, tool);
+        if (s.admission.tag === 'allow' || s.admission.tag === 'probe') finish(server, callId, outcome);
+        break;
+      }
+      case 'status':
+        s.status = statusNow();
+        record({ do: 'status', now: s.now, status: s.status });
+        break;
+      case 'snapshot-restore': {
+        called('snapshot and restore into a fresh instance');
+        const before = statusNow();
+        const snapshot = attempt(null, () => s.instance.snapshot());
+        const inst = await fresh();
+        attempt('moving the state into a fresh instance failed', () => inst.restore(snapshot));
+        s.instance = inst;
+        const after = statusNow();
+        record({ do: 'snapshot-restore' });
+        const a = stringify(before);
+        const b = stringify(after);
+        if (a !== b) fail(`status changed across snapshot/restore: ${a} -> ${b}`);
+        break;
+      }
+      case 'take-over': {
+        const handover = normalize(T.handover, need(step, 'handover', isObject, 'a handover'), 'handover');
+        called(`take over from ${handover.previous.name}`);
+        s.instance = await fresh();
+        record({ do: 'init', settings });
+        ledger.noteHandover(handover);
+        let actions;
+        try {
+          actions = checked(s.instance.takeOver(handover), 'take-over', 'a handover');
+        } catch (e) {
+          fail(`the handover was refused: ${errorText(e)}`);
+        }
+        took(actions);
+        record({ do: 'take-over', handover, actions });
+        break;
+      }
+      case 'twice': {
+        const steps = need(step, 'steps', Array.isArray, 'a list of steps');
+        const clock = { now: s.now, wakes: new Map(s.wakes), nextCallId: s.nextCallId, calls: new Map(s.calls), lastCall: s.lastCall };
+        const known = ledger.clone();
+        const firstFrom = transcript.length;
+        const flow = await runSteps(steps);
+        const first = transcript.slice(firstFrom);
+        Object.assign(s, clock, { wakes: new Map(clock.wakes), calls: new Map(clock.calls) });
+        ledger = known;
+        s.instance = await fresh();
+        record({ do: 'init', settings });
+        const secondFrom = transcript.length;
+        await runSteps(steps);
+        const second = transcript.slice(secondFrom);
+        const n = Math.max(first.length, second.length);
+        for (let k = 0; k < n; k++) {
+          if (first[k] !== second[k]) {
+            fail(
+              `the same inputs gave other outputs in a fresh instance (call ${k + 1}): ` +
+                `${first[k] ?? 'nothing'} vs ${second[k] ?? 'nothing'}`,
+            );
+          }
+        }
+        return flow;
+      }
+      case 'repeat': {
+        const times = toBig(need(step, 'times', isInt, 'an integer'), 'times');
+        const steps = need(step, 'steps', Array.isArray, 'a list of steps');
+        const otherwise = step.else ?? null;
+        if (otherwise !== null && typeof otherwise !== 'string') fail(`malformed step ${safeText(step)}: "else" must be a string or null`);
+        for (let k = 0n; k < times; k++) {
+          if ((await runSteps(steps)) === 'stop') return 'ran';
+        }
+        if (otherwise !== null) fail(otherwise);
+        break;
+      }
+      case 'stop-if':
+        if (holds(need(step, 'that', isObject, 'a predicate'), s)) return 'stop';
+        break;
+      case 'expect': {
+        const that = need(step, 'that', isObject, 'a predicate');
+        const otherwise = need(step, 'else', isString, 'a message');
+        if (!holds(that, s)) fail(`${otherwise}; ${context(that, s)}`);
+        break;
+      }
+      default:
+        fail(`unknown step ${safeText(step.do)}`);
+    }
+    return 'ran';
+  };
+
+  const result = { name: scenario?.name, level: scenario?.level, failure: null, transcript };
+  try {
+    s.instance = await newInstance();
+  } catch (e) {
+    result.unusable = errorText(e);
+    result.failure = result.unusable;
+    return result;
+  }
+  try {
+    s.instance.init(settings);
+  } catch (e) {
+    result.unusable = `policy ${s.instance.label ?? 'under test'} refused the settings ${settings.trim()}: ${e?.reason ?? errorText(e)}`;
+    result.failure = result.unusable;
+    return result;
+  }
+  record({ do: 'init', settings });
+  try {
+    // A stop-if outside any repeat ends the scenario (as in Tether's host).
+    await runSteps(scenario?.steps);
+  } catch (e) {
+    const why = e instanceof ScenarioFailure ? e.message : `host error: ${e?.stack ?? e}`;
+    result.failure = `at step ${calls} (${last}): ${why}`;
+  }
+  return result;
+}
+
+/** What a predicate looked at, for a failure's message (as Tether's host words it). */
+export function context(predicate, state) {
+  const key = Object.keys(predicate)[0];
+  switch (key) {
+    case 'not':
+      return context(predicate.not, state);
+    case 'admission':
+    case 'refused-naming':
+      return state.admission ? `the admission was ${stringify(state.admission)}` : 'no call was admitted';
+    case 'lists':
+    case 'state':
+      return `the status was ${stringify(state.status ?? [])}`;
+    case 'timer-armed':
+    case 'timer-not-in-the-past':
+      return `at ${state.now} the timers were ${describeWakes(state.wakes)}`;
+    default:
+      return `the actions were ${stringify(state.actions ?? [])}`;
+  }
+}

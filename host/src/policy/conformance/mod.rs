@@ -1,0 +1,214 @@
+//! The conformance suite: scenarios (events in, expected actions and admissions out) that any
+//! policy component must pass. `tether policy check` runs them here, after [`preflight`] has
+//! made sure the component can be used at all.
+//!
+//! The scenarios are data ([`script`]), written once ([`suite`]) and run by [`interpreter`].
+//! [`export`] writes them as JSON (`docs/CONFORMANCE.md`), which hosts other than Tether run
+//! (`host/python`, `host/js`); each host writes a transcript of every call into the policy, and
+//! for the same component those are identical, byte for byte.
+//!
+//! Scenarios come at two levels ([`Level`]): the *contract* (valid outputs, no tools for a
+//! server without a session, withdrawal on removal and shutdown, determinism, the snapshot round
+//! trip, a handover taken over), which any policy the host runs must keep, and *Tether's
+//! invariants* (never give up — park; the budget resets only on a proven session; one half-open
+//! probe; ...), which a policy may break on purpose, and which a swap then names (`--force`).
+
+mod interpreter;
+pub mod script;
+mod suite;
+mod wire;
+
+use std::path::Path;
+use std::sync::Arc;
+
+pub use script::{Level, Scenario};
+pub use suite::scenarios;
+
+use super::PolicyError;
+use super::engine::{PolicyEngine, PolicySource};
+use super::runtime::{PolicyRuntime, RuntimeOptions};
+use interpreter::Interpreter;
+
+/// One scenario's outcome.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ScenarioResult {
+    /// The scenario's name (e.g. `tools-are-withdrawn-exactly-once`).
+    pub name: &'static str,
+    /// Which promise it checks.
+    pub level: Level,
+    /// `None` when it passed; otherwise what differed.
+    pub failure: Option<String>,
+    /// Every call into the policy and its answer, one JSON line each (`docs/CONFORMANCE.md`).
+    #[serde(skip)]
+    pub transcript: String,
+}
+
+/// Starts `source` with `settings` once, as every scenario does, and says why it cannot be used
+/// at all: not loadable, built for an incompatible contract, settings it refuses (in its own
+/// words), a fault while starting. Checked before [`run`], so that such a component gets one
+/// clear error instead of every scenario failing for the same reason.
+pub fn preflight(
+    engine: &Arc<PolicyEngine>,
+    source: &PolicySource,
+    settings: &str,
+) -> Result<(), String> {
+    let started = PolicyRuntime::start(RuntimeOptions {
+        engine: Some(engine.clone()),
+        source: source.clone(),
+        settings: settings.to_string(),
+        fallback_to_default: false,
+        ..RuntimeOptions::default()
+    });
+    match started {
+        Ok(_) => Ok(()),
+        Err(PolicyError::Refused {
+            policy,
+            what: "the settings",
+            reason,
+        }) => Err(format!(
+            "policy {policy} refused the settings {}: {reason}",
+            settings.trim()
+        )),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// Runs every scenario against `source`, each in a fresh instance given `settings`. Failures of
+/// the component (traps, refusals) are scenario failures, never papered over by a fallback.
+pub fn run(
+    engine: &Arc<PolicyEngine>,
+    source: &PolicySource,
+    settings: &str,
+) -> Vec<ScenarioResult> {
+    let policy = engine.load(source).map_err(|e| e.to_string());
+    scenarios()
+        .into_iter()
+        .map(|scenario| {
+            let mut transcript = String::new();
+            let failure = policy
+                .clone()
+                .and_then(|policy| {
+                    let mut interpreter = Interpreter::start(&policy, settings)?;
+                    let outcome = interpreter.run(&scenario.steps);
+                    transcript = interpreter.transcript().to_string();
+                    outcome
+                })
+                .err();
+            ScenarioResult {
+                name: scenario.name,
+                level: scenario.level,
+                failure,
+                transcript,
+            }
+        })
+        .collect()
+}
+
+/// Writes the suite as JSON into `dir`: `index.json` (the names, in order) and `NAME.json` per
+/// scenario.
+pub fn export(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for (file, text) in exported() {
+        std::fs::write(dir.join(file), text)?;
+    }
+    Ok(())
+}
+
+/// The files [`export`] writes, with their contents.
+pub fn exported() -> Vec<(String, String)> {
+    let all = scenarios();
+    let names: Vec<&str> = all.iter().map(|s| s.name).collect();
+    let mut files = vec![("index.json".to_string(), pretty(&names))];
+    files.extend(
+        all.iter()
+            .map(|scenario| (format!("{}.json", scenario.name), pretty(scenario))),
+    );
+    files
+}
+
+/// Writes each result's transcript into `dir` as `NAME.jsonl`.
+pub fn write_transcripts(dir: &Path, results: &[ScenarioResult]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for result in results {
+        std::fs::write(
+            dir.join(format!("{}.jsonl", result.name)),
+            &result.transcript,
+        )?;
+    }
+    Ok(())
+}
+
+fn pretty(value: &impl serde::Serialize) -> String {
+    serde_json::to_string_pretty(value).expect("scenarios serialize") + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `host/conformance/` is what the suite says, file for file; `TETHER_BLESS=1` rewrites it.
+    #[test]
+    fn the_checked_in_export_is_the_suite() {
+        let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/conformance"));
+        if std::env::var_os("TETHER_BLESS").is_some() {
+            let _ = std::fs::remove_dir_all(dir);
+            export(dir).unwrap();
+        }
+        let expected = exported();
+        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        on_disk.sort();
+        let mut names: Vec<String> = expected.iter().map(|(name, _)| name.clone()).collect();
+        names.sort();
+        let stale = "host/conformance/ is out of date with the suite: run \
+                     `TETHER_BLESS=1 cargo test -p tether --lib conformance` and commit it";
+        assert_eq!(on_disk, names, "{stale}");
+        for (name, text) in expected {
+            let checked_in = std::fs::read_to_string(dir.join(&name)).unwrap();
+            assert!(checked_in == text, "{name}: {stale}");
+        }
+    }
+
+    #[test]
+    fn values_are_encoded_as_documented() {
+        use crate::policy::types::{self as t, Fault};
+        let event = t::Event {
+            now: u64::MAX,
+            kind: t::EventKind::ConnectFailed(t::ServerFault {
+                server: "a".into(),
+                fault: Fault::HandshakeTimedOut,
+            }),
+        };
+        assert_eq!(
+            serde_json::to_string(&wire::Event::from(&event)).unwrap(),
+            r#"{"now":18446744073709551615,"kind":{"tag":"connect-failed","val":{"server":"a","fault":{"tag":"handshake-timed-out"}}}}"#
+        );
+        let status = t::ServerStatus {
+            server: "a".into(),
+            state: t::ServerState::BackingOff,
+            breaker: t::BreakerState::HalfOpen,
+            failures: 1,
+            breaker_failures: 2,
+            tool_errors: 3,
+            last_fault: None,
+            since: 4,
+            published_tools: 5,
+            next_attempt_at: Some(6),
+            breaker_until: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&wire::statuses(&[status])).unwrap(),
+            r#"[{"server":"a","state":"backing-off","breaker":"half-open","failures":1,"breaker-failures":2,"tool-errors":3,"last-fault":null,"since":4,"published-tools":5,"next-attempt-at":6,"breaker-until":null}]"#
+        );
+        let exited = t::CallOutcome::TransportError(Fault::ProcessExited(None));
+        assert_eq!(
+            serde_json::to_string(&wire::CallOutcome::from(&exited)).unwrap(),
+            r#"{"tag":"transport-error","val":{"tag":"process-exited","val":null}}"#
+        );
+    }
+}

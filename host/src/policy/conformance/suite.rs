@@ -1,0 +1,832 @@
+//! The scenarios, written once as data. They check behaviour, not one policy's parameters: they
+//! use the policy's own settings, fire every timer it asks for, and allow generous bounds
+//! ("parks within 25 attempts").
+
+use super::script::{AdmissionCase, Level, Predicate, Scenario, Step};
+use crate::policy::types::{
+    BreakerState, CallOutcome, EventKind, Fault, Handover, LiveSession, PolicyInfo,
+    ReconnectRequest, ReconnectSource, ServerConfig, ServerFault, ServerHandover, ServerState,
+    ServerTools, SessionInfo, Tool, TransportKind,
+};
+
+/// Attempts within which a failing server must be parked.
+const PARK_WITHIN: u32 = 25;
+/// Consecutive transport failures within which the breaker must open.
+const BREAKER_WITHIN: u32 = 10;
+/// Virtual time far beyond any sane cooldown or backoff.
+const LONG_MS: u64 = 24 * 3600 * 1000;
+
+/// Every scenario, in order: the contract's, then the invariants'.
+pub fn scenarios() -> Vec<Scenario> {
+    use Level::{Contract, Invariant};
+    let scenario = |name, level, summary, steps| Scenario {
+        name,
+        level,
+        summary,
+        steps,
+    };
+    vec![
+        scenario(
+            "session-publishes-usable-tool-names",
+            Contract,
+            "A session's tools are published under usable, unique names that keep the originals.",
+            session_publishes_usable_tool_names(),
+        ),
+        scenario(
+            "tools-are-withdrawn-exactly-once",
+            Contract,
+            "A dead session's tools are withdrawn once, however many attempts fail after it.",
+            tools_are_withdrawn_exactly_once(),
+        ),
+        scenario(
+            "removal-withdraws-and-forgets",
+            Contract,
+            "A removed server is withdrawn, disconnected and its calls refused.",
+            removal_withdraws_and_forgets(),
+        ),
+        scenario(
+            "shutdown-withdraws-every-server",
+            Contract,
+            "Shutdown withdraws every server's tools once.",
+            shutdown_withdraws_every_server(),
+        ),
+        scenario(
+            "tools-changed-republishes-only-on-difference",
+            Contract,
+            "A refreshed tool list is republished only when it differs.",
+            tools_changed_republishes_only_on_difference(),
+        ),
+        scenario(
+            "include-and-exclude-filter-tools",
+            Contract,
+            "The include and exclude globs decide which tools are published.",
+            include_and_exclude_filter_tools(),
+        ),
+        scenario(
+            "decisions-are-deterministic",
+            Contract,
+            "The same inputs give the same outputs in a fresh instance.",
+            decisions_are_deterministic(),
+        ),
+        scenario(
+            "state-survives-snapshot-and-restore",
+            Contract,
+            "Budget and breaker move intact into a fresh instance by snapshot and restore.",
+            state_survives_snapshot_and_restore(),
+        ),
+        scenario(
+            "takes-over-another-policy-keeping-sessions",
+            Contract,
+            "A handover from another implementation is adopted without reconnecting live sessions.",
+            takes_over_another_policy_keeping_sessions(),
+        ),
+        scenario(
+            "configured-server-connects",
+            Invariant,
+            "A configured server is connected.",
+            vec![
+                configure("alpha"),
+                expect(connects("alpha"), "expected connect(alpha)"),
+            ],
+        ),
+        scenario(
+            "transient-failure-retries-after-a-backoff",
+            Invariant,
+            "A transient failure is retried, after a backoff.",
+            transient_failure_retries_after_a_backoff(),
+        ),
+        scenario(
+            "permanent-fault-parks-at-once",
+            Invariant,
+            "A permanent fault parks the server at once, with a self-probe armed.",
+            permanent_fault_parks_at_once(),
+        ),
+        scenario(
+            "failing-server-parks-and-keeps-a-self-probe",
+            Invariant,
+            "A failing server parks, and its self-probe keeps trying forever.",
+            failing_server_parks_and_keeps_a_self_probe(),
+        ),
+        scenario(
+            "handshake-alone-does-not-reset-the-budget",
+            Invariant,
+            "A server that initializes and dies at once parks: a handshake is no proof.",
+            handshake_alone_does_not_reset_the_budget(),
+        ),
+        scenario(
+            "proven-sessions-never-park",
+            Invariant,
+            "A server whose sessions are proven never parks.",
+            proven_sessions_never_park(),
+        ),
+        scenario(
+            "reconnect-request-revives-a-parked-server",
+            Invariant,
+            "A reconnect request connects a parked server at once.",
+            reconnect_request_revives_a_parked_server(),
+        ),
+        scenario(
+            "breaker-opens-and-fails-fast",
+            Invariant,
+            "Consecutive transport failures open the breaker, which refuses calls.",
+            [healthy("alpha", &["work"]), open_breaker("alpha")].concat(),
+        ),
+        scenario(
+            "exactly-one-half-open-probe",
+            Invariant,
+            "After the cooldown exactly one call probes; its success closes the breaker.",
+            exactly_one_half_open_probe(),
+        ),
+        scenario(
+            "probe-without-session-signals-reconnect",
+            Invariant,
+            "A probe that finds no live session signals a reconnect.",
+            probe_without_session_signals_reconnect(),
+        ),
+        scenario(
+            "tool-errors-do-not-open-the-breaker",
+            Invariant,
+            "Tool errors never open the breaker.",
+            [
+                healthy("alpha", &["work"]),
+                vec![repeat(
+                    3 * BREAKER_WITHIN,
+                    vec![
+                        call("alpha", CallOutcome::ToolError("invalid arguments".into())),
+                        expect(
+                            admission(AdmissionCase::Allow),
+                            "tool errors must not open the breaker",
+                        ),
+                    ],
+                    None,
+                )],
+            ]
+            .concat(),
+        ),
+    ]
+}
+
+// Steps.
+
+fn event(kind: EventKind) -> Step {
+    Step::Event { kind }
+}
+
+fn config(server: &str, include: &[&str], exclude: &[&str]) -> ServerConfig {
+    ServerConfig {
+        name: server.into(),
+        transport: TransportKind::Stdio,
+        include: include.iter().map(|s| s.to_string()).collect(),
+        exclude: exclude.iter().map(|s| s.to_string()).collect(),
+        settings: String::new(),
+    }
+}
+
+fn configure(server: &str) -> Step {
+    event(EventKind::ServerConfigured(config(server, &[], &[])))
+}
+
+fn tool(name: &str) -> Tool {
+    Tool {
+        name: name.into(),
+        description: Some(format!("the {name} tool")),
+        input_schema: r#"{"type":"object"}"#.into(),
+        read_only: false,
+    }
+}
+
+fn tools(names: &[&str]) -> Vec<Tool> {
+    names.iter().map(|name| tool(name)).collect()
+}
+
+fn connected(server: &str, names: &[&str]) -> Step {
+    event(EventKind::Connected(SessionInfo {
+        server: server.into(),
+        server_info: "conformance 1.0".into(),
+        tools: tools(names),
+    }))
+}
+
+fn connect_failed(server: &str, fault: Fault) -> Step {
+    event(EventKind::ConnectFailed(ServerFault {
+        server: server.into(),
+        fault,
+    }))
+}
+
+fn disconnected(server: &str) -> Step {
+    event(EventKind::Disconnected(ServerFault {
+        server: server.into(),
+        fault: Fault::ProcessExited(Some(1)),
+    }))
+}
+
+fn keepalive_ok(server: &str) -> Step {
+    event(EventKind::KeepaliveOk(server.into()))
+}
+
+fn reconnect(server: &str, source: ReconnectSource) -> Step {
+    event(EventKind::ReconnectRequested(ReconnectRequest {
+        server: server.into(),
+        source,
+    }))
+}
+
+fn fire_timer(server: &str) -> Step {
+    Step::FireTimer {
+        server: server.into(),
+        optional: false,
+    }
+}
+
+fn fire_timer_if_armed(server: &str) -> Step {
+    Step::FireTimer {
+        server: server.into(),
+        optional: true,
+    }
+}
+
+fn admit(server: &str, tool: &str) -> Step {
+    Step::Admit {
+        server: server.into(),
+        tool: tool.into(),
+        name: None,
+    }
+}
+
+fn call(server: &str, outcome: CallOutcome) -> Step {
+    Step::Call {
+        server: server.into(),
+        tool: "work".into(),
+        outcome,
+    }
+}
+
+fn expect(that: Predicate, otherwise: &str) -> Step {
+    Step::Expect {
+        that,
+        otherwise: otherwise.into(),
+    }
+}
+
+fn stop_if(that: Predicate) -> Step {
+    Step::StopIf { that }
+}
+
+fn repeat(times: u32, steps: Vec<Step>, otherwise: Option<String>) -> Step {
+    Step::Repeat {
+        times,
+        steps,
+        otherwise,
+    }
+}
+
+// Predicates.
+
+fn connects(server: &str) -> Predicate {
+    Predicate::Connects(server.into())
+}
+
+fn withdraws(server: &str, times: usize) -> Predicate {
+    Predicate::Withdraws {
+        server: server.into(),
+        times,
+    }
+}
+
+fn publishes(server: &str) -> Predicate {
+    Predicate::Publishes(server.into())
+}
+
+fn publishes_originals(server: &str, originals: &[&str]) -> Predicate {
+    Predicate::PublishesOriginals {
+        server: server.into(),
+        originals: originals.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn admission(case: AdmissionCase) -> Predicate {
+    Predicate::Admission(case)
+}
+
+fn refused_naming(server: &str) -> Predicate {
+    Predicate::RefusedNaming(server.into())
+}
+
+fn state_in(server: &str, states: &[ServerState]) -> Predicate {
+    Predicate::State {
+        server: server.into(),
+        states: states.to_vec(),
+    }
+}
+
+fn parked(server: &str) -> Predicate {
+    state_in(server, &[ServerState::Parked])
+}
+
+fn not(predicate: Predicate) -> Predicate {
+    Predicate::Not(Box::new(predicate))
+}
+
+// Building blocks.
+
+/// Brings `server` to a connected, proven session with `names` as its tools.
+fn healthy(server: &str, names: &[&str]) -> Vec<Step> {
+    vec![
+        configure(server),
+        connected(server, names),
+        keepalive_ok(server),
+    ]
+}
+
+/// Fails connection attempts with `fault` (firing each backoff timer) until the server parks,
+/// within `within` attempts.
+fn fail_until_parked(server: &str, fault: Fault, within: u32, otherwise: &str) -> Step {
+    repeat(
+        within,
+        vec![
+            connect_failed(server, fault),
+            Step::Status,
+            stop_if(parked(server)),
+            fire_timer(server),
+            expect(
+                connects(server),
+                &format!("after the backoff the policy must connect {server}"),
+            ),
+        ],
+        Some(otherwise.into()),
+    )
+}
+
+/// Fails calls with transport errors until the breaker refuses one, naming the server.
+fn open_breaker(server: &str) -> Vec<Step> {
+    let broken = || CallOutcome::TransportError(Fault::TransportClosed("broken pipe".into()));
+    vec![
+        repeat(
+            BREAKER_WITHIN,
+            vec![
+                call(server, broken()),
+                stop_if(not(admission(AdmissionCase::Allow))),
+            ],
+            None,
+        ),
+        expect(
+            refused_naming(server),
+            &format!(
+                "the breaker did not open after {BREAKER_WITHIN} consecutive transport failures \
+                 (or its refusal does not name {server})"
+            ),
+        ),
+        admit(server, "work"),
+        expect(
+            refused_naming(server),
+            "an open breaker must refuse calls, naming the server",
+        ),
+    ]
+}
+
+// The scenarios' steps.
+
+fn session_publishes_usable_tool_names() -> Vec<Step> {
+    let long = "x".repeat(100);
+    vec![
+        configure("files.v2"),
+        connected("files.v2", &["read file", "write", &long]),
+        expect(
+            publishes_originals("files.v2", &["read file", "write", &long]),
+            "the three tools must be published, keeping their original names for routing",
+        ),
+        expect(
+            Predicate::PublishesUsableNames("files.v2".into()),
+            "advertised names must match [A-Za-z0-9_-]{1,64} and be unique",
+        ),
+        admit("files.v2", "write"),
+        expect(
+            admission(AdmissionCase::Allow),
+            "a fresh session must allow calls",
+        ),
+    ]
+}
+
+fn tools_are_withdrawn_exactly_once() -> Vec<Step> {
+    let once = "tools must be withdrawn exactly once";
+    vec![
+        configure("alpha"),
+        connected("alpha", &["echo"]),
+        disconnected("alpha"),
+        expect(withdraws("alpha", 1), once),
+        repeat(
+            PARK_WITHIN,
+            vec![
+                Step::Status,
+                stop_if(parked("alpha")),
+                fire_timer("alpha"),
+                expect(withdraws("alpha", 0), once),
+                connect_failed("alpha", Fault::HandshakeTimedOut),
+                expect(withdraws("alpha", 0), once),
+            ],
+            Some(format!("alpha was not parked after {PARK_WITHIN} attempts")),
+        ),
+        admit("alpha", "echo"),
+        expect(
+            refused_naming("alpha"),
+            "a parked server's calls must be refused, naming the server",
+        ),
+    ]
+}
+
+fn removal_withdraws_and_forgets() -> Vec<Step> {
+    vec![
+        configure("alpha"),
+        connected("alpha", &["echo"]),
+        event(EventKind::ServerRemoved("alpha".into())),
+        expect(
+            withdraws("alpha", 1),
+            "removal must withdraw the tools once",
+        ),
+        expect(
+            Predicate::Disconnects("alpha".into()),
+            "removal must disconnect the server",
+        ),
+        admit("alpha", "echo"),
+        expect(
+            admission(AdmissionCase::Reject),
+            "a removed server's calls must be refused",
+        ),
+    ]
+}
+
+fn shutdown_withdraws_every_server() -> Vec<Step> {
+    vec![
+        configure("alpha"),
+        connected("alpha", &["echo"]),
+        configure("beta"),
+        connected("beta", &["echo"]),
+        event(EventKind::Shutdown),
+        expect(
+            withdraws("alpha", 1),
+            "shutdown must withdraw alpha's tools once",
+        ),
+        expect(
+            withdraws("beta", 1),
+            "shutdown must withdraw beta's tools once",
+        ),
+    ]
+}
+
+fn tools_changed_republishes_only_on_difference() -> Vec<Step> {
+    let changed = |names: &[&str]| {
+        event(EventKind::ToolsChanged(ServerTools {
+            server: "alpha".into(),
+            tools: tools(names),
+        }))
+    };
+    vec![
+        configure("alpha"),
+        connected("alpha", &["one", "two"]),
+        changed(&["two", "one"]),
+        expect(
+            not(publishes("alpha")),
+            "an unchanged tool list must not be republished",
+        ),
+        changed(&["one", "three"]),
+        expect(
+            publishes_originals("alpha", &["one", "three"]),
+            "a changed tool list must be republished as exactly the new tools",
+        ),
+    ]
+}
+
+fn include_and_exclude_filter_tools() -> Vec<Step> {
+    vec![
+        event(EventKind::ServerConfigured(config(
+            "alpha",
+            &["read_*"],
+            &["read_secret"],
+        ))),
+        connected("alpha", &["read_file", "read_secret", "write_file"]),
+        expect(
+            publishes_originals("alpha", &["read_file"]),
+            "include read_* minus read_secret must publish only read_file",
+        ),
+    ]
+}
+
+/// A fixed story: a server that fails, backs off, comes up, answers and fails calls, is proven,
+/// dies.
+fn story() -> Vec<Step> {
+    let reset = || Fault::TransportClosed("reset".into());
+    vec![
+        configure("alpha"),
+        connect_failed("alpha", reset()),
+        fire_timer_if_armed("alpha"),
+        connected("alpha", &["work", "read"]),
+        call("alpha", CallOutcome::Ok),
+        call("alpha", CallOutcome::TransportError(reset())),
+        call("alpha", CallOutcome::Timeout),
+        call("alpha", CallOutcome::ToolError("bad".into())),
+        keepalive_ok("alpha"),
+        disconnected("alpha"),
+        fire_timer_if_armed("alpha"),
+        Step::Status,
+    ]
+}
+
+fn decisions_are_deterministic() -> Vec<Step> {
+    vec![Step::Twice { steps: story() }]
+}
+
+fn state_survives_snapshot_and_restore() -> Vec<Step> {
+    [
+        healthy("alpha", &["work"]),
+        open_breaker("alpha"),
+        vec![
+            configure("beta"),
+            connect_failed("beta", Fault::HandshakeTimedOut),
+            Step::SnapshotRestore,
+            admit("alpha", "work"),
+            expect(
+                refused_naming("alpha"),
+                "the restored breaker must still refuse calls",
+            ),
+            Step::Advance { ms: LONG_MS },
+            admit("alpha", "work"),
+            expect(
+                admission(AdmissionCase::Probe),
+                "the restored breaker must still half-open",
+            ),
+            fire_timer("beta"),
+            fail_until_parked(
+                "beta",
+                Fault::HandshakeTimedOut,
+                PARK_WITHIN - 1,
+                "the restored budget must still be counting",
+            ),
+        ],
+    ]
+    .concat()
+}
+
+fn takes_over_another_policy_keeping_sessions() -> Vec<Step> {
+    // What Tether hands over when it swaps from its default policy with alpha up and proven,
+    // and beta backing off after a failed attempt.
+    let handover = Handover {
+        now: 1_000,
+        servers: vec![
+            ServerHandover {
+                config: config("alpha", &[], &[]),
+                session: Some(LiveSession {
+                    server_info: "conformance 1.0".into(),
+                    tools: tools(&["work"]),
+                    proven: true,
+                }),
+                connecting: false,
+                state: ServerState::Healthy,
+                breaker: BreakerState::Closed,
+                breaker_until: None,
+                failures: 0,
+                breaker_failures: 0,
+                tool_errors: 0,
+                last_fault: None,
+                since: 990,
+                next_attempt_at: None,
+            },
+            ServerHandover {
+                config: config("beta", &[], &[]),
+                session: None,
+                connecting: false,
+                state: ServerState::BackingOff,
+                breaker: BreakerState::Closed,
+                breaker_until: None,
+                failures: 1,
+                breaker_failures: 0,
+                tool_errors: 0,
+                last_fault: Some(Fault::HandshakeTimedOut.to_string()),
+                since: 995,
+                next_attempt_at: Some(1_015),
+            },
+        ],
+        previous: PolicyInfo {
+            name: "tether-default".into(),
+            version: "0.2.0".into(),
+        },
+    };
+    vec![
+        Step::TakeOver { handover },
+        expect(
+            not(connects("alpha")),
+            "alpha's session is live: the handover must not connect it again",
+        ),
+        Step::Status,
+        expect(
+            Predicate::Lists("alpha".into()),
+            "after the handover, status() must list alpha",
+        ),
+        expect(
+            Predicate::Lists("beta".into()),
+            "after the handover, status() must list beta",
+        ),
+        expect(
+            state_in("alpha", &[ServerState::Connected, ServerState::Healthy]),
+            "alpha's live session must be kept",
+        ),
+        admit("alpha", "work"),
+        expect(
+            admission(AdmissionCase::Allow),
+            "a kept session must allow calls",
+        ),
+    ]
+}
+
+fn transient_failure_retries_after_a_backoff() -> Vec<Step> {
+    vec![
+        configure("alpha"),
+        connect_failed("alpha", Fault::TransportClosed("connection reset".into())),
+        expect(
+            not(connects("alpha")),
+            "a failed attempt must not be retried without a backoff",
+        ),
+        expect(
+            Predicate::TimerArmed("alpha".into()),
+            "expected a backoff timer after a transient failure",
+        ),
+        expect(
+            Predicate::TimerNotInThePast("alpha".into()),
+            "the backoff timer must not be in the past",
+        ),
+        fire_timer("alpha"),
+        expect(connects("alpha"), "the backoff timer must connect"),
+    ]
+}
+
+fn permanent_fault_parks_at_once() -> Vec<Step> {
+    vec![
+        configure("alpha"),
+        connect_failed(
+            "alpha",
+            Fault::SpawnFailed("No such file or directory".into()),
+        ),
+        Step::Status,
+        expect(parked("alpha"), "a permanent fault must park at once"),
+        expect(
+            Predicate::TimerArmed("alpha".into()),
+            "a parked server must keep a self-probe armed",
+        ),
+    ]
+}
+
+fn failing_server_parks_and_keeps_a_self_probe() -> Vec<Step> {
+    vec![
+        configure("alpha"),
+        fail_until_parked(
+            "alpha",
+            Fault::HandshakeTimedOut,
+            PARK_WITHIN,
+            &format!("alpha was not parked after {PARK_WITHIN} failed attempts"),
+        ),
+        // Parked is never the end: the self-probe keeps firing, forever.
+        repeat(
+            5,
+            vec![
+                fire_timer("alpha"),
+                expect(connects("alpha"), "the self-probe must connect"),
+                connect_failed("alpha", Fault::HandshakeTimedOut),
+                Step::Status,
+                expect(parked("alpha"), "a failed self-probe must park again"),
+            ],
+            None,
+        ),
+        fire_timer("alpha"),
+        expect(connects("alpha"), "the self-probe must connect"),
+        connected("alpha", &["echo"]),
+        expect(
+            publishes("alpha"),
+            "a revived server must publish its tools",
+        ),
+    ]
+}
+
+fn handshake_alone_does_not_reset_the_budget() -> Vec<Step> {
+    vec![
+        configure("flappy"),
+        repeat(
+            PARK_WITHIN,
+            vec![
+                connected("flappy", &["echo"]),
+                disconnected("flappy"),
+                Step::Status,
+                stop_if(parked("flappy")),
+                fire_timer("flappy"),
+                expect(
+                    connects("flappy"),
+                    "after the backoff the policy must connect",
+                ),
+            ],
+            Some(format!(
+                "a server that initializes and dies at once must park within {PARK_WITHIN} \
+                 cycles (respawn storm)"
+            )),
+        ),
+    ]
+}
+
+fn proven_sessions_never_park() -> Vec<Step> {
+    vec![
+        configure("steady"),
+        repeat(
+            2 * PARK_WITHIN,
+            vec![
+                connected("steady", &["echo"]),
+                keepalive_ok("steady"),
+                disconnected("steady"),
+                Step::Status,
+                expect(
+                    not(parked("steady")),
+                    "a server whose sessions are proven must never park",
+                ),
+                fire_timer("steady"),
+            ],
+            None,
+        ),
+    ]
+}
+
+fn reconnect_request_revives_a_parked_server() -> Vec<Step> {
+    vec![
+        configure("alpha"),
+        connect_failed("alpha", Fault::AuthRequired(401)),
+        Step::Status,
+        expect(parked("alpha"), "auth required must park"),
+        reconnect("alpha", ReconnectSource::Operator),
+        expect(
+            connects("alpha"),
+            "a reconnect request must connect a parked server at once",
+        ),
+        connected("alpha", &["echo"]),
+        expect(publishes("alpha"), "its tools must come back"),
+    ]
+}
+
+fn exactly_one_half_open_probe() -> Vec<Step> {
+    [
+        healthy("alpha", &["work"]),
+        open_breaker("alpha"),
+        vec![
+            Step::Advance { ms: LONG_MS },
+            Step::Admit {
+                server: "alpha".into(),
+                tool: "work".into(),
+                name: Some("probe".into()),
+            },
+            expect(
+                admission(AdmissionCase::Probe),
+                "after the cooldown one call must probe",
+            ),
+            admit("alpha", "work"),
+            expect(
+                refused_naming("alpha"),
+                "a second call during the probe must be refused, naming the server",
+            ),
+            Step::Finish {
+                server: "alpha".into(),
+                call: Some("probe".into()),
+                outcome: CallOutcome::Ok,
+            },
+            admit("alpha", "work"),
+            expect(
+                admission(AdmissionCase::Allow),
+                "a successful probe must close the breaker",
+            ),
+        ],
+    ]
+    .concat()
+}
+
+fn probe_without_session_signals_reconnect() -> Vec<Step> {
+    [
+        healthy("alpha", &["work"]),
+        open_breaker("alpha"),
+        vec![
+            disconnected("alpha"),
+            Step::Advance { ms: LONG_MS },
+            admit("alpha", "work"),
+            expect(
+                admission(AdmissionCase::Reconnect),
+                "a probe that finds no live session must signal a reconnect",
+            ),
+            expect(
+                refused_naming("alpha"),
+                "the message for the model must name the server",
+            ),
+            reconnect("alpha", ReconnectSource::Probe),
+            expect(connects("alpha"), "the probe's reconnect must connect"),
+            connected("alpha", &["work"]),
+            admit("alpha", "work"),
+            expect(
+                admission(AdmissionCase::Allow),
+                "a new session must close the breaker",
+            ),
+        ],
+    ]
+    .concat()
+}
