@@ -1,0 +1,67 @@
+"""The loader against a real policy component. Needs wasmtime (run inside host/python/.venv)
+and a component: TETHER_POLICY_WASM=path/to/policy.wasm; skipped otherwise."""
+
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+WASM = os.environ.get("TETHER_POLICY_WASM")
+try:
+    import wasmtime  # noqa: F401
+    HAVE_WASMTIME = True
+except ImportError:
+    HAVE_WASMTIME = False
+
+
+def configured(name, now=1000):
+    return {"now": now, "kind": {"tag": "server-configured", "val": {
+        "name": name, "transport": "stdio", "include": [], "exclude": [], "settings": ""}}}
+
+
+@unittest.skipUnless(HAVE_WASMTIME and WASM, "needs wasmtime and TETHER_POLICY_WASM")
+class Loader(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        from tether_policy_host import PolicyComponent
+        cls.component = PolicyComponent(WASM)
+
+    def test_library_use(self):
+        from tether_policy_host import PolicyRefused
+        policy = self.component.instantiate().init("{}")
+        info = policy.info()
+        self.assertEqual(sorted(info), ["name", "version"])
+        actions = policy.handle(configured("alpha"))
+        self.assertIn({"tag": "connect", "val": "alpha"}, actions)
+        big = 2**64 - 1
+        actions = policy.handle({"now": 1001, "kind": {"tag": "connected", "val": {
+            "server": "alpha", "server-info": "x", "tools": [{"name": "work", "read-only": True, "revision": big}]}}})
+        self.assertTrue(any(a["tag"] == "publish-tools" for a in actions))
+        admission = policy.admit({"now": 1002, "call-id": 1, "server": "alpha", "tool": "work"})
+        self.assertEqual(admission, {"tag": "allow"})
+        status = policy.status(1003)
+        self.assertEqual(list(status[0])[:3], ["server", "state", "breaker"])
+        snapshot = policy.snapshot()
+        self.assertIsInstance(snapshot, bytes)
+        fresh = self.component.instantiate().init({})
+        fresh.restore(snapshot)
+        self.assertEqual(fresh.status(1003), status)
+        with self.assertRaises(PolicyRefused):
+            self.component.instantiate().init('{"no such setting": 1}')
+
+    def test_every_signature_converts(self):
+        policy = self.component.instantiate()
+        self.assertEqual(set(policy.sigs), {"info", "init", "set-settings", "handle", "admit", "status",
+                                             "snapshot", "restore", "take-over"})
+        self.assertEqual([p for p, _ in policy.sigs["handle"].params], ["event"])
+
+    def test_bad_input_is_an_encoding_error(self):
+        from tether_policy_host.values import EncodingError
+        policy = self.component.instantiate().init()
+        with self.assertRaises(EncodingError):
+            policy.handle({"now": -1, "kind": {"tag": "shutdown"}})
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,96 @@
+"""``conformance.py COMPONENT [--scenarios DIR] [--settings JSON] [--transcripts DIR] [--only NAME]``
+
+Exit status: 0 when every scenario passes, 1 when one fails, 2 when the component cannot be
+used (it does not load or instantiate, or it refuses the settings) or the scenarios cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import List, Optional
+
+from .scenarios import load_scenarios, run_scenario
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_SCENARIOS = os.path.join(os.path.dirname(HERE), "conformance")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="conformance.py",
+        description="Run Tether's conformance scenarios against a policy component.",
+    )
+    parser.add_argument("component", help="the policy component (.wasm)")
+    parser.add_argument("--scenarios", default=DEFAULT_SCENARIOS, metavar="DIR",
+                        help="the exported scenarios (default: host/conformance)")
+    parser.add_argument("--settings", default="{}", metavar="JSON",
+                        help="settings given to init in every scenario (default: {})")
+    parser.add_argument("--transcripts", metavar="DIR", help="write DIR/NAME.jsonl per scenario")
+    parser.add_argument("--only", action="append", metavar="NAME",
+                        help="run only this scenario (may be repeated)")
+    parser.add_argument("--cache-dir", metavar="DIR",
+                        help="cache for compiled components (default: ~/.cache/tether/policy-host-python)")
+    parser.add_argument("--no-cache", action="store_true", help="compile the component, cache nothing")
+    parser.add_argument("--log", action="store_true", help="print the policy's log records to stderr")
+    args = parser.parse_args(argv)
+
+    try:
+        scenarios = load_scenarios(args.scenarios)
+    except (OSError, ValueError) as e:
+        print("cannot read the scenarios in %s: %s" % (args.scenarios, e), file=sys.stderr)
+        return 2
+    if args.only:
+        known = {s.name for s in scenarios}
+        unknown = [n for n in args.only if n not in known]
+        if unknown:
+            print("no scenario named %s" % ", ".join(unknown), file=sys.stderr)
+            return 2
+        scenarios = [s for s in scenarios if s.name in args.only]
+
+    from .loader import LoadError, PolicyComponent, PolicyError, PolicyRefused, default_cache_dir
+
+    def log(level: str, message: str) -> None:
+        if args.log:
+            print("policy %s: %s" % (level, message), file=sys.stderr)
+
+    try:
+        cache = None if args.no_cache else (args.cache_dir or default_cache_dir())
+        component = PolicyComponent(args.component, log=log, cache_dir=cache)
+        first = component.instantiate()
+        info = first.info()
+    except (LoadError, PolicyError) as e:
+        print("cannot use %s: %s" % (args.component, e), file=sys.stderr)
+        return 2
+    try:
+        first.init(args.settings)
+    except PolicyRefused as e:
+        print("policy %s refused the settings %s: %s" % (first.label, args.settings.strip(), e.message),
+              file=sys.stderr)
+        return 2
+    except PolicyError as e:
+        print("cannot use %s: %s" % (args.component, e), file=sys.stderr)
+        return 2
+    del first
+    print("checking %s (%s %s, %s)" % (args.component, info.get("name"), info.get("version"), component.interface))
+
+    if args.transcripts:
+        os.makedirs(args.transcripts, exist_ok=True)
+    passed = failed = 0
+    for scenario in scenarios:
+        outcome = run_scenario(scenario, component.instantiate, args.settings)
+        if outcome.passed:
+            passed += 1
+            print("pass %s" % outcome.name)
+        else:
+            failed += 1
+            print("FAIL %s: %s" % (outcome.name, outcome.failure))
+        if args.transcripts:
+            path = os.path.join(args.transcripts, outcome.name + ".jsonl")
+            with open(path, "w", encoding="utf-8", newline="\n") as f:
+                f.write("".join(line + "\n" for line in outcome.transcript))
+        sys.stdout.flush()
+    print("%d passed, %d failed" % (passed, failed))
+    return 0 if failed == 0 else 1
