@@ -14,6 +14,7 @@ mod fixture_smoke;
 mod gateway;
 mod host_death;
 mod hostile_upstreams;
+mod languages;
 mod policy_runtime;
 mod reload_and_swap;
 mod supervision_http;

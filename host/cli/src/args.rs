@@ -57,6 +57,16 @@ pub enum PolicyCommand {
     /// Exits 0 when every scenario passes, 1 when one fails, 2 when the component cannot be used
     /// (it cannot load, or it refuses the settings).
     Check(CheckArgs),
+    /// Write a policy project to start from into DIR (new or empty): the contract's WIT, a
+    /// policy that passes the contract level of `tether policy check`, and `build.sh OUT.wasm`,
+    /// which installs the language's pinned toolchain inside DIR and builds the component.
+    New {
+        /// The language.
+        #[arg(long, value_enum)]
+        lang: Lang,
+        /// Where to write it.
+        dir: PathBuf,
+    },
     /// Replay a recording (`tether serve --record FILE`) against a candidate policy (default:
     /// the embedded one) and print where its decisions differ from the recorded ones. Exits 0
     /// when none differ, 1 when some do, 2 when the recording or the candidate cannot be used.
@@ -176,6 +186,27 @@ pub struct ServeArgs {
     /// How long calls in flight may take to finish once shutdown starts (e.g. "30s", "2m").
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
+}
+
+/// A language a policy can be written in.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Lang {
+    /// Rust, with wit-bindgen (cargo, target wasm32-wasip2).
+    Rust,
+    /// Python, with componentize-py.
+    Python,
+    /// JavaScript, with componentize-js.
+    Js,
+}
+
+impl std::fmt::Display for Lang {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Lang::Rust => "Rust",
+            Lang::Python => "Python",
+            Lang::Js => "JavaScript",
+        })
+    }
 }
 
 /// `tether policy check`.

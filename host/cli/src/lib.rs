@@ -6,6 +6,7 @@ mod args;
 mod client;
 mod policy;
 mod serve;
+mod starter;
 pub mod state_file;
 
 use std::process::ExitCode;
@@ -29,6 +30,9 @@ pub fn main() -> ExitCode {
             init_logging("warn");
             policy::check(args)
         }
+        Command::Policy {
+            command: PolicyCommand::New { lang, dir },
+        } => starter::new(lang, &dir),
         Command::Policy {
             command:
                 PolicyCommand::Replay {
@@ -78,7 +82,8 @@ async fn admin_command(command: Command) -> ExitCode {
         } => client::policy_set(&admin, &settings).await,
         Command::Serve(_)
         | Command::Policy {
-            command: PolicyCommand::Check(_) | PolicyCommand::Replay { .. },
+            command:
+                PolicyCommand::Check(_) | PolicyCommand::New { .. } | PolicyCommand::Replay { .. },
         } => unreachable!("handled in main"),
     }
 }
