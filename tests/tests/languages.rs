@@ -4,11 +4,14 @@
 //! build and pass its contract level, and the Python and JavaScript hosts run the exported
 //! scenarios with transcripts identical to Tether's, byte for byte.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use tether::policy::conformance::{self, Level, ScenarioResult};
 use tether::policy::{EMBEDDED_DEFAULT_POLICY, PolicyEngine, PolicySource};
+use tether_tests::components;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -27,18 +30,46 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// Longest any one toolchain step may take (installs from PyPI and npm included) on a loaded
+/// 2-core machine; past it the step's whole process group is killed and the test fails.
+const STEP_LIMIT: Duration = Duration::from_secs(600);
+
+/// Runs `command` in its own process group; returns its exit code, stdout and stderr, or fails
+/// the test if it is not done within [`STEP_LIMIT`].
+fn outcome(command: &mut Command, what: &str) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what} did not start: {e}"));
+    let deadline = Instant::now() + STEP_LIMIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            // SAFETY: kill(2) on the group this test started.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.wait();
+            panic!(
+                "{what} took longer than {STEP_LIMIT:?}:\n{}",
+                std::fs::read_to_string(&err).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let read = |path: &Path| String::from_utf8_lossy(&std::fs::read(path).unwrap()).into_owned();
+    (status.code(), read(&out), read(&err))
+}
+
 /// Runs `command` to success; returns its stdout, or fails the test with its output.
 fn run(command: &mut Command, what: &str) -> String {
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("{what} did not start: {e}"));
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "{what} failed ({}):\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let (code, stdout, stderr) = outcome(command, what);
+    assert_eq!(code, Some(0), "{what} failed:\n{stdout}\n{stderr}");
     stdout
 }
 
@@ -61,10 +92,20 @@ fn failures(results: &[ScenarioResult], level: Option<Level>) -> Vec<String> {
 
 /// Builds `project` with its `build.sh` into `out`.
 fn build(project: &Path, out: &Path) {
-    run(
-        Command::new("bash").arg(project.join("build.sh")).arg(out),
-        &format!("{}/build.sh", project.display()),
-    );
+    let mut command = Command::new("bash");
+    command.arg(project.join("build.sh")).arg(out);
+    // As a user runs it: none of the outer cargo's settings for this test (a nested cargo
+    // would build for the host with them, or into the outer target dir).
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if (key.starts_with("CARGO_") && key != "CARGO_HOME")
+            || key.starts_with("RUSTC")
+            || key == "RUSTFLAGS"
+        {
+            command.env_remove(&*key);
+        }
+    }
+    run(&mut command, &format!("{}/build.sh", project.display()));
     assert!(out.metadata().is_ok_and(|m| m.len() > 0), "no component");
 }
 
@@ -105,13 +146,19 @@ fn starter_passes_the_contract(lang: &str) {
         Vec::<String>::new()
     );
     // A second `new` into the same, now non-empty, directory is refused and writes nothing.
-    let again = Command::new(env!("CARGO_BIN_EXE_tether-cli"))
-        .args(["policy", "new", "--lang", lang])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert_eq!(again.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&again.stderr).contains("is not empty"));
+    let before = files(&dir);
+    let (code, _, stderr) = outcome(
+        Command::new(env!("CARGO_BIN_EXE_tether-cli"))
+            .args(["policy", "new", "--lang", lang])
+            .arg(&dir),
+        "tether policy new (again)",
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("is not empty"), "{stderr}");
+    assert!(
+        files(&dir) == before,
+        "a refused `policy new` changed files"
+    );
 }
 
 #[test]
@@ -129,58 +176,79 @@ fn policy_new_js_builds_and_passes_the_contract() {
     starter_passes_the_contract("js");
 }
 
-/// Every file of `dir`, by name.
+/// The files directly in `dir`, by name, with their contents.
 fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut all: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
-        .map(|entry| {
-            let entry = entry.unwrap();
-            let name = entry.file_name().to_string_lossy().into_owned();
-            (name, std::fs::read(entry.path()).unwrap())
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.is_file())
+        .map(|path| {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&path).unwrap())
         })
         .collect();
     all.sort();
     all
 }
 
-#[test]
-fn three_hosts_give_the_default_policy_identical_transcripts() {
-    let dir = scratch("three-hosts");
-    let component = dir.join("default-policy.wasm");
-    std::fs::write(&component, EMBEDDED_DEFAULT_POLICY).unwrap();
+/// Whether `output` has the summary line `N passed, F failed` for the whole suite.
+fn summary(output: &str, failed: usize) -> bool {
+    let passed = conformance::scenarios().len() - failed;
+    output
+        .lines()
+        .any(|line| line.trim() == format!("{passed} passed, {failed} failed"))
+}
 
+/// The transcripts of `component` written by Tether, the Python host and the JavaScript host,
+/// each asserted to end with `failed` failed scenarios.
+fn transcripts_in_three_hosts(dir: &Path, component: &Path, failed: usize) -> [PathBuf; 3] {
     let rust = dir.join("rust");
-    let results = check(&component);
-    assert_eq!(failures(&results, None), Vec::<String>::new());
+    let results = check(component);
+    assert_eq!(failures(&results, None).len(), failed, "{results:#?}");
     conformance::write_transcripts(&rust, &results).unwrap();
-
+    let exit = if failed == 0 { 0 } else { 1 };
     let python = dir.join("python");
-    let said = run(
+    let (code, said, stderr) = outcome(
         Command::new("python3")
             .arg(repo().join("host/python/conformance.py"))
-            .arg(&component)
+            .arg(component)
             .arg("--transcripts")
             .arg(&python),
         "host/python/conformance.py",
     );
-    assert!(said.contains("20 passed, 0 failed"), "{said}");
-
+    assert!(
+        code == Some(exit) && summary(&said, failed),
+        "{said}\n{stderr}"
+    );
     let js = dir.join("js");
-    let said = run(
+    let (code, said, stderr) = outcome(
         Command::new("node")
             .arg(repo().join("host/js/conformance.mjs"))
-            .arg(&component)
+            .arg(component)
             .arg("--transcripts")
             .arg(&js),
         "host/js/conformance.mjs",
     );
-    assert!(said.contains("20 passed, 0 failed"), "{said}");
+    assert!(
+        code == Some(exit) && summary(&said, failed),
+        "{said}\n{stderr}"
+    );
+    [rust, python, js]
+}
 
-    let expected = files(&rust);
+fn assert_same_transcripts([rust, python, js]: &[PathBuf; 3]) {
+    let expected = files(rust);
     assert_eq!(expected.len(), conformance::scenarios().len());
-    for (host, transcripts) in [("python", files(&python)), ("js", files(&js))] {
-        for ((name, want), (got_name, got)) in expected.iter().zip(&transcripts) {
-            assert_eq!(name, got_name, "{host} wrote other files");
+    for (host, dir) in [("python", python), ("js", js)] {
+        let transcripts = files(dir);
+        let names =
+            |all: &[(String, Vec<u8>)]| all.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            names(&transcripts),
+            names(&expected),
+            "{host} wrote other files"
+        );
+        for ((name, want), (_, got)) in expected.iter().zip(&transcripts) {
             assert!(
                 want == got,
                 "{host}'s transcript of {name} differs from Tether's:\n{}\nvs\n{}",
@@ -188,29 +256,69 @@ fn three_hosts_give_the_default_policy_identical_transcripts() {
                 String::from_utf8_lossy(got)
             );
         }
-        assert_eq!(
-            expected.len(),
-            transcripts.len(),
-            "{host} wrote other files"
-        );
     }
 }
 
 #[test]
-fn the_python_and_javascript_unit_tests_pass() {
+fn three_hosts_give_identical_transcripts_and_their_own_tests_pass() {
+    let dir = scratch("three-hosts");
+    let component = dir.join("default-policy.wasm");
+    std::fs::write(&component, EMBEDDED_DEFAULT_POLICY).unwrap();
+    assert_same_transcripts(&transcripts_in_three_hosts(&dir, &component, 0));
+
+    // A policy that fails a scenario fails it alike everywhere, up to the same call.
+    let wrong = dir.join("wrong");
+    std::fs::create_dir_all(&wrong).unwrap();
+    assert_same_transcripts(&transcripts_in_three_hosts(
+        &wrong,
+        Path::new(components::WRONG),
+        1,
+    ));
+
+    // The hosts' own tests, now that the hosts installed their toolchains (wasmtime-py into
+    // host/python/.venv, jco into host/js/node_modules), against a real component.
     let root = repo();
-    for dir in ["guest/python/tests", "host/python/tests"] {
-        run(
-            Command::new("python3")
-                .args(["-m", "unittest", "discover", "-s"])
-                .arg(root.join(dir)),
-            &format!("python3 -m unittest discover -s {dir}"),
-        );
-    }
-    for dir in ["guest/js/test", "host/js/test"] {
-        run(
-            Command::new("node").arg("--test").arg(root.join(dir)),
-            &format!("node --test {dir}"),
-        );
-    }
+    run(
+        Command::new(root.join("host/python/.venv/bin/python"))
+            .args(["-m", "unittest", "discover", "-s"])
+            .arg(root.join("host/python/tests"))
+            .env("TETHER_POLICY_WASM", &component),
+        "host/python's unit tests",
+    );
+    run(
+        Command::new("node")
+            .arg("--test")
+            .args(test_files(&root.join("host/js/test")))
+            .env("TETHER_POLICY_WASM", &component),
+        "host/js's unit tests",
+    );
+}
+
+/// The `*.test.mjs` files of `dir` (newer Node versions read a directory argument as a pattern).
+fn test_files(dir: &Path) -> Vec<PathBuf> {
+    let mut all: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.to_string_lossy().ends_with(".test.mjs"))
+        .collect();
+    all.sort();
+    assert!(!all.is_empty(), "no tests in {}", dir.display());
+    all
+}
+
+#[test]
+fn the_policies_own_unit_tests_pass() {
+    let root = repo();
+    run(
+        Command::new("python3")
+            .args(["-m", "unittest", "discover", "-s"])
+            .arg(root.join("guest/python/tests")),
+        "guest/python's unit tests",
+    );
+    run(
+        Command::new("node")
+            .arg("--test")
+            .args(test_files(&root.join("guest/js/test"))),
+        "guest/js's unit tests",
+    );
 }

@@ -54,7 +54,11 @@ pub fn new(lang: Lang, dir: &Path) -> ExitCode {
 }
 
 fn write(lang: Lang, dir: &Path) -> Result<(), String> {
-    let occupied = std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some());
+    let occupied = match std::fs::read_dir(dir) {
+        Ok(mut entries) => entries.next().is_some(),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => false,
+        Err(error) => return Err(format!("cannot use {}: {error}", dir.display())),
+    };
     if occupied {
         return Err(format!(
             "{} is not empty: a new policy goes into a new or empty directory",

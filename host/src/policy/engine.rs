@@ -307,8 +307,11 @@ fn store_artifact(path: &Path, component: &Component) -> anyhow::Result<()> {
     let dir = path.parent().expect("artifact paths have a parent");
     std::fs::create_dir_all(dir)?;
     let bytes = component.serialize()?;
-    // Write then rename, so a concurrent reader never sees half a file.
-    let tmp = dir.join(format!(".{}.tmp", std::process::id()));
+    // Write then rename, so a concurrent reader never sees half a file; the temporary name is
+    // unique to this process and this write (engines in several threads share a cache).
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let write = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{}-{write}.tmp", std::process::id()));
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)?;
     Ok(())

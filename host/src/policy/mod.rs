@@ -9,6 +9,7 @@ mod guest_output;
 mod imports;
 mod instance;
 mod ledger;
+mod outputs;
 pub mod record;
 mod runtime;
 pub mod types;

@@ -40,6 +40,7 @@ use tokio::sync::{broadcast, oneshot};
 use super::engine::{LoadedPolicy, PolicyEngine, PolicySource};
 use super::instance::{HeldData, Limits, PolicyInstance, rough_tool_data};
 use super::ledger::Ledger;
+use super::outputs::{check_actions, check_admission, check_take_over};
 use super::record::{Divergence, Record, Recorder, event_name, redact_actions};
 use super::types::{
     Action, Admission, BreakerState, CallRequest, Event, EventKind, Millis, PolicyInfo,
@@ -1158,23 +1159,9 @@ impl Worker {
                 let path = if incoming.can_take_over() {
                     let handover = ledger.handover(now, &status, previous);
                     actions = incoming.take_over(&handover, &lookup)?;
-                    // The contract forbids it: such a policy would wait for a session event
-                    // that never comes.
-                    if let Some(server) = actions.iter().find_map(|action| match action {
-                        Action::Connect(server) | Action::Disconnect(server)
-                            if ledger.is_live(server) =>
-                        {
-                            Some(server)
-                        }
-                        _ => None,
-                    }) {
-                        return Err(policy.fault(
-                            "take-over",
-                            PolicyFault::InvalidOutput(format!(
-                                "asked to connect or disconnect {server:?}, whose session (or attempt) the host keeps"
-                            )),
-                        ));
-                    }
+                    check_take_over(&actions, ledger).map_err(|why| {
+                        policy.fault("take-over", PolicyFault::InvalidOutput(why))
+                    })?;
                     SwapPath::Handover
                 } else {
                     for event in ledger.lessons(now, &status) {
@@ -1426,90 +1413,4 @@ fn describe(policy: &LoadedPolicy, info: Option<PolicyInfo>, settings: &str) -> 
         digest: policy.digest().to_string(),
         settings: settings.to_string(),
     }
-}
-
-/// The longest message for the model a policy may produce.
-const MAX_MESSAGE: usize = 4096;
-
-/// The longest a policy may hold a call (the call's own deadline usually ends it sooner).
-const MAX_HOLD_MS: u64 = 60_000;
-
-fn check_admission(admission: &Admission) -> Result<(), String> {
-    if let Admission::Hold(hold) = admission
-        && hold.wait_ms > MAX_HOLD_MS
-    {
-        return Err(format!(
-            "held a call for {} ms (limit {MAX_HOLD_MS})",
-            hold.wait_ms
-        ));
-    }
-    match admission {
-        Admission::Reject(message)
-        | Admission::Reconnect(message)
-        | Admission::Hold(super::types::Hold { message, .. }) => {
-            if message.trim().is_empty() {
-                Err("a refusal without a message for the model".into())
-            } else if message.len() > MAX_MESSAGE {
-                Err(format!(
-                    "a refusal message of {} bytes (limit {MAX_MESSAGE})",
-                    message.len()
-                ))
-            } else {
-                Ok(())
-            }
-        }
-        Admission::Allow | Admission::Probe => Ok(()),
-    }
-}
-
-/// Refuses action lists no correct policy produces: actions about servers the host never
-/// configured, and tool names agents could not use or could confuse.
-fn check_actions(actions: &[Action], ledger: &Ledger) -> Result<(), String> {
-    let is_known = |server: &str| ledger.is_configured(server);
-    for action in actions {
-        let server = match action {
-            Action::Connect(s) | Action::Disconnect(s) | Action::WithdrawTools(s) => s,
-            Action::WakeAt(wake) => &wake.server,
-            Action::StateChanged(change) => &change.server,
-            Action::PublishTools(publication) => {
-                let mut names = std::collections::HashSet::new();
-                for tool in &publication.tools {
-                    if !valid_tool_name(&tool.advertised) {
-                        return Err(format!(
-                            "published an unusable tool name {:?}",
-                            truncate(&tool.advertised)
-                        ));
-                    }
-                    if tool.original.is_empty() {
-                        return Err(format!(
-                            "published {} without its original name",
-                            tool.advertised
-                        ));
-                    }
-                    if !names.insert(tool.advertised.as_str()) {
-                        return Err(format!("published {} twice", tool.advertised));
-                    }
-                }
-                &publication.server
-            }
-        };
-        if !is_known(server) {
-            return Err(format!(
-                "acted on a server the host never configured: {:?}",
-                truncate(server)
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn valid_tool_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
-
-fn truncate(text: &str) -> String {
-    text.chars().take(80).collect()
 }

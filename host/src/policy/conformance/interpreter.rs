@@ -8,13 +8,14 @@ use serde::Serialize;
 
 use super::script::{AdmissionCase, Predicate, Step};
 use super::wire;
-use crate::policy::LoadedPolicy;
 use crate::policy::instance::{Limits, PolicyInstance};
 use crate::policy::ledger::Ledger;
+use crate::policy::outputs::{check_actions, check_admission, check_take_over, valid_tool_name};
 use crate::policy::types::{
     Action, Admission, CallOutcome, CallReport, CallRequest, Event, EventKind, Handover,
     ServerStatus, TimerFired,
 };
+use crate::policy::{LoadedPolicy, PolicyFault};
 
 /// One line of a transcript.
 #[derive(Serialize)]
@@ -54,9 +55,9 @@ enum Flow {
     End,
 }
 
-/// What a `twice` block restarts from.
+/// What the host keeps between calls, and a `twice` block restarts from.
 #[derive(Clone)]
-struct Clock {
+struct HostState {
     now: u64,
     wakes: BTreeMap<String, (u64, u64)>,
     next_call: u64,
@@ -71,7 +72,7 @@ pub struct Interpreter {
     instance: PolicyInstance,
     /// What the host knows of the servers: the descriptions of a 0.2 policy's publications.
     ledger: Ledger,
-    clock: Clock,
+    host: HostState,
     actions: Vec<Action>,
     admission: Option<Admission>,
     status: Vec<ServerStatus>,
@@ -89,7 +90,7 @@ impl Interpreter {
             settings: settings.to_string(),
             instance: fresh(policy, settings)?,
             ledger: Ledger::default(),
-            clock: Clock {
+            host: HostState {
                 now: 1_000,
                 wakes: BTreeMap::new(),
                 next_call: 1,
@@ -132,9 +133,9 @@ impl Interpreter {
     fn step_one(&mut self, step: &Step) -> Result<Flow, String> {
         match step {
             Step::Event { kind } => self.handle(kind.clone())?,
-            Step::FireTimer { server, optional } => match self.clock.wakes.remove(server) {
+            Step::FireTimer { server, optional } => match self.host.wakes.remove(server) {
                 Some((at, token)) => {
-                    self.clock.now = self.clock.now.max(at);
+                    self.host.now = self.host.now.max(at);
                     self.handle(EventKind::Timer(TimerFired {
                         server: server.clone(),
                         token,
@@ -143,11 +144,11 @@ impl Interpreter {
                 None if *optional => {}
                 None => return Err(format!("expected a timer armed for {server}, none is")),
             },
-            Step::Advance { ms } => self.clock.now = self.clock.now.saturating_add(*ms),
+            Step::Advance { ms } => self.host.now = self.host.now.saturating_add(*ms),
             Step::Admit { server, tool, name } => {
                 let call_id = self.admit(server, tool)?;
                 if let Some(name) = name {
-                    self.clock.calls.insert(name.clone(), call_id);
+                    self.host.calls.insert(name.clone(), call_id);
                 }
             }
             Step::Finish {
@@ -156,10 +157,13 @@ impl Interpreter {
                 outcome,
             } => {
                 let call_id = match call {
-                    Some(name) => self.clock.calls.get(name).copied(),
-                    None => self.clock.last_call,
+                    Some(name) => self.host.calls.get(name).copied(),
+                    None => self.host.last_call,
                 }
-                .ok_or_else(|| format!("no call {} was admitted", call.as_deref().unwrap_or("")))?;
+                .ok_or_else(|| match call {
+                    Some(name) => format!("no call named {name} was admitted"),
+                    None => "no call was admitted".to_string(),
+                })?;
                 self.finish(server, call_id, outcome.clone())?;
             }
             Step::Call {
@@ -175,7 +179,7 @@ impl Interpreter {
             Step::Status => {
                 self.status = self.status_now()?;
                 let line = Line::Status {
-                    now: self.clock.now,
+                    now: self.host.now,
                     status: wire::statuses(&self.status),
                 };
                 record(&mut self.transcript, &line);
@@ -226,16 +230,25 @@ impl Interpreter {
     fn handle(&mut self, kind: EventKind) -> Result<(), String> {
         self.called(describe(&kind));
         let event = Event {
-            now: self.clock.now,
+            now: self.host.now,
             kind,
         };
-        self.ledger.note_event(&event);
+        // As Tether's runtime does: the ledger hears the event first (a publication needs the
+        // tools it brings), except a removal (the policy still acts on the server it forgets).
+        let removal = matches!(event.kind, EventKind::ServerRemoved(_));
+        if !removal {
+            self.ledger.note_event(&event);
+        }
         let ledger = &self.ledger;
         let actions = self
             .instance
             .handle_with(&event, &|server, original| ledger.tool(server, original))
             .map_err(|e| e.to_string())?;
-        self.took(actions);
+        check_actions(&actions, &self.ledger).map_err(|why| self.invalid("handle", why))?;
+        if removal {
+            self.ledger.note_event(&event);
+        }
+        self.apply(actions);
         let line = Line::Handle {
             event: (&event).into(),
             actions: wire::actions(&self.actions),
@@ -244,12 +257,20 @@ impl Interpreter {
         Ok(())
     }
 
-    /// Takes in actions the policy returned: the host does them.
-    fn took(&mut self, actions: Vec<Action>) {
+    /// An answer no correct policy gives, worded as the runtime words it.
+    fn invalid(&self, during: &'static str, why: String) -> String {
+        self.instance
+            .policy()
+            .fault(during, PolicyFault::InvalidOutput(why))
+            .to_string()
+    }
+
+    /// Does what the policy asked: arms its timers, and notes what it connects and disconnects.
+    fn apply(&mut self, actions: Vec<Action>) {
         self.ledger.note_actions(&actions);
         for action in &actions {
             if let Action::WakeAt(wake) = action {
-                self.clock
+                self.host
                     .wakes
                     .insert(wake.server.clone(), (wake.at, wake.token));
             }
@@ -260,14 +281,15 @@ impl Interpreter {
     fn admit(&mut self, server: &str, tool: &str) -> Result<u64, String> {
         self.called(format!("admit a call to {server}/{tool}"));
         let request = CallRequest {
-            now: self.clock.now,
-            call_id: self.clock.next_call,
+            now: self.host.now,
+            call_id: self.host.next_call,
             server: server.into(),
             tool: tool.into(),
         };
-        self.clock.next_call += 1;
-        self.clock.last_call = Some(request.call_id);
+        self.host.next_call += 1;
+        self.host.last_call = Some(request.call_id);
         let admission = self.instance.admit(&request).map_err(|e| e.to_string())?;
+        check_admission(&admission).map_err(|why| self.invalid("admit", why))?;
         let line = Line::Admit {
             request: (&request).into(),
             admission: (&admission).into(),
@@ -288,7 +310,7 @@ impl Interpreter {
 
     fn status_now(&mut self) -> Result<Vec<ServerStatus>, String> {
         self.instance
-            .status(self.clock.now)
+            .status(self.host.now)
             .map_err(|e| e.to_string())
     }
 
@@ -303,6 +325,12 @@ impl Interpreter {
         self.instance = fresh;
         let after = self.status_now()?;
         record(&mut self.transcript, &Line::SnapshotRestore);
+        // The contract does not order `status`: compare server by server.
+        let by_server = |mut all: Vec<ServerStatus>| {
+            all.sort_by(|a, b| a.server.cmp(&b.server));
+            all
+        };
+        let (before, after) = (by_server(before), by_server(after));
         if before != after {
             return Err(format!(
                 "status changed across snapshot/restore: {} -> {}",
@@ -328,7 +356,8 @@ impl Interpreter {
             .instance
             .take_over(handover, &|server, original| ledger.tool(server, original))
             .map_err(|e| format!("the handover was refused: {e}"))?;
-        self.took(actions);
+        check_take_over(&actions, &self.ledger).map_err(|why| self.invalid("take-over", why))?;
+        self.apply(actions);
         let line = Line::TakeOver {
             handover: handover.into(),
             actions: wire::actions(&self.actions),
@@ -338,11 +367,11 @@ impl Interpreter {
     }
 
     fn twice(&mut self, steps: &[Step]) -> Result<Flow, String> {
-        let (clock, ledger) = (self.clock.clone(), self.ledger.clone());
+        let (host, ledger) = (self.host.clone(), self.ledger.clone());
         let first_from = self.transcript.len();
         let flow = self.steps(steps)?;
         let first = self.transcript[first_from..].to_string();
-        self.clock = clock;
+        self.host = host;
         self.ledger = ledger;
         self.instance = fresh(&self.policy, &self.settings)?;
         record(
@@ -359,7 +388,7 @@ impl Interpreter {
             at => {
                 let at = at.unwrap_or(first.lines().count().min(second.lines().count()));
                 Err(format!(
-                    "the same inputs gave other outputs in a fresh instance (call {}): {} vs {}",
+                    "the same inputs gave other outputs in a fresh instance (line {} of the block's transcript): {} vs {}",
                     at + 1,
                     first.lines().nth(at).unwrap_or("nothing"),
                     second.lines().nth(at).unwrap_or("nothing"),
@@ -393,17 +422,17 @@ impl Interpreter {
             Predicate::PublishesUsableNames(server) => {
                 self.publication(server).is_some_and(|tools| {
                     let mut seen = std::collections::BTreeSet::new();
-                    tools
-                        .iter()
-                        .all(|t| usable(&t.advertised) && seen.insert(t.advertised.as_str()))
+                    tools.iter().all(|t| {
+                        valid_tool_name(&t.advertised) && seen.insert(t.advertised.as_str())
+                    })
                 })
             }
-            Predicate::TimerArmed(server) => self.clock.wakes.contains_key(server),
+            Predicate::TimerArmed(server) => self.host.wakes.contains_key(server),
             Predicate::TimerNotInThePast(server) => self
-                .clock
+                .host
                 .wakes
                 .get(server)
-                .is_some_and(|(at, _)| *at >= self.clock.now),
+                .is_some_and(|(at, _)| *at >= self.host.now),
             Predicate::Admission(case) => self.admission.as_ref().is_some_and(|a| {
                 *case
                     == match a {
@@ -456,10 +485,9 @@ impl Interpreter {
             Predicate::Lists(_) | Predicate::State { .. } => {
                 format!("the status was {}", json(&wire::statuses(&self.status)))
             }
-            Predicate::TimerArmed(_) | Predicate::TimerNotInThePast(_) => format!(
-                "at {} the timers were {:?}",
-                self.clock.now, self.clock.wakes
-            ),
+            Predicate::TimerArmed(_) | Predicate::TimerNotInThePast(_) => {
+                format!("at {} the timers were {:?}", self.host.now, self.host.wakes)
+            }
             _ => format!("the actions were {}", json(&wire::actions(&self.actions))),
         }
     }
@@ -479,14 +507,6 @@ fn record(transcript: &mut String, line: &Line<'_>) {
 
 fn json(value: &impl Serialize) -> String {
     serde_json::to_string(value).expect("encoded values serialize")
-}
-
-/// Whether agents can call a tool by this name: `[A-Za-z0-9_-]{1,64}`.
-fn usable(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 fn describe(kind: &EventKind) -> String {

@@ -212,3 +212,148 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod interpreter_tests {
+    use super::interpreter::Interpreter;
+    use super::script::{Predicate, Step};
+    use crate::policy::engine::{PolicyEngine, PolicySource};
+    use crate::policy::types::{EventKind, ServerConfig, ServerState, TransportKind};
+
+    fn run(steps: &[Step]) -> (Result<(), String>, String) {
+        let engine = PolicyEngine::new(None).unwrap();
+        let policy = engine.load(&PolicySource::Embedded).unwrap();
+        let mut interpreter = Interpreter::start(&policy, "{}").unwrap();
+        let outcome = interpreter.run(steps);
+        (outcome, interpreter.transcript().to_string())
+    }
+
+    fn configure(name: &str) -> Step {
+        Step::Event {
+            kind: EventKind::ServerConfigured(ServerConfig {
+                name: name.into(),
+                transport: TransportKind::Stdio,
+                include: vec![],
+                exclude: vec![],
+                settings: String::new(),
+            }),
+        }
+    }
+
+    fn state(server: &str, state: ServerState) -> Predicate {
+        Predicate::State {
+            server: server.into(),
+            states: vec![state],
+        }
+    }
+
+    #[test]
+    fn a_failed_expectation_names_the_call_and_what_it_looked_at() {
+        let (outcome, transcript) = run(&[
+            configure("alpha"),
+            Step::Expect {
+                that: Predicate::Connects("beta".into()),
+                otherwise: "beta must connect".into(),
+            },
+        ]);
+        let failure = outcome.unwrap_err();
+        assert!(
+            failure
+                .starts_with("at step 1 (configure alpha): beta must connect; the actions were [")
+                && failure.contains(r#"{"tag":"connect","val":"alpha"}"#),
+            "{failure}"
+        );
+        assert_eq!(
+            transcript.lines().count(),
+            2,
+            "init and one handle:\n{transcript}"
+        );
+        assert!(transcript.starts_with("{\"do\":\"init\",\"settings\":\"{}\"}\n"));
+    }
+
+    #[test]
+    fn repeat_ends_on_stop_if_and_fails_with_its_else_when_it_never_does() {
+        let repeat = |until: Predicate, otherwise: Option<&str>| Step::Repeat {
+            times: 3,
+            steps: vec![Step::Status, Step::StopIf { that: until }],
+            otherwise: otherwise.map(str::to_string),
+        };
+        let connecting = state("alpha", ServerState::Connecting);
+        let (outcome, transcript) = run(&[configure("alpha"), repeat(connecting, Some("never"))]);
+        assert_eq!(outcome, Ok(()));
+        assert_eq!(transcript.matches("\"do\":\"status\"").count(), 1);
+
+        let parked = state("alpha", ServerState::Parked);
+        let (outcome, transcript) = run(&[configure("alpha"), repeat(parked.clone(), None)]);
+        assert_eq!(outcome, Ok(()), "without an else, running out is fine");
+        assert_eq!(transcript.matches("\"do\":\"status\"").count(), 3);
+        let (outcome, _) = run(&[configure("alpha"), repeat(parked, Some("never parked"))]);
+        assert_eq!(
+            outcome.unwrap_err(),
+            "at step 1 (configure alpha): never parked"
+        );
+    }
+
+    #[test]
+    fn predicates_about_what_is_not_there_do_not_hold() {
+        for that in [
+            Predicate::Publishes("alpha".into()),
+            Predicate::PublishesUsableNames("alpha".into()),
+            Predicate::TimerArmed("alpha".into()),
+            Predicate::RefusedNaming("alpha".into()),
+        ] {
+            let (outcome, _) = run(&[
+                configure("alpha"),
+                Step::Expect {
+                    that: Predicate::Not(Box::new(that.clone())),
+                    otherwise: format!("{that:?} held"),
+                },
+            ]);
+            assert_eq!(outcome, Ok(()), "{that:?}");
+        }
+        let (outcome, _) = run(&[Step::Expect {
+            that: state("ghost", ServerState::Parked),
+            otherwise: "unreachable".into(),
+        }]);
+        assert!(
+            outcome
+                .unwrap_err()
+                .contains("status() does not list ghost"),
+            "a state of an unlisted server names it"
+        );
+    }
+
+    #[test]
+    fn snapshot_restore_moves_the_state_and_twice_compares_whole_runs() {
+        let twice = || Step::Twice {
+            steps: vec![configure("beta"), Step::Status],
+        };
+        let (outcome, transcript) = run(&[twice(), configure("alpha"), Step::SnapshotRestore]);
+        assert_eq!(outcome, Ok(()));
+        let steps: Vec<&str> = transcript
+            .lines()
+            .map(|l| l.split('"').nth(3).unwrap())
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                "init",
+                "handle",
+                "status",
+                "init",
+                "handle",
+                "status",
+                "handle",
+                "snapshot-restore"
+            ]
+        );
+        // The second run's instance starts from `init`: state made before the block (alpha)
+        // shows as a difference, which is how a policy that remembers across instances would.
+        let (outcome, _) = run(&[configure("alpha"), twice()]);
+        let failure = outcome.unwrap_err();
+        assert!(
+            failure.contains("the same inputs gave other outputs in a fresh instance (line 2"),
+            "{failure}"
+        );
+    }
+}

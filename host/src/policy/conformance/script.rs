@@ -92,8 +92,8 @@ pub enum Step {
         #[serde(serialize_with = "wire::with::handover")]
         handover: Handover,
     },
-    /// Run the steps, then again in a fresh instance from the same point: the transcripts must
-    /// be equal.
+    /// Run the steps, then again in a fresh instance (given only `init`; the host's own state
+    /// as before the block): the transcripts must be equal. Meant for a scenario's start.
     Twice {
         /// The steps.
         steps: Vec<Step>,

@@ -362,8 +362,9 @@ fn fail_until_parked(server: &str, fault: Fault, within: u32, otherwise: &str) -
 fn open_breaker(server: &str) -> Vec<Step> {
     let broken = || CallOutcome::TransportError(Fault::TransportClosed("broken pipe".into()));
     vec![
+        // BREAKER_WITHIN failures, then the admission that must be refused.
         repeat(
-            BREAKER_WITHIN,
+            BREAKER_WITHIN + 1,
             vec![
                 call(server, broken()),
                 stop_if(not(admission(AdmissionCase::Allow))),
@@ -425,7 +426,12 @@ fn tools_are_withdrawn_exactly_once() -> Vec<Step> {
                 connect_failed("alpha", Fault::HandshakeTimedOut),
                 expect(withdraws("alpha", 0), once),
             ],
-            Some(format!("alpha was not parked after {PARK_WITHIN} attempts")),
+            None,
+        ),
+        Step::Status,
+        expect(
+            parked("alpha"),
+            &format!("alpha was not parked after {PARK_WITHIN} failed attempts"),
         ),
         admit("alpha", "echo"),
         expect(
