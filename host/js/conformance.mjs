@@ -5,9 +5,10 @@
 //                                [--transcripts DIR] [--only NAME]... [--log LEVEL] [--no-cache]
 //
 // Exit status: 0 every scenario passed, 1 one failed, 2 the component cannot be used (it does
-// not load, transpile or instantiate, or refuses the settings) or the arguments are wrong.
+// not load, transpile or instantiate, or refuses the settings) or the arguments or scenario files
+// are wrong.
 
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
 import { HERE, ensureInstalled } from './install.mjs';
@@ -26,7 +27,8 @@ const USAGE = `usage: node host/js/conformance.mjs COMPONENT [--scenarios DIR] [
                      (trace, debug, info, warn, error, off; default: warn)
   --no-cache         transpile even if the component is in the cache, and cache nothing
 
-exit status: 0 all passed, 1 a scenario failed, 2 the component cannot be used`;
+exit status: 0 all passed, 1 a scenario failed, 2 the component cannot be used
+             or the arguments or scenario files are wrong`;
 
 function usage(message) {
   if (message) process.stderr.write(`conformance.mjs: ${message}\n`);
@@ -76,7 +78,7 @@ function parseArgs(argv) {
         break;
       case '--log':
         opts.log = value();
-        if (![...['trace', 'debug', 'info', 'warn', 'error'], 'off'].includes(opts.log)) {
+        if (!['trace', 'debug', 'info', 'warn', 'error', 'off'].includes(opts.log)) {
           throw new Error(`--log: unknown level ${opts.log}`);
         }
         break;
@@ -136,6 +138,20 @@ async function main(argv) {
     return 0;
   }
   if (!opts.component) return usage('no component given');
+  // Before anything is installed or loaded: what the arguments name must be there.
+  if (!existsSync(opts.component)) {
+    process.stderr.write(`error: cannot read policy ${opts.component}: no such file\n`);
+    return 2;
+  }
+  if (opts.transcripts) {
+    try {
+      mkdirSync(opts.transcripts, { recursive: true });
+      if (!statSync(opts.transcripts).isDirectory()) throw new Error('not a directory');
+    } catch (e) {
+      const why = e.code === 'EEXIST' || e.code === 'ENOTDIR' || e.message === 'not a directory' ? 'it is not a directory' : e.message;
+      return usage(`--transcripts ${opts.transcripts}: cannot write transcripts there: ${why}`);
+    }
+  }
 
   let scenarios;
   try {
@@ -179,7 +195,6 @@ async function main(argv) {
   }
 
   process.stdout.write(`checking ${opts.component} (${info.name} ${info.version}, ${component.exportName})\n`);
-  if (opts.transcripts) mkdirSync(opts.transcripts, { recursive: true });
 
   let passed = 0;
   let failed = 0;
@@ -194,6 +209,10 @@ async function main(argv) {
     }
     if (result.unusable) {
       process.stderr.write(`error: ${result.unusable}\n`);
+      return 2;
+    }
+    if (result.malformed) {
+      process.stderr.write(`error: the scenario file ${join(opts.scenarios, `${scenario.name}.json`)} is malformed: ${result.malformed}\n`);
       return 2;
     }
     if (result.failure === null) {

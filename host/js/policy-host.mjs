@@ -170,12 +170,19 @@ export class PolicyComponent {
       const parent = root ?? tmpdir();
       mkdirSync(parent, { recursive: true });
       const tmp = mkdtempSync(join(parent, `.${sha.slice(0, 12)}-`));
-      for (const [file, data] of Object.entries(out.files)) {
-        const target = join(tmp, file === 'policy.js' ? 'policy.mjs' : file);
-        mkdirSync(join(target, '..'), { recursive: true });
-        writeFileSync(target, data);
+      // No cache: the files live until this process ends, however loading ends.
+      if (!dir) process.once('exit', () => rmSync(tmp, { recursive: true, force: true }));
+      try {
+        for (const [file, data] of Object.entries(out.files)) {
+          const target = join(tmp, file === 'policy.js' ? 'policy.mjs' : file);
+          mkdirSync(join(target, '..'), { recursive: true });
+          writeFileSync(target, data);
+        }
+        writeFileSync(join(tmp, 'meta.json'), JSON.stringify(meta));
+      } catch (e) {
+        rmSync(tmp, { recursive: true, force: true });
+        throw e;
       }
-      writeFileSync(join(tmp, 'meta.json'), JSON.stringify(meta));
       if (dir) {
         try {
           renameSync(tmp, dir);
@@ -213,11 +220,6 @@ export class PolicyComponent {
       mod = await import(pathToFileURL(join(dir, 'policy.mjs')).href);
     } catch (e) {
       throw new PolicyUnusable(`the transpiled ${label} does not load: ${firstLine(e)}`);
-    }
-    if (!root) {
-      // No cache: the files live until this process ends.
-      const tmp = dir;
-      process.once('exit', () => rmSync(tmp, { recursive: true, force: true }));
     }
     const cores = new Map();
     const coreDir = dir;

@@ -11,21 +11,39 @@ import { T, normalize, stringify } from './wit-json.mjs';
 /** A scenario failed: `message` says why (without the step prefix). */
 export class ScenarioFailure extends Error {}
 
+/**
+ * The scenario file itself is wrong (a step or predicate that is not one of docs/CONFORMANCE.md's,
+ * a value not of its WIT type): not the policy's failure; conformance.mjs exits 2.
+ */
+export class ScenarioMalformed extends Error {}
+
 const fail = (message) => {
   throw new ScenarioFailure(message);
 };
+const malformed = (message) => {
+  throw new ScenarioMalformed(message);
+};
+
+/** A value of a WIT type given by the scenario; one that is not is a malformed scenario. */
+function given(type, value, what) {
+  try {
+    return normalize(type, value, what);
+  } catch (e) {
+    throw new ScenarioMalformed(`malformed ${what} ${safeText(value)}: ${e?.message ?? e}`);
+  }
+}
 
 const USABLE_NAME = /^[A-Za-z0-9_-]{1,64}$/;
 
 const toBig = (v, what) => {
   if (typeof v === 'bigint') return v;
   if (typeof v === 'number' && Number.isSafeInteger(v)) return BigInt(v);
-  throw new ScenarioFailure(`malformed step: ${what} must be an integer, got ${JSON.stringify(v)}`);
+  throw new ScenarioMalformed(`malformed step: ${what} must be an integer, got ${safeText(v)}`);
 };
 
 const need = (step, key, check, what) => {
   if (!Object.prototype.hasOwnProperty.call(step, key) || !check(step[key])) {
-    throw new ScenarioFailure(`malformed step ${safeText(step)}: "${key}" must be ${what}`);
+    throw new ScenarioMalformed(`malformed step ${safeText(step)}: "${key}" must be ${what}`);
   }
   return step[key];
 };
@@ -56,19 +74,19 @@ const hasAction = (actions, tag, server) => (actions ?? []).some((a) => a.tag ==
  */
 export function holds(predicate, state) {
   if (typeof predicate !== 'object' || predicate === null || Array.isArray(predicate)) {
-    fail(`malformed predicate ${safeText(predicate)}`);
+    malformed(`malformed predicate ${safeText(predicate)}`);
   }
   const keys = Object.keys(predicate);
-  if (keys.length !== 1) fail(`malformed predicate ${safeText(predicate)}: it must have exactly one key`);
+  if (keys.length !== 1) malformed(`malformed predicate ${safeText(predicate)}: it must have exactly one key`);
   const [key] = keys;
   const arg = predicate[key];
   const server = () => {
-    if (typeof arg !== 'string') fail(`malformed predicate ${safeText(predicate)}: expected a server name`);
+    if (typeof arg !== 'string') malformed(`malformed predicate ${safeText(predicate)}: expected a server name`);
     return arg;
   };
   const field = (name, check, what) => {
     if (typeof arg !== 'object' || arg === null || !check(arg[name])) {
-      fail(`malformed predicate ${safeText(predicate)}: "${name}" must be ${what}`);
+      malformed(`malformed predicate ${safeText(predicate)}: "${name}" must be ${what}`);
     }
     return arg[name];
   };
@@ -108,7 +126,7 @@ export function holds(predicate, state) {
       return w !== undefined && w.at >= state.now;
     }
     case 'admission':
-      if (typeof arg !== 'string') fail(`malformed predicate ${safeText(predicate)}: expected a case name`);
+      if (typeof arg !== 'string') malformed(`malformed predicate ${safeText(predicate)}: expected a case name`);
       return state.admission != null && state.admission.tag === arg;
     case 'refused-naming': {
       const s = server();
@@ -130,7 +148,7 @@ export function holds(predicate, state) {
     case 'not':
       return !holds(arg, state);
     default:
-      return fail(`unknown predicate "${key}"`);
+      return malformed(`unknown predicate "${key}"`);
   }
 }
 
@@ -206,33 +224,80 @@ export function describeEvent(kind) {
 
 /** Most actions one answer may hold (as Tether's host). */
 export const MAX_ACTIONS = 10000;
+/** The longest a policy may hold a call (host/src/policy/outputs.rs). */
+export const MAX_HOLD_MS = 60000n;
+/** The longest message for the model a policy may produce, in UTF-8 bytes. */
+export const MAX_MESSAGE = 4096;
+
+/** Rust's `char::is_whitespace` (what `str::trim` removes). */
+const RUST_SPACE = /^[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$/;
+
+/** The first 80 characters (code points), as Tether's host shortens what it quotes. */
+const clip80 = (text) => [...text].slice(0, 80).join('');
+
+/** A string as Rust's `{:?}` prints it (close enough: control characters as `\u{..}`). */
+export function rustDebug(text) {
+  let out = '"';
+  for (const ch of text) {
+    const c = ch.codePointAt(0);
+    if (ch === '"') out += '\\"';
+    else if (ch === '\\') out += '\\\\';
+    else if (ch === '\n') out += '\\n';
+    else if (ch === '\r') out += '\\r';
+    else if (ch === '\t') out += '\\t';
+    else if (c === 0) out += '\\0';
+    else if (c < 0x20 || (c >= 0x7f && c < 0xa0)) out += `\\u{${c.toString(16)}}`;
+    else out += ch;
+  }
+  return out + '"';
+}
+
+/** Why the host refuses an admission (host/src/policy/outputs.rs `check_admission`), or null. */
+export function invalidAdmission(admission) {
+  const v = admission?.val;
+  if (admission?.tag === 'hold' && BigInt(v['wait-ms']) > MAX_HOLD_MS) {
+    return `held a call for ${v['wait-ms']} ms (limit ${MAX_HOLD_MS})`;
+  }
+  let message;
+  if (admission?.tag === 'reject' || admission?.tag === 'reconnect') message = v;
+  else if (admission?.tag === 'hold') message = v.message;
+  else return null;
+  if (RUST_SPACE.test(message)) return 'a refusal without a message for the model';
+  const bytes = Buffer.byteLength(message, 'utf8');
+  if (bytes > MAX_MESSAGE) return `a refusal message of ${bytes} bytes (limit ${MAX_MESSAGE})`;
+  return null;
+}
 
 /**
- * Each server's latest tool list, as the events and actions passing through tell a host (as
- * Tether's host keeps it): a policy may publish only tools of a server's live session.
+ * What the host knows of its servers, as the events and actions passing through tell it (as
+ * Tether's runtime keeps it, host/src/policy/ledger.rs): which servers are configured, each
+ * one's live session with its latest tool list, and whether an attempt is in flight.
  */
 export class Ledger {
   constructor(servers = new Map()) {
-    this.servers = servers; // name -> { session: Set of tool names | null }
+    this.servers = servers; // name -> { session: Set of tool names | null, connecting: bool }
   }
   clone() {
-    return new Ledger(new Map([...this.servers].map(([n, e]) => [n, { session: e.session }])));
+    return new Ledger(new Map([...this.servers].map(([n, e]) => [n, { ...e }])));
   }
+  /** Takes in what an event says happened (before the policy hears it; a removal after). */
   noteEvent(event) {
     const v = event.kind.val;
     const entry = (name) => this.servers.get(name);
     switch (event.kind.tag) {
       case 'server-configured':
-        if (!this.servers.has(v.name)) this.servers.set(v.name, { session: null });
+        if (!this.servers.has(v.name)) this.servers.set(v.name, { session: null, connecting: false });
         break;
       case 'server-removed':
         this.servers.delete(v);
         break;
       case 'connected':
-        if (entry(v.server)) entry(v.server).session = new Set(v.tools.map((t) => t.name));
+        if (entry(v.server)) Object.assign(entry(v.server), { session: new Set(v.tools.map((t) => t.name)), connecting: false });
         break;
       case 'connect-failed':
-      case 'disconnected':
+        if (entry(v.server)) Object.assign(entry(v.server), { session: null, connecting: false });
+        break;
+      case 'disconnected': // the end of a session says nothing of an attempt asked for since
         if (entry(v.server)) entry(v.server).session = null;
         break;
       case 'tools-changed':
@@ -243,15 +308,28 @@ export class Ledger {
   }
   noteHandover(handover) {
     this.servers = new Map(
-      handover.servers.map((sh) => [sh.config.name, { session: sh.session ? new Set(sh.session.tools.map((t) => t.name)) : null }]),
+      handover.servers.map((sh) => [
+        sh.config.name,
+        { session: sh.session ? new Set(sh.session.tools.map((t) => t.name)) : null, connecting: !!sh.connecting },
+      ]),
     );
   }
+  /** Takes in what the host is about to do. */
   noteActions(actions) {
     for (const a of actions) {
-      if ((a.tag === 'connect' || a.tag === 'disconnect') && this.servers.has(a.val)) this.servers.get(a.val).session = null;
+      const e = (a.tag === 'connect' || a.tag === 'disconnect') && this.servers.get(a.val);
+      if (e) Object.assign(e, { session: null, connecting: a.tag === 'connect' });
     }
   }
-  /** Why the host cannot take these actions, or null. */
+  /** Whether the host has a session for `server` or an attempt in flight. */
+  isLive(server) {
+    const e = this.servers.get(server);
+    return !!e && (e.session !== null || e.connecting);
+  }
+  /**
+   * Why the host cannot even take these actions in (too many, or a publication of a tool the
+   * server's latest list lacks: Tether's conversion of the answer), or null.
+   */
   invalid(actions, what) {
     if (actions.length > MAX_ACTIONS) return `returned ${actions.length} actions for ${what} (limit ${MAX_ACTIONS})`;
     for (const a of actions) {
@@ -259,16 +337,57 @@ export class Ledger {
       const { server, tools } = a.val;
       for (const t of tools) {
         if (!this.servers.get(server)?.session?.has(t.original)) {
-          return `published ${[...t.advertised].slice(0, 80).join('')} as ${JSON.stringify([...t.original].slice(0, 80).join(''))}, which server ${JSON.stringify(server)} does not offer`;
+          return `published ${clip80(t.advertised)} as ${rustDebug(clip80(t.original))}, which server ${rustDebug(server)} does not offer`;
         }
       }
     }
     return null;
   }
+  /** Why the host refuses these actions (outputs.rs `check_actions`), or null. */
+  checkActions(actions) {
+    for (const a of actions) {
+      let server;
+      switch (a.tag) {
+        case 'connect':
+        case 'disconnect':
+        case 'withdraw-tools':
+          server = a.val;
+          break;
+        case 'publish-tools': {
+          const names = new Set();
+          for (const t of a.val.tools) {
+            if (!USABLE_NAME.test(t.advertised)) return `published an unusable tool name ${rustDebug(clip80(t.advertised))}`;
+            if (t.original === '') return `published ${t.advertised} without its original name`;
+            if (names.has(t.advertised)) return `published ${t.advertised} twice`;
+            names.add(t.advertised);
+          }
+          server = a.val.server;
+          break;
+        }
+        default: // wake-at, state-changed
+          server = a.val.server;
+      }
+      if (!this.servers.has(server)) return `acted on a server the host never configured: ${rustDebug(clip80(server))}`;
+    }
+    return null;
+  }
+  /** Why the host refuses a take-over's actions (outputs.rs `check_take_over`), or null. */
+  checkTakeOver(actions) {
+    const replaced = actions.find((a) => (a.tag === 'connect' || a.tag === 'disconnect') && this.isLive(a.val));
+    if (replaced) {
+      return `asked to connect or disconnect ${rustDebug(replaced.val)}, whose session (or attempt) the host keeps`;
+    }
+    return this.checkActions(actions);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
 // The interpreter
+
+/** Statuses in the order of their servers' names (as Rust orders strings: by UTF-8 bytes). */
+function byServer(statuses) {
+  return [...statuses].sort((x, y) => Buffer.compare(Buffer.from(x.server, 'utf8'), Buffer.from(y.server, 'utf8')));
+}
 
 function errorText(e) {
   if (e instanceof ScenarioFailure) return e.message;
@@ -278,7 +397,7 @@ function errorText(e) {
 /** `{"alpha": (27143, 1)}`: the armed timers, as Tether's host prints them. */
 function describeWakes(wakes) {
   const entries = [...wakes.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-  return '{' + entries.map(([server, w]) => `${JSON.stringify(server)}: (${w.at}, ${w.token})`).join(', ') + '}';
+  return '{' + entries.map(([server, w]) => `${rustDebug(server)}: (${w.at}, ${w.token})`).join(', ') + '}';
 }
 
 /**
@@ -335,10 +454,12 @@ export async function runScenario(scenario, { newInstance, settings = '{}' }) {
   };
   let ledger = new Ledger();
   const label = () => s.instance?.label ?? 'under test';
-  // The host checks the actions before it takes them.
+  // An answer the host refuses, worded as Tether's runtime words it.
+  const invalid = (during, why) => fail(`policy ${label()} failed during ${during}: returned invalid output: ${why}`);
+  // The host takes the actions in (Tether's conversion of the answer) before it checks them.
   const checked = (actions, during, what) => {
     const why = ledger.invalid(actions, what);
-    if (why) fail(`policy ${label()} failed during ${during}: returned invalid output: ${why}`);
+    if (why) invalid(during, why);
     return actions;
   };
   const took = (actions) => {
@@ -349,19 +470,27 @@ export async function runScenario(scenario, { newInstance, settings = '{}' }) {
     s.actions = actions;
   };
   const handle = (kind) => {
-    const event = normalize(T.event, { now: s.now, kind }, 'event');
+    const event = given(T.event, { now: s.now, kind }, 'event');
     called(describeEvent(event.kind));
-    ledger.noteEvent(event);
+    // As Tether's runtime: the ledger hears the event first (a publication needs the tools it
+    // brings), except a removal (the policy still acts on the server it forgets).
+    const removal = event.kind.tag === 'server-removed';
+    if (!removal) ledger.noteEvent(event);
     const actions = checked(attempt(null, () => s.instance.handle(event)), 'handle', 'one event');
+    const why = ledger.checkActions(actions);
+    if (why) invalid('handle', why);
+    if (removal) ledger.noteEvent(event);
     took(actions);
     record({ do: 'handle', event, actions });
   };
   const admit = (server, tool) => {
-    const request = normalize(T['call-request'], { now: s.now, 'call-id': s.nextCallId, server, tool }, 'request');
+    const request = given(T['call-request'], { now: s.now, 'call-id': s.nextCallId, server, tool }, 'request');
     called(`admit a call to ${server}/${tool}`);
     s.nextCallId++;
     s.lastCall = request['call-id'];
     const admission = attempt(null, () => s.instance.admit(request));
+    const why = invalidAdmission(admission);
+    if (why) invalid('admit', why);
     record({ do: 'admit', request, admission });
     s.admission = admission;
     return request['call-id'];
@@ -374,7 +503,7 @@ export async function runScenario(scenario, { newInstance, settings = '{}' }) {
 
   // Runs steps; returns 'ran', 'stop' (a stop-if held: the enclosing repeat ends).
   const runSteps = async (steps) => {
-    if (!Array.isArray(steps)) fail(`malformed steps: ${safeText(steps)}`);
+    if (!Array.isArray(steps)) malformed(`malformed steps: ${safeText(steps)}`);
     for (const step of steps) {
       const flow = await runStep(step);
       if (flow !== 'ran') return flow;
@@ -383,7 +512,7 @@ export async function runScenario(scenario, { newInstance, settings = '{}' }) {
   };
 
   const runStep = async (step) => {
-    if (!isObject(step)) fail(`malformed step ${safeText(step)}`);
+    if (!isObject(step)) malformed(`malformed step ${safeText(step)}`);
     switch (step.do) {
       case 'event':
         handle(need(step, 'kind', isObject, 'an event kind'));
@@ -407,7 +536,7 @@ export async function runScenario(scenario, { newInstance, settings = '{}' }) {
         const server = need(step, 'server', isString, 'a string');
         const tool = need(step, 'tool', isString, 'a string');
         const name = step.name ?? null;
-        if (name !== null && typeof name !== 'string') fail(`malformed step ${safeText(step)}: "name" must be a string or null`);
+        if (name !== null && typeof name !== 'string') malformed(`malformed step ${safeText(step)}: "name" must be a string or null`);
         const callId = admit(server, tool);
         if (name !== null) s.calls.set(name, callId);
         break;
@@ -417,7 +546,7 @@ export async function runScenario(scenario, { newInstance, settings = '{}' }) {
         const outcome = need(step, 'outcome', isObject, 'a call outcome');
         const name = step.call ?? null;
         const callId = name === null ? s.lastCall : s.calls.get(name) ?? null;
-        if (callId === null) fail(`no call ${name ?? ''} was admitted`);
+        if (callId === null) fail(name === null ? 'no call was admitted' : `no call named ${name} was admitted`);
         finish(server, callId, outcome);
         break;
       }
@@ -442,13 +571,14 @@ export async function runScenario(scenario, { newInstance, settings = '{}' }) {
         s.instance = inst;
         const after = statusNow();
         record({ do: 'snapshot-restore' });
-        const a = stringify(before);
-        const b = stringify(after);
+        // The contract does not order `status`: compare server by server.
+        const a = stringify(byServer(before));
+        const b = stringify(byServer(after));
         if (a !== b) fail(`status changed across snapshot/restore: ${a} -> ${b}`);
         break;
       }
       case 'take-over': {
-        const handover = normalize(T.handover, need(step, 'handover', isObject, 'a handover'), 'handover');
+        const handover = given(T.handover, need(step, 'handover', isObject, 'a handover'), 'handover');
         called(`take over from ${handover.previous.name}`);
         s.instance = await fresh();
         record({ do: 'init', settings });
@@ -459,6 +589,8 @@ export async function runScenario(scenario, { newInstance, settings = '{}' }) {
         } catch (e) {
           fail(`the handover was refused: ${errorText(e)}`);
         }
+        const why = ledger.checkTakeOver(actions);
+        if (why) invalid('take-over', why);
         took(actions);
         record({ do: 'take-over', handover, actions });
         break;
@@ -481,7 +613,7 @@ export async function runScenario(scenario, { newInstance, settings = '{}' }) {
         for (let k = 0; k < n; k++) {
           if (first[k] !== second[k]) {
             fail(
-              `the same inputs gave other outputs in a fresh instance (call ${k + 1}): ` +
+              `the same inputs gave other outputs in a fresh instance (line ${k + 1} of the block's transcript): ` +
                 `${first[k] ?? 'nothing'} vs ${second[k] ?? 'nothing'}`,
             );
           }
@@ -492,7 +624,7 @@ export async function runScenario(scenario, { newInstance, settings = '{}' }) {
         const times = toBig(need(step, 'times', isInt, 'an integer'), 'times');
         const steps = need(step, 'steps', Array.isArray, 'a list of steps');
         const otherwise = step.else ?? null;
-        if (otherwise !== null && typeof otherwise !== 'string') fail(`malformed step ${safeText(step)}: "else" must be a string or null`);
+        if (otherwise !== null && typeof otherwise !== 'string') malformed(`malformed step ${safeText(step)}: "else" must be a string or null`);
         for (let k = 0n; k < times; k++) {
           if ((await runSteps(steps)) === 'stop') return 'ran';
         }
@@ -509,7 +641,7 @@ export async function runScenario(scenario, { newInstance, settings = '{}' }) {
         break;
       }
       default:
-        fail(`unknown step ${safeText(step.do)}`);
+        malformed(`unknown step ${safeText(step.do)}`);
     }
     return 'ran';
   };
@@ -534,8 +666,13 @@ export async function runScenario(scenario, { newInstance, settings = '{}' }) {
     // A stop-if outside any repeat ends the scenario (as in Tether's host).
     await runSteps(scenario?.steps);
   } catch (e) {
-    const why = e instanceof ScenarioFailure ? e.message : `host error: ${e?.stack ?? e}`;
-    result.failure = `at step ${calls} (${last}): ${why}`;
+    if (e instanceof ScenarioMalformed) {
+      result.malformed = `at step ${calls} (${last}): ${e.message}`;
+      result.failure = result.malformed;
+    } else {
+      const why = e instanceof ScenarioFailure ? e.message : `host error: ${e?.stack ?? e}`;
+      result.failure = `at step ${calls} (${last}): ${why}`;
+    }
   }
   return result;
 }

@@ -23,9 +23,10 @@ export function faultClass(fault, settings) {
 
 const MAX_TEXT = 200;
 
-function clip(text) {
+/** `text` shortened to `max` UTF-16 units (and `...`) when longer. */
+export function clip(text, max = MAX_TEXT) {
   const s = String(text ?? '');
-  return s.length > MAX_TEXT ? `${s.slice(0, MAX_TEXT)}...` : s;
+  return s.length > max ? `${s.slice(0, max)}...` : s;
 }
 
 /** For operators (status, state changes): may include the host's text. */

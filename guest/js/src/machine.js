@@ -27,7 +27,7 @@ import {
   onCallFailure,
 } from './breaker.js';
 import { probeDelay, retryDelay } from './backoff.js';
-import { describeFault, faultClass, summarize } from './faults.js';
+import { clip, describeFault, faultClass, summarize } from './faults.js';
 import { compileFilters } from './glob.js';
 import { naturalName, saltedName } from './names.js';
 import { MAX_HOLD_MS, parseSettings, serverSettings } from './settings.js';
@@ -38,7 +38,7 @@ export const INFO = Object.freeze({ name: 'tether-window-policy', version: '0.1.
 
 const MAX_INFO = 200;
 /** The filter of a server whose configuration is invalid: nothing passes. */
-const NONE = () => false;
+export const NONE = () => false;
 
 // ----- actions -----
 
@@ -47,10 +47,6 @@ const disconnect = (server) => ({ tag: 'disconnect', val: server });
 const withdrawTools = (server) => ({ tag: 'withdraw-tools', val: server });
 const change = (server, state, detail) => ({ tag: 'state-changed', val: { server, state, detail } });
 
-function clip(text, max) {
-  const s = String(text ?? '');
-  return s.length > max ? `${s.slice(0, max)}...` : s;
-}
 
 /** The tools of a session as kept: name, read-only, revision (a decimal string). */
 function keepTools(tools) {
@@ -118,6 +114,8 @@ export class WindowPolicy {
     this.servers = new Map();
     this.now = 0;
     this.nextToken = 0;
+    /** The host time (a decimal string) the logic's times count from; set by the glue. */
+    this.origin = null;
     this.logs = [];
     /** Advertised name -> the server publishing it (derived from the publications). */
     this.owners = new Map();
@@ -374,7 +372,8 @@ export class WindowPolicy {
     s.configError = null;
     s.settings = checked.settings;
     s.filter = checked.filter;
-    if (wasBroken && s.state === 'parked') {
+    if (wasBroken && !s.session && s.state !== 'connecting') {
+      // Parked (or waiting) for its configuration, with no session and no attempt in flight.
       this.startAttempt(s, 'configuration fixed; connecting', out);
     } else if (s.session) {
       // The filters may have changed: publishes only a difference.
@@ -402,10 +401,18 @@ export class WindowPolicy {
       this.log('debug', `ignoring a session of unknown server ${JSON.stringify(name)}`);
       return;
     }
-    if (s.state === 'stopped' || s.configError !== null) {
+    if (s.state === 'stopped') {
       // Not asked for: do not let it linger.
       out.push(disconnect(name));
       this.log('warn', `server ${JSON.stringify(name)}: closing a session that was not asked for`);
+      return;
+    }
+    if (s.configError !== null) {
+      // An attempt made while the configuration is invalid (one a handover said was in
+      // flight): nothing may be published, so close it and park until the configuration is fixed.
+      out.push(disconnect(name));
+      this.log('warn', `server ${JSON.stringify(name)}: closing a session of a server whose configuration is invalid`);
+      this.park(s, out, `invalid configuration: ${s.configError}`, false);
       return;
     }
     const info = clip(session.serverInfo, MAX_INFO);
@@ -616,7 +623,11 @@ export class WindowPolicy {
     const reopened = onAttemptFailed(s.breaker, now, s.settings.breaker);
     if (reopened) this.log('info', `server ${JSON.stringify(s.name)}: the probe's reconnect failed; breaker open again`);
     const cls = faultClass(fault, s.settings);
-    if (cls === 'permanent') {
+    if (s.configError !== null) {
+      // No attempt is made while the configuration is invalid: park until it is fixed (the
+      // self-probe re-checks it).
+      this.park(s, out, `invalid configuration: ${s.configError}`, false);
+    } else if (cls === 'permanent') {
       this.park(s, out, `permanent fault: ${s.lastFault}`, s.reviving);
     } else if (s.reviving) {
       this.park(s, out, `self-probe failed: ${s.lastFault}`, true);

@@ -66,8 +66,3 @@ export function naturalName(server, tool) {
 export function saltedName(server, tool, salt) {
   return hashed(server, tool, salt);
 }
-
-/** Code-unit order, the same in every engine. */
-export function compare(a, b) {
-  return a < b ? -1 : a > b ? 1 : 0;
-}

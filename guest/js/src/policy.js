@@ -7,6 +7,11 @@
 // `list<u8>` a Uint8Array; a `result<_, string>` export returns for ok and throws the error
 // string. The logic keeps times and tokens as numbers and u64 identifiers (tool revisions, call
 // ids) as decimal strings, so its state never holds a BigInt.
+//
+// Host times are u64 milliseconds and may exceed 2^53. The logic is handed them relative to an
+// origin (a BigInt, kept in the state as a decimal string, so snapshots carry it): 0 while the
+// first time seen is below 2^52, else that time minus 2^52. The origin is added back to every
+// time handed out, so any host time works exactly for the next 2^52 ms (some 142 000 years).
 
 import { log } from 'tether:policy/log@0.2.0';
 
@@ -40,9 +45,26 @@ function withInstance(fallback, f) {
 
 // ----- host -> logic -----
 
-/** Host milliseconds as a number (beyond 2^53 - 1 ms, some 285 000 years, it saturates). */
-const ms = (value) => (value > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(value));
-const optMs = (value) => (value === undefined ? undefined : ms(value));
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+const HEADROOM = 2n ** 52n;
+
+/** A duration in milliseconds as a number (beyond 2^53 - 1 ms it saturates). */
+const ms = (value) => (value > MAX_SAFE ? Number.MAX_SAFE_INTEGER : Number(value));
+
+/** The origin of `p`'s times, fixed by the first host time it sees. */
+function origin(p, seen) {
+  if (p.origin === null) p.origin = (seen < HEADROOM ? 0n : seen - HEADROOM).toString();
+  return BigInt(p.origin);
+}
+/** A host time as the logic's number: relative to the origin, saturating at 0 and 2^53 - 1. */
+function at(p, value) {
+  const rel = value - origin(p, value);
+  return rel < 0n ? 0 : ms(rel);
+}
+const optAt = (p, value) => (value === undefined ? undefined : at(p, value));
+/** The logic's time as a host time. */
+const hostTime = (p, value) => BigInt(value) + BigInt(p.origin ?? '0');
+const optHostTime = (p, value) => (value === undefined ? undefined : hostTime(p, value));
 /** Our tokens are small numbers; anything larger is not ours. */
 const token = (value) => (value > BigInt(Number.MAX_SAFE_INTEGER) ? -1 : Number(value));
 
@@ -52,7 +74,7 @@ function tools(list) {
   return list;
 }
 
-function eventIn(event) {
+function eventIn(p, event) {
   const { tag, val } = event.kind;
   let value = val;
   switch (tag) {
@@ -69,29 +91,29 @@ function eventIn(event) {
     default:
       break;
   }
-  return { now: ms(event.now), kind: { tag, val: value } };
+  return { now: at(p, event.now), kind: { tag, val: value } };
 }
 
-function handoverIn(h) {
+function handoverIn(p, h) {
   return {
-    now: ms(h.now),
+    now: at(p, h.now),
     previous: h.previous,
     servers: h.servers.map((s) => ({
       ...s,
       session: s.session && { ...s.session, tools: tools(s.session.tools) },
-      since: ms(s.since),
-      breakerUntil: optMs(s.breakerUntil),
-      nextAttemptAt: optMs(s.nextAttemptAt),
+      since: at(p, s.since),
+      breakerUntil: optAt(p, s.breakerUntil),
+      nextAttemptAt: optAt(p, s.nextAttemptAt),
     })),
   };
 }
 
 // ----- logic -> host -----
 
-function actionOut(action) {
+function actionOut(p, action) {
   if (action.tag === 'wake-at') {
-    const { server, at, token: t } = action.val;
-    return { tag: 'wake-at', val: { server, at: BigInt(at), token: BigInt(t) } };
+    const { server, at: when, token: t } = action.val;
+    return { tag: 'wake-at', val: { server, at: hostTime(p, when), token: BigInt(t) } };
   }
   return action;
 }
@@ -103,14 +125,12 @@ function admissionOut(admission) {
   return admission;
 }
 
-const optBig = (value) => (value === undefined ? undefined : BigInt(value));
-
-function statusOut(s) {
+function statusOut(p, s) {
   return {
     ...s,
-    since: BigInt(s.since),
-    nextAttemptAt: optBig(s.nextAttemptAt),
-    breakerUntil: optBig(s.breakerUntil),
+    since: hostTime(p, s.since),
+    nextAttemptAt: optHostTime(p, s.nextAttemptAt),
+    breakerUntil: optHostTime(p, s.breakerUntil),
   };
 }
 
@@ -136,14 +156,14 @@ export const policy = {
   },
 
   handle(event) {
-    return withInstance([], (p) => p.handle(eventIn(event)).map(actionOut));
+    return withInstance([], (p) => p.handle(eventIn(p, event)).map((a) => actionOut(p, a)));
   },
 
   admit(request) {
     return withInstance({ tag: 'reject', val: `The gateway's policy is not ready (server ${JSON.stringify(request.server)}); the call was not sent.` }, (p) =>
       admissionOut(
         p.admit({
-          now: ms(request.now),
+          now: at(p, request.now),
           callId: request.callId.toString(),
           server: request.server,
           tool: request.tool,
@@ -153,7 +173,7 @@ export const policy = {
   },
 
   status(now) {
-    return withInstance([], (p) => p.status(ms(now)).map(statusOut));
+    return withInstance([], (p) => p.status(at(p, now)).map((s) => statusOut(p, s)));
   },
 
   snapshot() {
@@ -169,7 +189,8 @@ export const policy = {
   takeOver(handover) {
     if (!instance) throw NOT_INITIALIZED;
     try {
-      return instance.takeOver(handoverIn(handover)).map(actionOut);
+      const p = instance;
+      return p.takeOver(handoverIn(p, handover)).map((a) => actionOut(p, a));
     } finally {
       flush();
     }

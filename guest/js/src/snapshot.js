@@ -8,7 +8,7 @@
 // decision). Nothing in the state is a BigInt: times are numbers, tool revisions and call ids
 // decimal strings.
 
-import { derive, WindowPolicy } from './machine.js';
+import { derive, NONE, WindowPolicy } from './machine.js';
 import { checkSettings, FAULT_KINDS } from './settings.js';
 
 export const SNAPSHOT_FORMAT = 'tether-window-policy';
@@ -25,6 +25,7 @@ export function snapshotText(policy) {
     format: SNAPSHOT_FORMAT,
     version: SNAPSHOT_VERSION,
     settings: policy.settings,
+    origin: policy.origin,
     now: policy.now,
     nextToken: policy.nextToken,
     servers: policy.sortedServers(),
@@ -211,18 +212,28 @@ export function restorePolicy(bytes) {
     throw `snapshot is damaged: ${why}`;
   }
   const policy = new WindowPolicy(settings);
+  // A snapshot without an origin counted from host time 0.
+  const origin = value.origin === undefined ? '0' : value.origin;
+  if (origin !== null && (typeof origin !== 'string' || !/^(0|[1-9][0-9]{0,19})$/.test(origin) || BigInt(origin) >= 2n ** 64n)) {
+    damaged('origin', 'is not a host time');
+  }
+  policy.origin = origin;
   policy.now = count(value.now, 'now');
   policy.nextToken = count(value.nextToken, 'nextToken');
   if (!Array.isArray(value.servers)) damaged('servers', 'is not a list');
   for (let i = 0; i < value.servers.length; i += 1) {
     const s = readServer(value.servers[i], `servers[${i}]`);
     if (policy.servers.has(s.name)) damaged(`server ${JSON.stringify(s.name)}`, 'appears twice');
-    try {
-      const checked = policy.check(s.config);
-      derive(s, checked.settings, checked.filter);
-    } catch (why) {
-      if (s.configError === null) damaged(`server ${JSON.stringify(s.name)}`, `has an invalid configuration: ${why}`);
-      derive(s, settings, () => false);
+    if (s.configError !== null) {
+      // As the running instance keeps a misconfigured server: the global settings, nothing passes.
+      derive(s, settings, NONE);
+    } else {
+      try {
+        const checked = policy.check(s.config);
+        derive(s, checked.settings, checked.filter);
+      } catch (why) {
+        damaged(`server ${JSON.stringify(s.name)}`, `has an invalid configuration: ${why}`);
+      }
     }
     for (let k = 0; k < s.published.length; k += 1) {
       const advertised = s.published[k].advertised;

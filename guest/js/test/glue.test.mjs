@@ -108,5 +108,36 @@ test('take-over converts the handover and refuses a second one', () => {
 });
 
 test('log records reach the host', () => {
-  assert.ok(globalThis.__policyLogs.some(([level, message]) => level === 'info' && /took over 1 servers/.test(message)));
+  globalThis.__policyLogs = [];
+  policy.init('');
+  assert.deepEqual(globalThis.__policyLogs, [['info', 'tether-window-policy 0.1.0 started']]);
+  policy.handle(event(1000, 'server-configured', config('alpha')));
+  policy.handle(event(1000, 'server-removed', 'alpha'));
+  assert.ok(globalThis.__policyLogs.some(([level, message]) => level === 'info' && /server "alpha" removed/.test(message)));
+});
+
+test('host times beyond 2^53 stay exact: the logic counts from an origin', () => {
+  const base = 2n ** 60n;
+  policy.init('{"jitter": 0}');
+  policy.handle(event(base, 'server-configured', config('alpha')));
+  const actions = policy.handle(event(base + 7n, 'connect-failed', { server: 'alpha', fault: { tag: 'transport-closed', val: 'reset' } }));
+  const wake = actions.find((a) => a.tag === 'wake-at').val;
+  assert.equal(wake.at, base + 7n + 500n);
+  const [status] = policy.status(base + 8n);
+  assert.equal(status.since, base + 7n);
+  assert.equal(status.nextAttemptAt, base + 507n);
+  const hold = policy.admit({ now: base + 100n, callId: 1n, server: 'alpha', tool: 'work' });
+  assert.equal(hold.val.waitMs, 3407n);
+  // The origin travels in the snapshot.
+  const bytes = policy.snapshot();
+  policy.init('');
+  policy.restore(bytes);
+  assert.equal(policy.status(base + 8n)[0].nextAttemptAt, base + 507n);
+  const fired = policy.handle(event(base + 507n, 'timer', { server: 'alpha', token: wake.token }));
+  assert.deepEqual(fired.at(-1), { tag: 'connect', val: 'alpha' });
+  // The largest host time.
+  policy.init('');
+  const max = 2n ** 64n - 1n;
+  policy.handle(event(max, 'server-configured', config('beta')));
+  assert.equal(policy.status(max)[0].since, max);
 });

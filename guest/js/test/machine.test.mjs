@@ -640,3 +640,64 @@ test('decisions are deterministic', () => {
   };
   assert.equal(story(), story());
 });
+
+describe('a handed-over attempt of a server whose configuration is invalid', () => {
+  // Per-server settings written for the default policy: unknown keys here, so invalid.
+  const inflight = {
+    config: { name: 'a', transport: 'stdio', include: [], exclude: [], settings: '{"reconnect_budget":3}' },
+    session: undefined,
+    connecting: true,
+    state: 'connecting',
+    breaker: 'closed',
+    breakerUntil: undefined,
+    failures: 0,
+    breakerFailures: 0,
+    toolErrors: 0,
+    lastFault: undefined,
+    since: 5,
+    nextAttemptAt: undefined,
+  };
+  const takenOver = () => {
+    const p = WindowPolicy.create('');
+    const actions = p.takeOver({ now: 1000, previous: { name: 'default', version: '1' }, servers: [inflight] });
+    assert.deepEqual(actions, [], 'the attempt is awaited: no connect, no disconnect');
+    assert.equal(p.status(1000)[0].state, 'connecting');
+    return p;
+  };
+  const handle = (p, now, tag, val) => p.handle({ now, kind: { tag, val } });
+  const tags = (actions) => actions.map((a) => a.tag);
+
+  test('its failure parks it with the configuration error, a self-probe armed', () => {
+    const p = takenOver();
+    const out = handle(p, 1100, 'connect-failed', { server: 'a', fault: { tag: 'transport-closed', val: 'x' } });
+    assert.deepEqual(tags(out), ['state-changed', 'wake-at']);
+    assert.match(out[0].val.detail, /^parked: invalid configuration: .*reconnect_budget/);
+    const [status] = p.status(1100);
+    assert.equal(status.state, 'parked');
+    assert.equal(p.admit({ now: 1100, callId: '1', server: 'a', tool: 't' }).tag, 'reject');
+  });
+
+  test('its session is closed, nothing published, and it parks', () => {
+    const p = takenOver();
+    const out = handle(p, 1100, 'connected', { server: 'a', serverInfo: 'x', tools: [tool('work')] });
+    assert.deepEqual(tags(out), ['disconnect', 'state-changed', 'wake-at']);
+    assert.equal(p.status(1100)[0].state, 'parked');
+    assert.equal(p.status(1100)[0].publishedTools, 0);
+  });
+
+  test('fixed while its attempt is in flight: the attempt is awaited, then used', () => {
+    const p = takenOver();
+    const fixed = handle(p, 1100, 'server-configured', { ...inflight.config, settings: '' });
+    assert.deepEqual(fixed, [], 'no second attempt while one is in flight');
+    const out = handle(p, 1200, 'connected', { server: 'a', serverInfo: 'x', tools: [tool('work')] });
+    assert.ok(tags(out).includes('publish-tools'));
+  });
+
+  test('fixed once parked: an attempt starts at once', () => {
+    const p = takenOver();
+    handle(p, 1100, 'connect-failed', { server: 'a', fault: { tag: 'transport-closed', val: 'x' } });
+    const out = handle(p, 1200, 'server-configured', { ...inflight.config, settings: '{"window": {"failures": 3}}' });
+    assert.deepEqual(tags(out), ['state-changed', 'connect']);
+    assert.equal(p.status(1200)[0].state, 'connecting');
+  });
+});

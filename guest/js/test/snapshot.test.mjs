@@ -93,3 +93,33 @@ test('foreign, damaged and future snapshots are refused with a reason', () => {
   misfiled.servers[0].name = 'other';
   refused(misfiled, /another name/);
 });
+
+test('a misconfigured server is restored as it runs: global settings, nothing passes the filter', async () => {
+  const { NONE } = await import('../src/machine.js');
+  // Invalid under the first settings (100 s * 5 >= 500 s), valid under the ones set afterwards;
+  // setSettings keeps the configuration error until the server is configured again.
+  const d = new Driver('{"window": {"ms": 500000}, "backoff": {"handshake": {"cap_ms": 60000}}}');
+  d.configure('a', [], [], '{"backoff": {"handshake": {"cap_ms": 100000}}}');
+  d.p.setSettings('{"window": {"ms": 600000}, "backoff": {"handshake": {"cap_ms": 60000}}}');
+  assert.doesNotThrow(() => d.p.check(d.p.servers.get('a').config), 'valid now');
+  const running = d.p.servers.get('a');
+  assert.notEqual(running.configError, null);
+  assert.equal(running.filter, NONE);
+  const restored = restorePolicy(snapshotBytes(d.p)).servers.get('a');
+  assert.equal(restored.configError, running.configError);
+  assert.equal(restored.filter, NONE);
+  assert.deepEqual(restored.settings, d.p.settings);
+});
+
+test('the time origin travels in the snapshot; a snapshot without one counts from 0', () => {
+  const d = new Driver('');
+  d.p.origin = '1152921504606846976';
+  const text = snapshotText(d.p);
+  assert.equal(restorePolicy(new TextEncoder().encode(text)).origin, '1152921504606846976');
+  const old = JSON.parse(text);
+  delete old.origin;
+  assert.equal(restorePolicy(new TextEncoder().encode(JSON.stringify(old))).origin, '0');
+  for (const bad of [-1, '01', 'x', '18446744073709551616']) {
+    assert.throws(() => restorePolicy(new TextEncoder().encode(JSON.stringify({ ...old, origin: bad }))), /origin is not a host time/);
+  }
+});

@@ -1,5 +1,5 @@
-// The host against a real policy component (skipped when none is at hand), and the import
-// check. The component: $TETHER_POLICY_WASM, else the default policy as the build writes it.
+// The host against a real policy component, $TETHER_POLICY_WASM (skipped when it is unset),
+// and the import check.
 
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -12,13 +12,9 @@ import { HERE } from '../install.mjs';
 import { importsOfWit, offered } from '../policy-host.mjs';
 import { parse, stringify } from '../wit-json.mjs';
 
-const CANDIDATES = [
-  process.env.TETHER_POLICY_WASM,
-  join(HERE, '..', '..', 'target', 'wasm-components', 'wasm32-wasip2', 'wasm-guest', 'tether_default_policy.wasm'),
-  '/tmp/tether-bin/default-policy.wasm',
-].filter(Boolean);
-const COMPONENT = CANDIDATES.find((p) => existsSync(p));
-const skip = COMPONENT ? false : 'no policy component (set TETHER_POLICY_WASM)';
+const COMPONENT = process.env.TETHER_POLICY_WASM || null;
+const skip = COMPONENT ? false : 'no policy component: set TETHER_POLICY_WASM';
+if (COMPONENT && !existsSync(COMPONENT)) throw new Error(`TETHER_POLICY_WASM=${COMPONENT}: no such file`);
 
 test('the sandbox offers WASI 0.2 and the contract, nothing else', () => {
   for (const name of ['wasi:cli/environment@0.2.6', 'wasi:sockets/tcp@0.2.0', 'tether:policy/log@0.2.0', 'tether:policy/types@0.2.3']) {
@@ -120,5 +116,16 @@ describe('a real component', { skip }, () => {
     assert.equal(refused.status, 2, refused.stdout + refused.stderr);
     assert.match(refused.stderr, /refused the settings \{"no-such-setting":1\}/);
     assert.equal(cli('--bogus').status, 2);
+  });
+
+  test('conformance.mjs: 2, without a stack, when a scenario file is malformed', () => {
+    const bad = join(dir, 'malformed');
+    mkdirSync(bad, { recursive: true });
+    writeFileSync(join(bad, 'index.json'), '["odd"]');
+    writeFileSync(join(bad, 'odd.json'), JSON.stringify({ name: 'odd', level: 'contract', summary: 's', steps: [{ do: 'event', kind: { tag: 'nope' } }] }));
+    const r = cli(COMPONENT, '--scenarios', bad);
+    assert.equal(r.status, 2, r.stdout + r.stderr);
+    assert.match(r.stderr, /^error: the scenario file .*odd\.json is malformed: at step 0 \(start\): malformed event .*no case "nope"/m);
+    assert.doesNotMatch(r.stderr, /\n\s+at /);
   });
 });

@@ -35,6 +35,7 @@ class FakePolicy {
   handle({ now, kind }) {
     const v = kind.val;
     if (this.options.trapOn === kind.tag) throw new Error('RuntimeError: unreachable');
+    if (this.options.answers?.[kind.tag]) return this.options.answers[kind.tag](v, now);
     const server = (name) => this.servers.get(name);
     switch (kind.tag) {
       case 'server-configured':
@@ -73,6 +74,7 @@ class FakePolicy {
     }
   }
   admit(request) {
+    if (this.options.admit) return this.options.admit(request);
     const s = this.servers.get(request.server);
     if (!s) return { tag: 'reject', val: `unknown server ${request.server}` };
     if (!s.session) return { tag: 'hold', val: { 'wait-ms': 500n, message: `${request.server} is reconnecting` } };
@@ -81,7 +83,9 @@ class FakePolicy {
     return { tag: 'allow' };
   }
   status() {
-    return [...this.servers.entries()].map(([name, s]) => ({
+    const all = [...this.servers.entries()];
+    if (this.options.reorder && this.restored) all.reverse();
+    return all.map(([name, s]) => ({
       server: name,
       state: s.state,
       breaker: 'closed',
@@ -103,8 +107,10 @@ class FakePolicy {
     const { state, tokens } = parse(new TextDecoder().decode(bytes));
     this.servers = new Map(state.map(([n, s]) => [n, { ...s, since: BigInt(s.since) }]));
     this.tokens = BigInt(tokens);
+    this.restored = true;
   }
   takeOver(handover) {
+    if (this.options.takeOver) return this.options.takeOver(handover);
     if (handover.servers.length === 0) throw new Error('nothing to take over');
     const actions = [];
     for (const sh of handover.servers) {
@@ -272,7 +278,7 @@ describe('steps and transcripts', () => {
 
   test('finish of an unknown call fails', async () => {
     const r = await run([configure('a'), { do: 'finish', server: 'a', call: 'nope', outcome: { tag: 'ok' } }]);
-    assert.equal(r.failure, 'at step 1 (configure a): no call nope was admitted');
+    assert.equal(r.failure, 'at step 1 (configure a): no call named nope was admitted');
   });
 
   test('snapshot-restore: one line, the state moves, the fresh instance goes on', async () => {
@@ -332,7 +338,7 @@ describe('steps and transcripts', () => {
 
   test('twice fails when the second run differs', async () => {
     const r = await run([{ do: 'twice', steps: [configure('a'), failed('a')] }], { nondeterministic: true });
-    assert.match(r.failure, /^at step 4 \(a failed to connect \(MCP handshake timed out\)\): the same inputs gave other outputs in a fresh instance \(call 2\): .* vs /);
+    assert.match(r.failure, /^at step 4 \(a failed to connect \(MCP handshake timed out\)\): the same inputs gave other outputs in a fresh instance \(line 2 of the block's transcript\): .* vs /);
   });
 
   test('repeat ends at stop-if; else fails only when every round ran', async () => {
@@ -403,9 +409,160 @@ describe('steps and transcripts', () => {
     assert.deepEqual(r.transcript, ['{"do":"init","settings":" { } "}']);
   });
 
-  test('malformed steps fail the scenario', async () => {
-    assert.match((await run([{ do: 'dance' }])).failure, /unknown step "dance"/);
-    assert.match((await run([{ do: 'advance' }])).failure, /"ms" must be an integer/);
-    assert.match((await run([{ do: 'event', kind: { tag: 'nope' } }])).failure, /no case "nope"/);
+  test('malformed steps: the scenario file is wrong, said without a stack', async () => {
+    for (const [steps, why] of [
+      [[{ do: 'dance' }], /unknown step "dance"/],
+      [[{ do: 'advance' }], /"ms" must be an integer/],
+      [[{ do: 'event', kind: { tag: 'nope' } }], /^at step 0 \(start\): malformed event .*no case "nope"/],
+      [[{ do: 'expect', that: { sings: 'a' }, else: 'x' }], /unknown predicate "sings"/],
+      [[{ do: 'take-over', handover: { now: 1 } }], /malformed handover/],
+    ]) {
+      const r = await run(steps);
+      assert.match(r.malformed ?? '', why, stringify(steps));
+      assert.equal(r.failure, r.malformed);
+      assert.doesNotMatch(r.malformed, /\n\s+at /);
+    }
+  });
+});
+
+describe('invalid output, as Tether refuses it (host/src/policy/outputs.rs)', () => {
+  const pub = (server, tools) => ({ tag: 'publish-tools', val: { server, tools: tools.map(([advertised, original]) => ({ advertised, original, 'read-only': false })) } });
+  const onConnected = (actions) => ({ answers: { connected: () => actions } });
+  const prefix = 'at step 2 (alpha connected): policy under test failed during handle: returned invalid output: ';
+
+  test('handle: an action about a server the host never configured, of any kind', async () => {
+    for (const action of [
+      { tag: 'connect', val: 'ghost' },
+      { tag: 'disconnect', val: 'ghost' },
+      { tag: 'withdraw-tools', val: 'ghost' },
+      { tag: 'wake-at', val: { server: 'ghost', at: 5, token: 1 } },
+      { tag: 'state-changed', val: { server: 'ghost', state: 'parked', detail: '' } },
+    ]) {
+      const r = await run([configure('alpha'), connected('alpha')], onConnected([action]));
+      assert.equal(r.failure, prefix + 'acted on a server the host never configured: "ghost"', action.tag);
+      assert.equal(r.transcript.length, 2, 'no line for a refused answer');
+    }
+  });
+
+  test('handle: unusable, duplicate and empty names in a publication', async () => {
+    const cases = [
+      [[['bad name', 'echo']], 'published an unusable tool name "bad name"'],
+      [[['x'.repeat(65), 'echo']], `published an unusable tool name "${'x'.repeat(65)}"`],
+      [[['', 'echo']], 'published an unusable tool name ""'],
+      [[['a\nb', 'echo']], 'published an unusable tool name "a\\nb"'],
+      [[['e', 'echo'], ['e', 'echo']], 'published e twice'],
+      [[['e', 'echo'], ['f', '']], 'published f as "", which server "alpha" does not offer'],
+    ];
+    for (const [tools, why] of cases) {
+      const r = await run([configure('alpha'), connected('alpha')], onConnected([pub('alpha', tools)]));
+      assert.equal(r.failure, prefix + why, JSON.stringify(tools));
+    }
+    // An empty original the server offers (a tool named "") is still refused.
+    const empty = await run([configure('alpha'), connected('alpha', [''])], onConnected([pub('alpha', [['e', '']])]));
+    assert.equal(empty.failure, prefix + 'published e without its original name');
+    // Two advertised names in two publications are fine; so is the same original twice.
+    const ok = await run([configure('alpha'), connected('alpha')], onConnected([pub('alpha', [['e', 'echo'], ['f', 'echo']]), pub('alpha', [['e', 'echo']])]));
+    assert.equal(ok.failure, null);
+  });
+
+  test('handle: an unknown original is found before an unknown server (the order of the checks)', async () => {
+    const r = await run([configure('alpha'), connected('alpha')], onConnected([{ tag: 'connect', val: 'ghost' }, pub('alpha', [['g', 'ghost']])]));
+    assert.equal(r.failure, prefix + 'published g as "ghost", which server "alpha" does not offer');
+  });
+
+  test('server-removed: the host hears it after the answer, so the policy may still act on it', async () => {
+    const ok = await run([configure('a'), { do: 'event', kind: { tag: 'server-removed', val: 'a' } }, expect({ disconnects: 'a' })]);
+    assert.equal(ok.failure, null);
+    const late = await run([configure('a'), { do: 'event', kind: { tag: 'server-removed', val: 'a' } }, { do: 'event', kind: { tag: 'shutdown' } }], {
+      answers: { shutdown: () => [{ tag: 'withdraw-tools', val: 'a' }] },
+    });
+    assert.equal(late.failure, 'at step 3 (shutdown): policy under test failed during handle: returned invalid output: acted on a server the host never configured: "a"');
+  });
+
+  test('admit: a hold over 60 s, an empty or oversized message are refused before they are recorded', async () => {
+    const hold = (ms, message = 'wait') => ({ tag: 'hold', val: { 'wait-ms': ms, message } });
+    const cases = [
+      [hold(60001n), 'held a call for 60001 ms (limit 60000)'],
+      [hold(18446744073709551615n), 'held a call for 18446744073709551615 ms (limit 60000)'],
+      [hold(5n, ' \t\n'), 'a refusal without a message for the model'],
+      [{ tag: 'reject', val: '' }, 'a refusal without a message for the model'],
+      [{ tag: 'reconnect', val: '\u3000' }, 'a refusal without a message for the model'],
+      [{ tag: 'reject', val: 'é'.repeat(2049) }, 'a refusal message of 4098 bytes (limit 4096)'],
+    ];
+    for (const [admission, why] of cases) {
+      const r = await run([configure('a'), { do: 'admit', server: 'a', tool: 't', name: null }], { admit: () => admission });
+      assert.equal(r.failure, `at step 2 (admit a call to a/t): policy under test failed during admit: returned invalid output: ${why}`);
+      assert.equal(r.transcript.length, 2, 'the admission is not recorded');
+    }
+    for (const admission of [hold(60000n), { tag: 'reject', val: 'x'.repeat(4096) }, { tag: 'reject', val: '\ufeff' }]) {
+      const r = await run([configure('a'), { do: 'admit', server: 'a', tool: 't', name: null }], { admit: () => admission });
+      assert.equal(r.failure, null, stringify(admission));
+    }
+  });
+
+  const handover = (servers) => ({
+    now: 1000,
+    servers: servers.map(([name, session, connecting]) => ({
+      config: { name, transport: 'stdio', include: [], exclude: [], settings: '' },
+      session: session ? { 'server-info': 'x', tools: [tool('work')], proven: true } : null,
+      connecting,
+      state: 'connecting',
+      breaker: 'closed',
+      'breaker-until': null,
+      failures: 0,
+      'breaker-failures': 0,
+      'tool-errors': 0,
+      'last-fault': null,
+      since: 3,
+      'next-attempt-at': null,
+    })),
+    previous: { name: 'other', version: '1' },
+  });
+
+  test('take-over: connect or disconnect of a server whose session or attempt the host keeps', async () => {
+    const h = handover([['live', true, false], ['dialing', false, true], ['idle', false, false]]);
+    for (const [tag, server, why] of [
+      ['connect', 'live', 'asked to connect or disconnect "live", whose session (or attempt) the host keeps'],
+      ['disconnect', 'dialing', 'asked to connect or disconnect "dialing", whose session (or attempt) the host keeps'],
+      ['connect', 'nobody', 'acted on a server the host never configured: "nobody"'],
+    ]) {
+      const r = await run([{ do: 'take-over', handover: h }], { takeOver: () => [{ tag, val: server }] });
+      assert.equal(r.failure, `at step 1 (take over from other): policy under test failed during take-over: returned invalid output: ${why}`);
+      assert.equal(r.transcript.length, 2, 'init lines only');
+    }
+    const ok = await run([{ do: 'take-over', handover: h }], { takeOver: () => [{ tag: 'connect', val: 'idle' }, { tag: 'disconnect', val: 'idle' }] });
+    assert.equal(ok.failure, null);
+    // An unknown original is Tether's conversion of the answer: a refused handover.
+    const ghost = await run([{ do: 'take-over', handover: h }], { takeOver: () => [pub('live', [['g', 'ghost']])] });
+    assert.match(ghost.failure, /: the handover was refused: policy under test failed during take-over: returned invalid output: published g as "ghost"/);
+  });
+
+  test('snapshot-restore compares the statuses server by server', async () => {
+    const steps = [configure('b'), configure('a'), failed('a'), { do: 'snapshot-restore' }];
+    assert.equal((await run(steps, { reorder: true })).failure, null);
+    const lossy = await run(steps, { reorder: true, lossy: true });
+    assert.match(lossy.failure, /status changed across snapshot\/restore: \[\{"server":"a",.*"failures":1,.*\{"server":"b".*\] -> \[\{"server":"a",.*"failures":0,/);
+  });
+
+  test('the ledger: attempts in flight and sessions', async () => {
+    const { Ledger } = await import('../scenario.mjs');
+    const ledger = new Ledger();
+    const ev = (tag, val) => ledger.noteEvent({ now: 1n, kind: { tag, val } });
+    ev('server-configured', { name: 'a' });
+    assert.equal(ledger.isLive('a'), false);
+    ledger.noteActions([{ tag: 'connect', val: 'a' }]);
+    assert.equal(ledger.isLive('a'), true, 'an attempt in flight');
+    ev('connected', { server: 'a', tools: [tool('t')] });
+    assert.equal(ledger.isLive('a'), true, 'a session');
+    ledger.noteActions([{ tag: 'connect', val: 'a' }]);
+    ev('disconnected', { server: 'a', fault: { tag: 'session-expired' } });
+    assert.equal(ledger.isLive('a'), true, 'a disconnect leaves the attempt asked for since');
+    ev('connect-failed', { server: 'a', fault: { tag: 'handshake-timed-out' } });
+    assert.equal(ledger.isLive('a'), false);
+    ledger.noteActions([{ tag: 'connect', val: 'a' }, { tag: 'disconnect', val: 'a' }]);
+    assert.equal(ledger.isLive('a'), false, 'disconnect ends the attempt');
+    assert.equal(ledger.checkActions([{ tag: 'connect', val: 'a' }]), null);
+    ev('server-removed', 'a');
+    assert.match(ledger.checkActions([{ tag: 'connect', val: 'a' }]), /never configured/);
   });
 });

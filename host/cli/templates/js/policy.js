@@ -15,6 +15,8 @@
 import { log } from 'tether:policy/log@0.2.0';
 
 // ----- settings: a JSON object; unknown keys are refused -----
+// (These are the policy's own settings, given to init and setSettings. A server's per-server
+// `settings`, in its configuration, are kept but ignored by this starter.)
 
 const DEFAULTS = {
   retry_ms: 2000, // wait before the next attempt
@@ -25,11 +27,16 @@ const DEFAULTS = {
 };
 
 function parseSettings(text) {
-  const given = text.trim() === '' ? {} : JSON.parse(text);
+  let given;
+  try {
+    given = text.trim() === '' ? {} : JSON.parse(text);
+  } catch (e) {
+    throw `settings are not valid JSON: ${e.message}`; // refused, not a trap
+  }
   if (given === null || typeof given !== 'object' || Array.isArray(given)) throw 'settings must be a JSON object';
   const settings = { ...DEFAULTS };
   for (const [key, value] of Object.entries(given)) {
-    if (!(key in DEFAULTS)) throw `unknown setting ${JSON.stringify(key)} (known: ${Object.keys(DEFAULTS).join(', ')})`;
+    if (!Object.hasOwn(DEFAULTS, key)) throw `unknown setting ${JSON.stringify(key)} (known: ${Object.keys(DEFAULTS).join(', ')})`;
     if (!Number.isSafeInteger(value) || value < 1) throw `setting ${key} must be a positive whole number`;
     settings[key] = value;
   }
@@ -53,13 +60,15 @@ function glob(pattern) {
   return new RegExp(`^${source}$`, 's');
 }
 
-// ----- state (plain data, so a snapshot is its JSON) -----
+// ----- state (plain data; servers in a Map, so any name works, `__proto__` included) -----
+
+const SNAPSHOT_FORMAT = 'my-js-policy/1';
 
 let settings = DEFAULTS;
 let state = fresh();
 
 function fresh() {
-  return { now: 0, nextToken: 0, servers: {} };
+  return { now: 0, nextToken: 0, servers: new Map() };
 }
 
 function newServer(config, now) {
@@ -110,7 +119,7 @@ function publish(server, s, out) {
   const include = s.config.include.map(glob);
   const exclude = s.config.exclude.map(glob);
   const taken = new Set();
-  for (const [other, o] of Object.entries(state.servers)) {
+  for (const [other, o] of state.servers) {
     if (other !== server) for (const t of o.published) taken.add(t.advertised);
   }
   const next = [];
@@ -160,7 +169,7 @@ const tools = (list) => list.map((t) => ({ name: t.name, readOnly: t.readOnly, r
 function handle(kind, out) {
   const { tag, val } = kind;
   if (tag === 'shutdown') {
-    for (const [server, s] of Object.entries(state.servers).sort(([a], [b]) => (a < b ? -1 : 1))) {
+    for (const [server, s] of [...state.servers].sort(([a], [b]) => (a < b ? -1 : 1))) {
       if (s.state === 'stopped') continue;
       withdraw(server, s, out);
       s.session = null;
@@ -171,10 +180,11 @@ function handle(kind, out) {
     return;
   }
   if (tag === 'server-configured') {
-    const s = state.servers[val.name];
+    const s = state.servers.get(val.name);
     if (!s) {
-      state.servers[val.name] = newServer(val, state.now);
-      connect(val.name, state.servers[val.name], 'configured', out);
+      const added = newServer(val, state.now);
+      state.servers.set(val.name, added);
+      connect(val.name, added, 'configured', out);
     } else if (s.state !== 'stopped') {
       s.config = newServer(val, 0).config;
       publish(val.name, s, out); // the filters may have changed
@@ -183,14 +193,14 @@ function handle(kind, out) {
   }
   // Every other event names one server.
   const server = typeof val === 'string' ? val : val.server;
-  const s = state.servers[server];
+  const s = state.servers.get(server);
   if (!s) return;
   switch (tag) {
     case 'server-removed':
       withdraw(server, s, out);
       out.push({ tag: 'disconnect', val: server });
       out.push(change(server, s, 'stopped', 'removed'));
-      delete state.servers[server];
+      state.servers.delete(server);
       break;
     case 'connected':
       if (s.state === 'stopped') {
@@ -292,7 +302,7 @@ export const policy = {
   admit(request) {
     state.now = Math.max(state.now, Number(request.now));
     const server = request.server;
-    const s = state.servers[server];
+    const s = state.servers.get(server);
     const say = (what) => `Server ${JSON.stringify(server)} ${what}; the call was not sent.`;
     if (!s) return { tag: 'reject', val: say('is not configured') };
     if (!s.session) {
@@ -316,10 +326,10 @@ export const policy = {
 
   status(now) {
     const at = Math.max(state.now, Number(now));
-    return Object.keys(state.servers)
+    return [...state.servers.keys()]
       .sort()
       .map((server) => {
-        const s = state.servers[server];
+        const s = state.servers.get(server);
         const breaker = breakerState(s, at);
         return {
           server,
@@ -338,9 +348,12 @@ export const policy = {
   },
 
   snapshot() {
-    return new TextEncoder().encode(JSON.stringify({ format: 'my-js-policy/1', settings, state }));
+    const servers = [...state.servers].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    const saved = { format: SNAPSHOT_FORMAT, settings, state: { now: state.now, nextToken: state.nextToken, servers } };
+    return new TextEncoder().encode(JSON.stringify(saved));
   },
 
+  /** Replaces the state with a snapshot's, after checking its shape; on error nothing changes. */
   restore(bytes) {
     let saved;
     try {
@@ -348,20 +361,42 @@ export const policy = {
     } catch (e) {
       throw `not a snapshot of this policy: ${e}`;
     }
-    if (saved?.format !== 'my-js-policy/1') throw 'not a snapshot of this policy';
-    settings = saved.settings;
-    state = saved.state;
+    if (saved === null || typeof saved !== 'object' || saved.format !== SNAPSHOT_FORMAT) {
+      throw `not a snapshot of this policy (format ${JSON.stringify(saved?.format ?? null)}, expected ${SNAPSHOT_FORMAT})`;
+    }
+    let restored;
+    try {
+      restored = parseSettings(JSON.stringify(saved.settings ?? null));
+    } catch (why) {
+      throw `damaged snapshot: ${why}`;
+    }
+    const st = saved.state;
+    const whole = (v) => Number.isSafeInteger(v) && v >= 0;
+    if (st === null || typeof st !== 'object' || !whole(st.now) || !whole(st.nextToken) || !Array.isArray(st.servers)) {
+      throw 'damaged snapshot: its state is not { now, nextToken, servers }';
+    }
+    const servers = new Map();
+    for (const entry of st.servers) {
+      const [name, s] = Array.isArray(entry) ? entry : [];
+      if (typeof name !== 'string' || s === null || typeof s !== 'object' || typeof s.state !== 'string' || !Array.isArray(s.published)) {
+        throw 'damaged snapshot: a server entry is not [name, server]';
+      }
+      if (servers.has(name)) throw `damaged snapshot: server ${JSON.stringify(name)} appears twice`;
+      servers.set(name, s);
+    }
+    settings = restored;
+    state = { now: st.now, nextToken: st.nextToken, servers };
   },
 
   /** Adopts another policy's servers: keeps live sessions (never connects them), re-arms timers. */
   takeOver(handover) {
-    if (Object.keys(state.servers).length > 0) throw 'take-over needs a fresh instance';
+    if (state.servers.size > 0) throw 'take-over needs a fresh instance';
     state.now = Math.max(state.now, Number(handover.now));
     const out = [];
     for (const h of handover.servers) {
       const server = h.config.name;
       const s = newServer(h.config, Math.min(Number(h.since), state.now));
-      state.servers[server] = s;
+      state.servers.set(server, s);
       s.failures = h.failures;
       s.toolErrors = h.toolErrors;
       s.lastFault = h.lastFault ?? null;
