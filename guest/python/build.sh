@@ -22,7 +22,7 @@ toolchain="$here/.toolchain"
 version="0.25.1"
 cpy="$toolchain/bin/componentize-py"
 
-if [ ! -x "$cpy" ] || ! "$cpy" --version 2>/dev/null | grep -q "$version"; then
+if [ ! -x "$cpy" ] || [ "$("$cpy" --version 2>/dev/null)" != "componentize-py $version" ]; then
     if [ ! -x "$toolchain/bin/python3" ]; then
         python3 -m venv "$toolchain"
     fi

@@ -2,7 +2,8 @@
 """Runs Tether's conformance scenarios against a policy component, on wasmtime-py.
 
     python3 host/python/conformance.py COMPONENT [--scenarios DIR] [--settings JSON]
-                                                 [--transcripts DIR] [--only NAME]
+                                                 [--transcripts DIR] [--only NAME]...
+                                                 [--cache-dir DIR | --no-cache] [--log]
 
 On first use it creates ``host/python/.venv`` and installs the pinned wasmtime from PyPI
 (``requirements.txt``) into it, then re-runs itself there. See README.md.
@@ -60,29 +61,46 @@ def _pinned_here() -> bool:
 def _bootstrap() -> None:
     if _in_venv() or _pinned_here():
         return
+    if not os.path.isfile(REQUIREMENTS):
+        print("cannot set up %s: %s is missing" % (VENV, REQUIREMENTS), file=sys.stderr)
+        sys.exit(2)
     wanted = _read(REQUIREMENTS)
-    os.makedirs(VENV, exist_ok=True)
-    with open(os.path.join(VENV, ".tether-lock"), "w") as lock:
-        try:
-            import fcntl
-
-            fcntl.flock(lock, fcntl.LOCK_EX)  # two first runs at once install once
-        except ImportError:
-            pass
-        if _read(MARKER) != wanted or not os.path.exists(_venv_python()):
-            print("setting up %s (%s)" % (VENV, " ".join(wanted.split())), file=sys.stderr)
+    pinned = " ".join(line.split("#", 1)[0].strip() for line in wanted.splitlines() if line.split("#", 1)[0].strip())
+    step = "creating the directory"
+    try:
+        os.makedirs(VENV, exist_ok=True)
+        with open(os.path.join(VENV, ".tether-lock"), "w") as lock:
             try:
+                import fcntl
+
+                fcntl.flock(lock, fcntl.LOCK_EX)  # two first runs at once install once
+            except ImportError:
+                pass
+            if _read(MARKER) != wanted or not os.path.exists(_venv_python()):
+                print("setting up %s (%s)" % (VENV, pinned), file=sys.stderr)
+                step = "creating the virtual environment"
                 subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
-                subprocess.run(
-                    [_venv_python(), "-m", "pip", "install", "--disable-pip-version-check", "-q",
-                     "-r", REQUIREMENTS],
-                    check=True,
-                )
-            except (OSError, subprocess.CalledProcessError) as e:
-                print("cannot set up %s: %s" % (VENV, e), file=sys.stderr)
-                sys.exit(2)
-            with open(MARKER, "w", encoding="utf-8") as f:
-                f.write(wanted)
+                step = "installing %s with pip" % pinned
+                try:
+                    subprocess.run(
+                        [_venv_python(), "-m", "pip", "install", "--disable-pip-version-check", "-q",
+                         "--retries", "1", "--timeout", "30", "-r", REQUIREMENTS],
+                        check=True,
+                    )
+                except subprocess.CalledProcessError:
+                    print(
+                        "cannot set up %s: pip could not install %s (pinned in %s). It needs PyPI, or "
+                        "the index PIP_INDEX_URL names, reachable from here, and a wheel of that "
+                        "version for this platform and Python %d.%d; pip's own message above says "
+                        "which." % (VENV, pinned, REQUIREMENTS, sys.version_info[0], sys.version_info[1]),
+                        file=sys.stderr,
+                    )
+                    sys.exit(2)
+                with open(MARKER, "w", encoding="utf-8") as f:
+                    f.write(wanted)
+    except (OSError, subprocess.CalledProcessError) as e:
+        print("cannot set up %s (%s): %s" % (VENV, step, e), file=sys.stderr)
+        sys.exit(2)
     python = _venv_python()
     os.execv(python, [python, os.path.abspath(__file__)] + sys.argv[1:])
 

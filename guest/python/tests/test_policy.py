@@ -132,6 +132,19 @@ class NamingTest(unittest.TestCase):
         self.assertTrue(naming.allowed(["read_*"], ["read_secret"], "read_file"))
         self.assertFalse(naming.allowed(["read_*"], ["read_secret"], "read_secret"))
         self.assertTrue(naming.allowed([], [], "anything"))
+        self.assertTrue(m("[]]", "]"))
+        self.assertTrue(m("a*b*c", "aXbYc"))
+        self.assertFalse(m("a*b*c", "aXbY"))
+        self.assertTrue(m("*?", "x"))
+        self.assertFalse(m("*?", ""))
+        self.assertFalse(m("{a,b}", "a"))  # no braces: literal characters
+        self.assertTrue(m("{a,b}", "{a,b}"))
+
+    def test_globs_take_linear_time(self):
+        import time
+        start = time.monotonic()
+        self.assertFalse(naming.glob_match("*a" * 30 + "b", "a" * 200))
+        self.assertLess(time.monotonic() - start, 2.0)
 
 
 class SettingsTest(unittest.TestCase):
@@ -519,7 +532,21 @@ def story(settings_json=""):
 
 class SnapshotAndTakeOverTest(unittest.TestCase):
     def test_deterministic(self):
-        self.assertEqual(story()[0], story()[0])
+        # Two runs in separate interpreters with different string hashing: nothing may depend
+        # on hash() or set order.
+        import subprocess
+
+        code = (
+            "import sys; sys.dont_write_bytecode = True; sys.path.insert(0, %r); "
+            "import test_policy; print(repr(test_policy.story()[0]))" % os.path.dirname(os.path.abspath(__file__))
+        )
+        runs = []
+        for seed in ("1", "2"):
+            env = dict(os.environ, PYTHONHASHSEED=seed)
+            done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+            runs.append(done.stdout)
+        self.assertEqual(runs[0], runs[1])
+        self.assertEqual(runs[0], repr(story()[0]) + "\n")
 
     def test_snapshot_round_trips_exactly(self):
         s = Script()
@@ -538,6 +565,44 @@ class SnapshotAndTakeOverTest(unittest.TestCase):
             s.p.handle(s.now + 5, ("connect-failed", ("beta", HANDSHAKE))),
             restored.handle(s.now + 5, ("connect-failed", ("beta", HANDSHAKE))),
         )
+
+    def test_deep_json_is_refused_not_a_crash(self):
+        deep = "[" * 100_000 + "]" * 100_000
+        for text in ('{"a": %s}' % deep, '{"a": ' + "[" * 33 + "]" * 33 + "}"):
+            with self.assertRaises(PolicyError) as caught:
+                Policy(text)
+            self.assertIn("nested deeper than 32", str(caught.exception))
+        p = Policy("")
+        with self.assertRaises(PolicyError):
+            p.set_settings('{"x": %s}' % deep)
+        with self.assertRaises(PolicyError):
+            Policy.restore(('{"format": %s}' % deep).encode())
+        # Brackets inside strings do not count.
+        with self.assertRaises(PolicyError) as caught:
+            Policy('{"%s": 1}' % ("[" * 100))
+        self.assertIn("unknown setting", str(caught.exception))
+        s = Script()
+        s.configure("alpha", server_settings='{"a": %s}' % deep)
+        self.assertEqual(s.state("alpha"), "parked")
+
+    def test_times_never_exceed_u64(self):
+        u64 = (1 << 64) - 1
+        s = Script()
+        s.healthy("alpha")
+        s.now = u64 - 10
+        BreakerTest.open_breaker(self, s)
+        for entry in s.p.status(s.now):
+            for key in ("breaker_until", "next_attempt_at"):
+                value = entry.get(key)
+                self.assertTrue(value is None or 0 <= value <= u64, (key, value))
+
+    def test_the_failure_window_is_bounded(self):
+        s = Script('{"window_failures": 3, "max_failures": 1000, "window_ms": 1000000000}')
+        s.configure("alpha")
+        for _ in range(50):
+            s.failed("alpha", RESET)
+            s.fire("alpha")
+            self.assertLessEqual(len(s.p.servers["alpha"].window), 3)
 
     def test_restore_refuses_what_it_did_not_write(self):
         for blob in [b"", b"not json", b"{}", json.dumps({"format": "x"}).encode()]:

@@ -7,7 +7,9 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tether_policy_host.scenarios import Run, Scenario, ScenarioFailure, run_scenario  # noqa: E402
+from tether_policy_host.scenarios import (  # noqa: E402
+    MalformedScenario, Run, Scenario, ScenarioFailure, run_scenario,
+)
 
 
 class Refused(Exception):
@@ -232,9 +234,9 @@ class Steps(unittest.TestCase):
 
     def test_finish_unknown_call_fails(self):
         finish = {"do": "finish", "server": "a", "call": "x", "outcome": {"tag": "ok"}}
-        self.assertEqual(run([finish]).failure, "at step 0 (start): no call x was admitted")
+        self.assertEqual(run([finish]).failure, "at step 0 (start): no call named x was admitted")
         finish["call"] = None
-        self.assertEqual(run([finish]).failure, "at step 0 (start): no call  was admitted")
+        self.assertEqual(run([finish]).failure, "at step 0 (start): no call was admitted")
 
     def test_status_predicates(self):
         outcome = self.assertPasses([
@@ -259,9 +261,13 @@ class Steps(unittest.TestCase):
             expect({"not": {"publishes-originals": {"server": "a", "originals": ["write"]}}}),
             expect({"publishes-usable-names": "a"}),
             expect({"not": {"publishes-usable-names": "b"}}, "no publication: does not hold"),
-            connected("a", ["x" * 70]), expect({"not": {"publishes-usable-names": "a"}}, "too long"),
-            connected("a", ["é"]), expect({"not": {"publishes-usable-names": "a"}}, "not ASCII"),
         ])
+        # A policy publishing such names fails as invalid output first; the predicate still says no.
+        probe = Run(factory())
+        for name in ("x" * 70, "é", ""):
+            probe.actions = [{"tag": "publish-tools", "val": {"server": "a", "tools": [
+                {"advertised": name, "original": "t", "read-only": False}]}}]
+            self.assertFalse(probe.holds({"publishes-usable-names": "a"}), name)
 
     def test_withdraws_and_disconnects(self):
         self.assertPasses([
@@ -351,7 +357,8 @@ class Steps(unittest.TestCase):
         self.assertEqual(lines[1:6], lines[7:12])  # same time, call ids, tokens
         self.assertIn('"now":1005', lines[1])
         differs = run([{"do": "twice", "steps": story}], nondeterministic=True)
-        self.assertIn("the same inputs gave other outputs in a fresh instance (call 2)", differs.failure)
+        self.assertIn("the same inputs gave other outputs in a fresh instance (line 2 of the block's transcript)",
+                      differs.failure)
 
     def test_policy_errors_fail_the_scenario(self):
         class Trapping(FakePolicy):
@@ -364,9 +371,37 @@ class Steps(unittest.TestCase):
         self.assertEqual(refused.transcript, [])
 
     def test_bad_steps(self):
-        self.assertIn("unknown step \"dance\"", run([{"do": "dance"}]).failure)
-        self.assertIn("unknown predicate \"sings\"", run([expect({"sings": "a"})]).failure)
-        self.assertIn("lacks \"server\"", run([{"do": "fire-timer"}]).failure)
+        def malformed(steps):
+            with self.assertRaises(MalformedScenario) as caught:
+                run(steps)
+            return str(caught.exception)
+        self.assertEqual(malformed([{"do": "dance"}]), 'malformed scenario t: steps[0]: unknown step "dance"')
+        self.assertIn('unknown predicate "sings"', malformed([expect({"sings": "a"})]))
+        self.assertIn('steps[0] lacks "server"', malformed([{"do": "fire-timer"}]))
+        # Wrong types and unhashable values: reported, never a traceback.
+        self.assertIn("steps[0].server must be a string", malformed([{"do": "fire-timer", "server": ["a"]}]))
+        self.assertIn("steps[0].name must be a string or null",
+                      malformed([{"do": "admit", "server": "a", "tool": "t", "name": {"x": 1}}]))
+        self.assertIn("steps[0].that.connects must be a server name",
+                      malformed([expect({"connects": ["a"]})]))
+        self.assertIn("steps[0].steps[0].that.not.state.in: unknown state",
+                      malformed([{"do": "twice", "steps": [expect({"not": {"state": {"server": "a", "in": ["x"]}}})]}]))
+        self.assertIn("steps[0].times must be a non-negative integer",
+                      malformed([{"do": "repeat", "times": -1, "steps": [], "else": None}]))
+        self.assertIn("steps[0].ms must be a non-negative integer", malformed([{"do": "advance", "ms": "5"}]))
+        self.assertIn("unknown field", malformed([{"do": "status", "now": 5}]))
+        self.assertIn("is not a step", malformed(["status"]))
+
+    def test_arguments_that_do_not_fit_the_contract_are_malformed(self):
+        class Strict(FakePolicy):
+            def normalize(self, function, value):
+                if function == "handle" and not isinstance(value["kind"].get("val"), dict):
+                    raise ValueError("event.kind.val: expected an object")
+                return [value]
+        with self.assertRaises(MalformedScenario) as caught:
+            run_scenario(Scenario("odd", "contract", "", [ev("server-configured", 5)]), Strict)
+        self.assertEqual(str(caught.exception), "malformed scenario odd: the handle argument does not fit the "
+                                                "contract: event.kind.val: expected an object")
 
     def test_publications_must_name_offered_tools(self):
         class Inventive(FakePolicy):
@@ -386,6 +421,198 @@ class Steps(unittest.TestCase):
         self.assertIsNone(run(ledger_steps).failure)
 
 
+class Answering(FakePolicy):
+    """The fake policy, with answers injected per event tag / for admissions / on take-over."""
+
+    extra = {}
+    admission = None
+    over = None
+
+    def handle(self, event):
+        actions = super().handle(event)
+        add = self.extra.get(event["kind"]["tag"])
+        return actions + (add(event) if callable(add) else list(add or []))
+
+    def admit(self, request):
+        return self.admission if self.admission is not None else super().admit(request)
+
+    def take_over(self, handover):
+        actions = super().take_over(handover)
+        return actions if self.over is None else self.over
+
+
+def answering(**attrs):
+    return type("Custom", (Answering,), attrs)
+
+
+def handover(*servers):
+    def entry(name, session=None, connecting=False):
+        return {"config": {"name": name}, "session": session, "connecting": connecting, "state": "connected",
+                "failures": 0, "next-attempt-at": None}
+    return {"now": 1000, "previous": {"name": "old", "version": "1"},
+            "servers": [entry(*s) if isinstance(s, tuple) else entry(s) for s in servers]}
+
+
+PREFIX = "policy fake.wasm failed during %s: returned invalid output: "
+
+
+class InvalidOutputs(unittest.TestCase):
+    """outputs.rs: what Tether's runtime refuses live fails the scenario, worded as Tether words it."""
+
+    def fails(self, policy, steps, during, why, at=None):
+        outcome = run_scenario(Scenario("t", "contract", "", steps), policy)
+        self.assertIsNotNone(outcome.failure)
+        self.assertTrue(outcome.failure.endswith(PREFIX % during + why), outcome.failure)
+        if at is not None:
+            self.assertTrue(outcome.failure.startswith("at step %d " % at), outcome.failure)
+        return outcome
+
+    def publishing(self, *tools):
+        return answering(extra={"keepalive-ok": lambda e: [{"tag": "publish-tools", "val": {
+            "server": e["kind"]["val"], "tools": [{"advertised": a, "original": o, "read-only": False}
+                                                  for a, o in tools]}}]})
+
+    def test_unknown_server_in_any_action(self):
+        steps = [configure("a"), ev("shutdown")]
+        for action in ({"tag": "connect", "val": "ghost"}, {"tag": "disconnect", "val": "ghost"},
+                       {"tag": "withdraw-tools", "val": "ghost"},
+                       {"tag": "wake-at", "val": {"server": "ghost", "at": 1, "token": 1}},
+                       {"tag": "state-changed", "val": {"server": "ghost", "state": "parked", "detail": "d"}}):
+            policy = answering(extra={"shutdown": [action]})
+            self.fails(policy, steps, "handle", 'acted on a server the host never configured: "ghost"', at=2)
+
+    def test_publications(self):
+        steps = [configure("a"), connected("a", ["t", "u"]), ev("keepalive-ok", "a")]
+        self.fails(self.publishing(("bad name", "t")), steps, "handle", 'published an unusable tool name "bad name"')
+        self.fails(self.publishing(("x" * 65, "t")), steps, "handle",
+                   'published an unusable tool name "%s"' % ("x" * 65))
+        self.fails(self.publishing(("a\nb", "t")), steps, "handle", 'published an unusable tool name "a\\nb"')
+        self.fails(self.publishing(("x", "t"), ("x", "u")), steps, "handle", "published x twice")
+        # The original is looked up first (as Tether converts the answer before checking it).
+        self.fails(self.publishing(("x", "")), steps, "handle", 'published x as "", which server "a" does not offer')
+        ok = run_scenario(Scenario("t", "contract", "", steps), self.publishing(("x", "t"), ("y", "u")))
+        self.assertIsNone(ok.failure)
+
+    def test_empty_original_when_the_server_offers_one(self):
+        steps = [configure("a"), connected("a", [""])]  # the fake publishes a__ for it
+        self.fails(FakePolicy, steps, "handle", "published a__ without its original name", at=2)
+
+    def test_admissions(self):
+        steps = [configure("a"), {"do": "admit", "server": "a", "tool": "t", "name": None}]
+        hold = lambda ms, msg="wait": {"tag": "hold", "val": {"wait-ms": ms, "message": msg}}  # noqa: E731
+        self.fails(answering(admission=hold(60001)), steps, "admit", "held a call for 60001 ms (limit 60000)", at=2)
+        self.assertIsNone(run_scenario(Scenario("t", "contract", "", steps), answering(admission=hold(60000))).failure)
+        for bad in ({"tag": "reject", "val": ""}, {"tag": "reconnect", "val": " \t\n"}, hold(5, "\u3000")):
+            self.fails(answering(admission=bad), steps, "admit", "a refusal without a message for the model")
+        self.fails(answering(admission={"tag": "reject", "val": "é" * 2049}), steps, "admit",
+                   "a refusal message of 4098 bytes (limit 4096)")
+        self.assertIsNone(run_scenario(Scenario("t", "contract", "", steps),
+                                       answering(admission={"tag": "reject", "val": "x" * 4096})).failure)
+
+    def test_invalid_admissions_write_no_line(self):
+        steps = [configure("a"), {"do": "admit", "server": "a", "tool": "t", "name": None}]
+        outcome = self.fails(answering(admission={"tag": "reject", "val": ""}), steps, "admit",
+                             "a refusal without a message for the model")
+        self.assertEqual(len(outcome.transcript), 2)
+
+    def test_take_over_must_not_replace_live_sessions(self):
+        tools = {"server-info": "s", "tools": [], "proven": False}
+        for live, action in ((("a", tools), "connect"), (("a", None, True), "disconnect")):
+            step = {"do": "take-over", "handover": handover(live, "b")}
+            self.fails(answering(over=[{"tag": action, "val": "a"}]), [step], "take-over",
+                       'asked to connect or disconnect "a", whose session (or attempt) the host keeps', at=1)
+        # Neither a session nor an attempt: the policy may connect it; an unknown server it may not.
+        step = {"do": "take-over", "handover": handover("a")}
+        self.assertIsNone(run_scenario(Scenario("t", "contract", "", [step]),
+                                       answering(over=[{"tag": "connect", "val": "a"}])).failure)
+        self.fails(answering(over=[{"tag": "connect", "val": "z"}]), [step], "take-over",
+                   'acted on a server the host never configured: "z"')
+
+    def test_removal_is_heard_after_the_answer(self):
+        # The policy still acts on the server it forgets (withdraw, disconnect); then it is gone.
+        steps = [configure("a"), connected("a", ["t"]), ev("server-removed", "a"),
+                 expect({"withdraws": {"server": "a", "times": 1}})]
+        self.assertIsNone(run_scenario(Scenario("t", "contract", "", steps), FakePolicy).failure)
+        late = answering(extra={"shutdown": [{"tag": "withdraw-tools", "val": "a"}]})
+        self.fails(late, steps + [ev("shutdown")], "handle", 'acted on a server the host never configured: "a"', at=4)
+
+    def test_the_ledger_tracks_attempts(self):
+        from tether_policy_host.scenarios import Ledger
+        ledger = Ledger()
+        ledger.note_event({"tag": "server-configured", "val": {"name": "a"}})
+        self.assertFalse(ledger.is_live("a"))
+        ledger.note_actions([{"tag": "connect", "val": "a"}])
+        self.assertTrue(ledger.is_live("a"))
+        ledger.note_event({"tag": "disconnected", "val": {"server": "a"}})  # not the attempt's outcome
+        self.assertTrue(ledger.is_live("a"))
+        ledger.note_event({"tag": "connect-failed", "val": {"server": "a"}})
+        self.assertFalse(ledger.is_live("a"))
+        ledger.note_event({"tag": "connected", "val": {"server": "a", "tools": []}})
+        self.assertTrue(ledger.is_live("a"))
+        ledger.note_actions([{"tag": "disconnect", "val": "a"}])
+        self.assertFalse(ledger.is_live("a"))
+        self.assertFalse(ledger.is_live("ghost"))
+
+
+class SnapshotRestore(unittest.TestCase):
+    def test_status_is_compared_server_by_server(self):
+        class Shuffled(FakePolicy):
+            restored = False
+
+            def restore(self, snapshot):
+                super().restore(snapshot)
+                self.restored = True
+
+            def status(self, now):
+                out = super().status(now)
+                return list(reversed(out)) if self.restored else out
+        steps = [configure("a"), configure("b"), {"do": "snapshot-restore"}]
+        self.assertIsNone(run_scenario(Scenario("t", "contract", "", steps), Shuffled).failure)
+        bad = run_scenario(Scenario("t", "contract", "", steps), factory(bad_restore=True))
+        self.assertIn('status changed across snapshot/restore: [{"server":"a"', bad.failure)
+
+
+class Encoding(unittest.TestCase):
+    def test_lone_surrogates_are_a_host_error_naming_the_path(self):
+        from tether_policy_host import values as v
+        with self.assertRaises(v.EncodingError) as caught:
+            v.to_wasm(v.record([("server", v.STRING)]), {"server": "a\ud800"}, "event")
+        self.assertIn("event.server: a string that cannot be encoded as UTF-8", str(caught.exception))
+        with self.assertRaises(v.EncodingError):
+            v.normalize(v.list_of(v.STRING), json.loads('["ok", "\\udfff"]'), "x")
+
+    def test_in_a_scenario_it_is_a_malformed_scenario(self):
+        from tether_policy_host import values as v
+
+        class Typed(FakePolicy):
+            def normalize(self, function, value):
+                if function == "handle":
+                    return [v.normalize(v.record([("now", v.U64), ("kind", v.record([
+                        ("tag", v.STRING), ("val", v.STRING)]))]), value, "event")]
+                return [value]
+        with self.assertRaises(MalformedScenario) as caught:
+            run_scenario(Scenario("s", "contract", "", [ev("server-removed", "\ud800")]), Typed)
+        self.assertIn("event.kind.val: a string that cannot be encoded as UTF-8", str(caught.exception))
+
+
+class Cli(unittest.TestCase):
+    def test_malformed_scenarios_exit_2_without_a_traceback(self):
+        import contextlib
+        import io
+        import tempfile
+        from tether_policy_host.cli import main
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "index.json"), "w") as f:
+                json.dump(["s"], f)
+            with open(os.path.join(d, "s.json"), "w") as f:
+                json.dump({"name": "s", "level": "contract", "summary": "", "steps": [{"do": "fly"}]}, f)
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                code = main(["missing.wasm", "--scenarios", d])
+            self.assertEqual(code, 2)
+            self.assertEqual(err.getvalue(), 'malformed scenario s: steps[0]: unknown step "fly"\n')
+
+
 class Loading(unittest.TestCase):
     def test_index_order_and_bad_files(self):
         import tempfile
@@ -401,6 +628,35 @@ class Loading(unittest.TestCase):
                 json.dump({"not": "a list"}, f)
             with self.assertRaises(ValueError):
                 load_scenarios(d)
+
+    def test_names_and_malformed_files(self):
+        import tempfile
+        from tether_policy_host.scenarios import load_scenarios
+
+        def write(d, name, data):
+            with open(os.path.join(d, name), "w") as f:
+                f.write(data if isinstance(data, str) else json.dumps(data))
+        with tempfile.TemporaryDirectory() as d:
+            for bad in (["../escape"], ["a/b"], [""], ["a.b"], ["a", "a"], [1]):
+                write(d, "index.json", bad)
+                with self.assertRaises(ValueError) as caught:
+                    load_scenarios(d)
+                self.assertNotIsInstance(caught.exception, MalformedScenario, bad)
+            write(d, "index.json", ["s"])
+            cases = [
+                ("{", "malformed scenario s: not JSON"),
+                ({"name": "s", "steps": {}}, "malformed scenario s: a scenario is an object with a steps array"),
+                ({"name": "other", "steps": []}, 'malformed scenario s: its name is "other", index.json says "s"'),
+                ({"name": "s", "level": 3, "steps": []}, "malformed scenario s: level must be"),
+                ({"name": "s", "steps": [{"do": "jump"}]}, 'malformed scenario s: steps[0]: unknown step "jump"'),
+                ({"name": "s", "steps": [{"do": "expect", "that": {"lists": {"a": 1}}, "else": "x"}]},
+                 "malformed scenario s: steps[0].that.lists must be a server name"),
+            ]
+            for data, message in cases:
+                write(d, "s.json", data)
+                with self.assertRaises(MalformedScenario) as caught:
+                    load_scenarios(d)
+                self.assertTrue(str(caught.exception).startswith(message), str(caught.exception))
 
 
 if __name__ == "__main__":

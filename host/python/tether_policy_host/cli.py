@@ -1,7 +1,9 @@
-"""``conformance.py COMPONENT [--scenarios DIR] [--settings JSON] [--transcripts DIR] [--only NAME]``
+"""``conformance.py COMPONENT [--scenarios DIR] [--settings JSON] [--transcripts DIR]
+[--only NAME]... [--cache-dir DIR | --no-cache] [--log]``
 
 Exit status: 0 when every scenario passes, 1 when one fails, 2 when the component cannot be
-used (it does not load or instantiate, or it refuses the settings) or the scenarios cannot be read.
+used (it does not load or instantiate, or it refuses the settings), the settings cannot be
+handed to it, or the scenarios cannot be read or are malformed (``malformed scenario NAME: ...``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import os
 import sys
 from typing import List, Optional
 
-from .scenarios import load_scenarios, run_scenario
+from .scenarios import MalformedScenario, load_scenarios, run_scenario
+from .values import EncodingError
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SCENARIOS = os.path.join(os.path.dirname(HERE), "conformance")
@@ -36,9 +39,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--no-cache", action="store_true", help="compile the component, cache nothing")
     parser.add_argument("--log", action="store_true", help="print the policy's log records to stderr")
     args = parser.parse_args(argv)
+    for stream in (sys.stdout, sys.stderr):  # a name or message that is not UTF-8 prints escaped
+        try:
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[attr-defined]
+        except (AttributeError, ValueError):
+            pass
 
     try:
         scenarios = load_scenarios(args.scenarios)
+    except MalformedScenario as e:
+        print(str(e), file=sys.stderr)
+        return 2
     except (OSError, ValueError) as e:
         print("cannot read the scenarios in %s: %s" % (args.scenarios, e), file=sys.stderr)
         return 2
@@ -73,6 +84,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except PolicyError as e:
         print("cannot use %s: %s" % (args.component, e), file=sys.stderr)
         return 2
+    except EncodingError as e:  # e.g. a lone surrogate in the settings
+        print("cannot hand the settings to the policy: %s" % e, file=sys.stderr)
+        return 2
     del first
     print("checking %s (%s %s, %s)" % (args.component, info.get("name"), info.get("version"), component.interface))
 
@@ -80,7 +94,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         os.makedirs(args.transcripts, exist_ok=True)
     passed = failed = 0
     for scenario in scenarios:
-        outcome = run_scenario(scenario, component.instantiate, args.settings)
+        try:
+            outcome = run_scenario(scenario, component.instantiate, args.settings)
+        except MalformedScenario as e:
+            print(str(e), file=sys.stderr)
+            return 2
         if outcome.passed:
             passed += 1
             print("pass %s" % outcome.name)
@@ -88,7 +106,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             failed += 1
             print("FAIL %s: %s" % (outcome.name, outcome.failure))
         if args.transcripts:
-            path = os.path.join(args.transcripts, outcome.name + ".jsonl")
+            # scenario.name is index.json's, checked to be [A-Za-z0-9_-]+: no path escapes DIR.
+            path = os.path.join(args.transcripts, scenario.name + ".jsonl")
             with open(path, "w", encoding="utf-8", newline="\n") as f:
                 f.write("".join(line + "\n" for line in outcome.transcript))
         sys.stdout.flush()

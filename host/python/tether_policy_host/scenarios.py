@@ -15,13 +15,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from .outputs import check_actions, check_admission, check_take_over, rust_debug, valid_tool_name
 from .values import dumps
 
 #: Host time at the start of every scenario.
 START_NOW = 1000
 #: The duration reported for every finished call.
 DURATION_MS = 5
-_USABLE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: What names a scenario (and its transcript file) in index.json.
+_SCENARIO_NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 # How a list of steps ended.
 RAN, STOP = "ran", "stop"
@@ -29,6 +31,19 @@ RAN, STOP = "ran", "stop"
 
 class ScenarioFailure(Exception):
     """The scenario failed; the message says why."""
+
+
+class MalformedScenario(ValueError):
+    """The scenario itself is wrong (not the policy): ``malformed scenario NAME: why``."""
+
+    def __init__(self, name: str, reason: str):
+        super().__init__("malformed scenario %s: %s" % (name, reason))
+        self.name = name
+        self.reason = reason
+
+
+class _Malformed(Exception):
+    """Raised inside the interpreter; ``run_scenario`` names the scenario."""
 
 
 @dataclass
@@ -40,14 +55,23 @@ class Scenario:
 
     @classmethod
     def from_json(cls, data: Any, name: Optional[str] = None) -> "Scenario":
+        """A scenario file's contents, checked (``MalformedScenario`` when it is not one)."""
+        label = name if name is not None else "?"
         if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
-            raise ValueError("a scenario is an object with a steps array")
-        return cls(
-            name=str(data.get("name", name or "?")),
-            level=str(data.get("level", "contract")),
-            summary=str(data.get("summary", "")),
-            steps=data["steps"],
-        )
+            raise MalformedScenario(label, "a scenario is an object with a steps array")
+        given = data.get("name", name)
+        if not isinstance(given, str) or (name is not None and given != name):
+            raise MalformedScenario(label, "its name is %s, index.json says %s" % (dumps(given), dumps(name)))
+        level, summary = data.get("level", "contract"), data.get("summary", "")
+        if level not in ("contract", "invariant"):
+            raise MalformedScenario(given, "level must be \"contract\" or \"invariant\", not %s" % _show(level))
+        if not isinstance(summary, str):
+            raise MalformedScenario(given, "summary must be a string, not %s" % _show(summary))
+        try:
+            check_steps(data["steps"], "steps")
+        except _Malformed as e:
+            raise MalformedScenario(given, str(e)) from None
+        return cls(name=given, level=level, summary=summary, steps=data["steps"])
 
 
 @dataclass
@@ -63,16 +87,152 @@ class Outcome:
 
 
 def load_scenarios(directory: str) -> List[Scenario]:
-    """The scenarios of ``directory``, in the order of its ``index.json``."""
+    """The scenarios of ``directory``, in the order of its ``index.json``. Raises ``OSError``
+    (a file cannot be read), ``ValueError`` (index.json is not a list of names) or
+    ``MalformedScenario``. The names, which also name the transcript files, are
+    ``[A-Za-z0-9_-]+``: no path leaves the directory."""
     with open(os.path.join(directory, "index.json"), encoding="utf-8") as f:
         names = json.load(f)
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise ValueError("index.json must be a JSON array of scenario names")
+    if not isinstance(names, list) or not all(isinstance(n, str) and _SCENARIO_NAME.fullmatch(n) for n in names):
+        raise ValueError("index.json must be a JSON array of scenario names ([A-Za-z0-9_-]+)")
+    if len(set(names)) != len(names):
+        raise ValueError("index.json names a scenario twice")
     out = []
     for name in names:
         with open(os.path.join(directory, name + ".json"), encoding="utf-8") as f:
-            out.append(Scenario.from_json(json.load(f), name))
+            try:
+                data = json.load(f)
+            except ValueError as e:  # not JSON, or not UTF-8
+                raise MalformedScenario(name, "not JSON: %s" % e) from None
+        out.append(Scenario.from_json(data, name))
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The shape of steps and predicates (script.rs): checked before a scenario runs, so that a
+# malformed one is reported as such, not as a failure of the policy (or a Python traceback).
+
+_STATES = ("connecting", "connected", "healthy", "backing-off", "parked", "stopped")
+_ADMISSIONS = ("allow", "probe", "reject", "reconnect", "hold")
+_U64 = 2 ** 64 - 1
+
+
+def _show(value: Any) -> str:
+    try:
+        text = dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _field(obj: Dict[str, Any], key: str, where: str, kind: str, nullable: bool = False,
+           default: Any = None, required: bool = True) -> Any:
+    if key not in obj:
+        if required and not nullable:
+            raise _Malformed("%s lacks %s" % (where, dumps(key)))
+        return default
+    value = obj[key]
+    if value is None and nullable:
+        return None
+    ok = {
+        "string": lambda x: isinstance(x, str),
+        "bool": lambda x: isinstance(x, bool),
+        "count": lambda x: isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= _U64,
+        "object": lambda x: isinstance(x, dict),
+        "array": lambda x: isinstance(x, list),
+        "strings": lambda x: isinstance(x, list) and all(isinstance(i, str) for i in x),
+    }[kind](value)
+    if not ok:
+        want = {"string": "a string", "bool": "true or false", "count": "a non-negative integer",
+                "object": "an object", "array": "an array", "strings": "an array of strings"}[kind]
+        raise _Malformed("%s.%s must be %s%s, not %s" % (where, key, want, " or null" if nullable else "", _show(value)))
+    return value
+
+
+_STEP_FIELDS = {
+    "event": {"kind": "object"},
+    "fire-timer": {"server": "string", "optional": "bool?"},
+    "advance": {"ms": "count"},
+    "admit": {"server": "string", "tool": "string", "name": "string|null"},
+    "finish": {"server": "string", "call": "string|null", "outcome": "object"},
+    "call": {"server": "string", "tool": "string", "outcome": "object"},
+    "status": {},
+    "snapshot-restore": {},
+    "take-over": {"handover": "object"},
+    "twice": {"steps": "steps"},
+    "repeat": {"times": "count", "steps": "steps", "else": "string|null"},
+    "stop-if": {"that": "predicate"},
+    "expect": {"that": "predicate", "else": "string"},
+}
+
+
+def check_steps(steps: Any, where: str) -> None:
+    """Raises ``_Malformed`` unless ``steps`` is a list of well-formed steps."""
+    if not isinstance(steps, list):
+        raise _Malformed("%s must be an array of steps, not %s" % (where, _show(steps)))
+    for i, step in enumerate(steps):
+        here = "%s[%d]" % (where, i)
+        if not isinstance(step, dict) or not isinstance(step.get("do"), str):
+            raise _Malformed("%s is not a step: %s" % (here, _show(step)))
+        fields = _STEP_FIELDS.get(step["do"])
+        if fields is None:
+            raise _Malformed("%s: unknown step %s" % (here, dumps(step["do"])))
+        extra = [k for k in step if k != "do" and k not in fields]
+        if extra:
+            raise _Malformed("%s: unknown field %s of a %s step" % (here, dumps(extra[0]), step["do"]))
+        for key, kind in fields.items():
+            if kind == "steps":
+                check_steps(_field(step, key, here, "array"), "%s.%s" % (here, key))
+            elif kind == "predicate":
+                check_predicate(_field(step, key, here, "object"), "%s.%s" % (here, key))
+            elif kind == "bool?":
+                _field(step, key, here, "bool", required=False)
+            elif kind == "string|null":
+                _field(step, key, here, "string", nullable=True)
+            else:
+                _field(step, key, here, kind)
+        if step["do"] == "repeat" and step["times"] > 2 ** 32 - 1:
+            raise _Malformed("%s.times must fit a u32, not %s" % (here, step["times"]))
+
+
+_STRING_PREDICATES = ("connects", "disconnects", "publishes", "publishes-usable-names", "timer-armed",
+                      "timer-not-in-the-past", "refused-naming", "lists")
+
+
+def check_predicate(pred: Any, where: str) -> None:
+    """Raises ``_Malformed`` unless ``pred`` is a well-formed predicate."""
+    if not isinstance(pred, dict) or len(pred) != 1:
+        raise _Malformed("%s is not a predicate (an object with one key): %s" % (where, _show(pred)))
+    (key, arg), = pred.items()
+    here = "%s.%s" % (where, key)
+    if key in _STRING_PREDICATES:
+        if not isinstance(arg, str):
+            raise _Malformed("%s must be a server name (a string), not %s" % (here, _show(arg)))
+    elif key == "admission":
+        if arg not in _ADMISSIONS:
+            raise _Malformed("%s must be one of %s, not %s" % (here, ", ".join(_ADMISSIONS), _show(arg)))
+    elif key == "withdraws":
+        _field(_object(arg, here), "server", here, "string")
+        _field(arg, "times", here, "count")
+    elif key == "publishes-originals":
+        _field(_object(arg, here), "server", here, "string")
+        _field(arg, "originals", here, "strings")
+    elif key == "state":
+        _field(_object(arg, here), "server", here, "string")
+        states = _field(arg, "in", here, "strings")
+        unknown = [s for s in states if s not in _STATES]
+        if unknown:
+            raise _Malformed("%s.in: unknown state %s" % (here, dumps(unknown[0])))
+    elif key == "not":
+        check_predicate(arg, here)
+    else:
+        raise _Malformed("%s: unknown predicate %s" % (where, dumps(key)))
+
+
+def _object(arg: Any, where: str) -> Dict[str, Any]:
+    if not isinstance(arg, dict):
+        raise _Malformed("%s must be an object, not %s" % (where, _show(arg)))
+    return arg
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,26 +297,31 @@ def describe_event(kind: Any) -> str:
     return "event %s" % dumps(kind)
 
 
-def _rust_debug_str(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
-
-
 # ---------------------------------------------------------------------------------------------
 # What the host knows of its servers (Tether's ledger): a publication may only name tools of
 # the server's latest tool list.
 
 
 class Ledger:
-    """Each configured server's live session and its latest tool list, from events, actions and
-    handovers; ``offers(server, original)`` says whether a publication may name that tool."""
+    """What the host knows of each configured server, as Tether's runtime keeps it: its live
+    session's latest tool list (None: no session) and whether an attempt is in flight."""
 
     def __init__(self) -> None:
         self.servers: Dict[str, Optional[List[str]]] = {}  # name -> tool names of its live session
+        self.connecting: Dict[str, bool] = {}  # name -> a connect went out, its outcome has not come back
 
     def copy(self) -> "Ledger":
         other = Ledger()
         other.servers = dict(self.servers)
+        other.connecting = dict(self.connecting)
         return other
+
+    def is_configured(self, server: str) -> bool:
+        return server in self.servers
+
+    def is_live(self, server: str) -> bool:
+        """A session or an attempt in flight, which a policy taking over must not replace."""
+        return server in self.servers and (self.servers[server] is not None or self.connecting.get(server, False))
 
     def offers(self, server: str, original: str) -> bool:
         tools = self.servers.get(server)
@@ -165,13 +330,21 @@ class Ledger:
     def note_event(self, kind: Dict[str, Any]) -> None:
         tag, val = kind.get("tag"), kind.get("val")
         if tag == "server-configured":
-            self.servers.setdefault(val["name"], None)
+            if val["name"] not in self.servers:
+                self.servers[val["name"]] = None
+                self.connecting[val["name"]] = False
         elif tag == "server-removed":
             self.servers.pop(val, None)
+            self.connecting.pop(val, None)
         elif tag == "connected":
             if val["server"] in self.servers:
                 self.servers[val["server"]] = [t["name"] for t in val["tools"]]
-        elif tag in ("connect-failed", "disconnected"):
+                self.connecting[val["server"]] = False
+        elif tag == "connect-failed":
+            if val["server"] in self.servers:
+                self.servers[val["server"]] = None
+                self.connecting[val["server"]] = False
+        elif tag == "disconnected":  # says nothing of an attempt already asked for
             if val["server"] in self.servers:
                 self.servers[val["server"]] = None
         elif tag == "tools-changed":
@@ -180,14 +353,17 @@ class Ledger:
 
     def note_actions(self, actions: List[Any]) -> None:
         for action in actions:
-            if action.get("tag") in ("connect", "disconnect") and action.get("val") in self.servers:
-                self.servers[action["val"]] = None  # the host tears the session down
+            tag, server = action.get("tag"), action.get("val")
+            if tag in ("connect", "disconnect") and server in self.servers:
+                self.servers[server] = None  # the host tears the session down
+                self.connecting[server] = tag == "connect"
 
     def note_handover(self, handover: Dict[str, Any]) -> None:
         self.servers = {
             s["config"]["name"]: None if s["session"] is None else [t["name"] for t in s["session"]["tools"]]
             for s in handover["servers"]
         }
+        self.connecting = {s["config"]["name"]: bool(s.get("connecting")) for s in handover["servers"]}
 
     def check(self, actions: List[Any], during: str, label: str) -> None:
         """Fails on a publication of a tool the server's latest list lacks (invalid output)."""
@@ -197,12 +373,16 @@ class Ledger:
             server = action["val"]["server"]
             for tool in action["val"]["tools"]:
                 if not self.offers(server, tool["original"]):
-                    raise ScenarioFailure(
-                        "policy %s failed during %s: returned invalid output: published %s as %s, "
-                        "which server %s does not offer"
-                        % (label, during, tool["advertised"][:80], _rust_debug_str(tool["original"][:80]),
-                           _rust_debug_str(server))
-                    )
+                    raise ScenarioFailure(invalid(
+                        label, during,
+                        "published %s as %s, which server %s does not offer"
+                        % (tool["advertised"][:80], rust_debug(tool["original"][:80]), rust_debug(server)),
+                    ))
+
+
+def invalid(label: str, during: str, why: str) -> str:
+    """An answer no correct policy gives, worded as Tether's runtime words it."""
+    return "policy %s failed during %s: returned invalid output: %s" % (label, during, why)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,7 +429,7 @@ class Run:
     def _policy(what: Callable[[], Any], prefix: str = "") -> Any:
         try:
             return what()
-        except ScenarioFailure:
+        except (ScenarioFailure, _Malformed):
             raise
         except Exception as e:  # the loader's PolicyError, EncodingError, ...
             raise ScenarioFailure(prefix + str(e)) from None
@@ -263,7 +443,7 @@ class Run:
         try:
             return self.instance.normalize(function, value)[0]
         except Exception as e:
-            raise ScenarioFailure("the scenario's %s argument does not fit the contract: %s" % (function, e)) from None
+            raise _Malformed("the %s argument does not fit the contract: %s" % (function, e)) from None
 
     def _took(self, actions: List[Any]) -> None:
         self.ledger.note_actions(actions)
@@ -276,9 +456,18 @@ class Run:
     def _handle(self, kind: Any) -> None:
         self._called(describe_event(kind))
         event = self._normalize("handle", {"now": self.now, "kind": kind})
-        self.ledger.note_event(event["kind"])
+        # As Tether's runtime does: the ledger hears the event first (a publication needs the
+        # tools it brings), except a removal (the policy still acts on the server it forgets).
+        removal = event["kind"].get("tag") == "server-removed"
+        if not removal:
+            self.ledger.note_event(event["kind"])
         actions = self._policy(lambda: self.instance.handle(event))
         self.ledger.check(actions, "handle", self._label())
+        why = check_actions(actions, self.ledger.is_configured)
+        if why is not None:
+            raise ScenarioFailure(invalid(self._label(), "handle", why))
+        if removal:
+            self.ledger.note_event(event["kind"])
         self._took(actions)
         self._record({"do": "handle", "event": event, "actions": actions})
 
@@ -289,6 +478,9 @@ class Run:
         self.next_call_id += 1
         self.last_call = call_id
         admission = self._policy(lambda: self.instance.admit(request))
+        why = check_admission(admission)
+        if why is not None:
+            raise ScenarioFailure(invalid(self._label(), "admit", why))
         self._record({"do": "admit", "request": request, "admission": admission})
         self.admission = admission
         return call_id
@@ -338,7 +530,7 @@ class Run:
             ms = _need(step, "ms")
             if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
                 raise ScenarioFailure("advance needs a non-negative integer ms")
-            self.now += ms
+            self.now = min(self.now + ms, _U64)  # as Tether: saturating
         elif do == "admit":
             call_id = self._admit(_need(step, "server"), _need(step, "tool"))
             if step.get("name") is not None:
@@ -347,7 +539,7 @@ class Run:
             name = step.get("call")
             call_id = self.last_call if name is None else self.calls.get(name)
             if call_id is None:
-                raise ScenarioFailure("no call %s was admitted" % (name or ""))
+                raise ScenarioFailure("no call was admitted" if name is None else "no call named %s was admitted" % name)
             self._finish(_need(step, "server"), call_id, _need(step, "outcome"))
         elif do == "call":
             server = _need(step, "server")
@@ -394,6 +586,8 @@ class Run:
         self.instance = fresh
         after = self._policy(lambda: self.instance.status(now))
         self._record({"do": "snapshot-restore"})
+        # The contract does not order `status`: compare server by server.
+        before, after = _by_server(before), _by_server(after)
         if before != after:
             raise ScenarioFailure("status changed across snapshot/restore: %s -> %s" % (dumps(before), dumps(after)))
 
@@ -406,6 +600,9 @@ class Run:
         self.ledger.note_handover(handover)
         actions = self._policy(lambda: self.instance.take_over(handover), "the handover was refused: ")
         self.ledger.check(actions, "take-over", self._label())
+        why = check_take_over(actions, self.ledger.is_configured, self.ledger.is_live)
+        if why is not None:
+            raise ScenarioFailure(invalid(self._label(), "take-over", why))
         self._took(actions)
         self._record({"do": "take-over", "handover": handover, "actions": actions})
 
@@ -423,7 +620,7 @@ class Run:
         if first != second:
             at = next((i for i, (a, b) in enumerate(zip(first, second)) if a != b), min(len(first), len(second)))
             raise ScenarioFailure(
-                "the same inputs gave other outputs in a fresh instance (call %d): %s vs %s"
+                "the same inputs gave other outputs in a fresh instance (line %d of the block's transcript): %s vs %s"
                 % (at + 1, first[at] if at < len(first) else "nothing", second[at] if at < len(second) else "nothing")
             )
         return flow
@@ -462,7 +659,7 @@ class Run:
             if tools is None:
                 return False
             names = [t["advertised"] for t in tools]
-            return all(_USABLE_NAME.fullmatch(n) for n in names) and len(set(names)) == len(names)
+            return all(valid_tool_name(n) for n in names) and len(set(names)) == len(names)
         if key == "timer-armed":
             return arg in self.wakes
         if key == "timer-not-in-the-past":
@@ -500,9 +697,15 @@ class Run:
         if key in ("lists", "state"):
             return "the status was %s" % dumps(self.status)
         if key in ("timer-armed", "timer-not-in-the-past"):
-            timers = ", ".join("%s: (%d, %d)" % (_rust_debug_str(s), at, token) for s, (at, token) in sorted(self.wakes.items()))
+            timers = ", ".join("%s: (%d, %d)" % (rust_debug(s), at, token) for s, (at, token) in sorted(self.wakes.items()))
             return "at %d the timers were {%s}" % (self.now, timers)
         return "the actions were %s" % dumps(self.actions)
+
+
+def _by_server(statuses: Any) -> Any:
+    if not isinstance(statuses, list):
+        return statuses
+    return sorted(statuses, key=lambda s: str(s.get("server", "")) if isinstance(s, dict) else "")
 
 
 def _need(obj: Any, key: str) -> Any:
@@ -519,7 +722,20 @@ def _steps(step: Dict[str, Any]) -> List[Any]:
 
 
 def run_scenario(scenario: Scenario, factory: Factory, settings: str = "{}") -> Outcome:
-    """Runs one scenario in fresh instances from ``factory``; never raises for the policy's faults."""
+    """Runs one scenario in fresh instances from ``factory``; never raises for the policy's
+    faults. Raises ``MalformedScenario`` when the scenario is not well formed, or an argument
+    it hands the policy does not fit the contract's types."""
+    try:
+        check_steps(scenario.steps, "steps")
+    except _Malformed as e:
+        raise MalformedScenario(scenario.name, str(e)) from None
+    try:
+        return _run(scenario, factory, settings)
+    except _Malformed as e:
+        raise MalformedScenario(scenario.name, str(e)) from None
+
+
+def _run(scenario: Scenario, factory: Factory, settings: str) -> Outcome:
     run = Run(factory, settings)
     try:
         run.start()

@@ -240,6 +240,18 @@ def _fail(path: str, want: str, value: Any) -> EncodingError:
     return EncodingError("%s: expected %s, got %s %s" % (_where(path), want, _kind(value), text))
 
 
+def _check_utf8(path: str, value: str) -> None:
+    """A WIT string is Unicode scalar values: a lone surrogate (which ``json.loads`` accepts from
+    ``"\\ud800"``) cannot be handed to the policy."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise EncodingError(
+            "%s: a string that cannot be encoded as UTF-8 (a lone surrogate U+%04X at character %d)"
+            % (_where(path), ord(value[e.start]), e.start)
+        ) from None
+
+
 def to_wasm(schema: Schema, value: Any, path: str = "") -> Any:
     """A JSON value (``json.loads`` output) as the Python value wasmtime-py lowers to ``schema``."""
     if isinstance(schema, Prim):
@@ -262,9 +274,11 @@ def to_wasm(schema: Schema, value: Any, path: str = "") -> Any:
         if name == "char":
             if not isinstance(value, str) or len(value) != 1:
                 raise _fail(path, "a one-character string", value)
+            _check_utf8(path, value)
             return value
         if not isinstance(value, str):
             raise _fail(path, "a string", value)
+        _check_utf8(path, value)
         return value
     if isinstance(schema, ListT):
         if is_bytes(schema):

@@ -32,7 +32,6 @@ SNAPSHOT_VERSION = 1
 
 STATES = ("connecting", "connected", "healthy", "backing-off", "parked", "stopped")
 BREAKER_STATES = ("closed", "open", "half-open")
-SOURCES = ("operator", "agent", "probe")
 MAX_HOLD_MS = S.MAX_HOLD_MS
 _U64 = (1 << 64) - 1
 
@@ -236,8 +235,7 @@ class Policy:
             try:
                 effective[name] = S.effective(new, server.overrides)
             except S.SettingsError as e:
-                if server.config_error is not None:
-                    continue  # already parked for its configuration; re-checked when probed
+                # (A server parked for its own settings keeps no overrides: it cannot fail here.)
                 raise PolicyError(
                     f"these settings would make the settings of server {name!r} invalid: {e}"
                 ) from None
@@ -347,8 +345,12 @@ class Policy:
     def restore(cls, blob):
         """A policy continuing exactly where the snapshotted one was (PolicyError if not ours)."""
         try:
-            data = json.loads(bytes(blob).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+            text = bytes(blob).decode("utf-8")
+            S.check_depth(text, "the snapshot")
+            data = json.loads(text)
+        except S.SettingsError as e:
+            raise PolicyError(str(e)) from None
+        except (UnicodeDecodeError, ValueError, RecursionError):
             raise PolicyError("the snapshot is not JSON; it was not taken by this policy") from None
         if not isinstance(data, dict) or data.get("format") != SNAPSHOT_FORMAT:
             raise PolicyError(f"the snapshot was not taken by {SNAPSHOT_FORMAT}")
@@ -386,9 +388,11 @@ class Policy:
         if self.servers:
             raise PolicyError("take-over needs a policy that knows no server yet")
         names = [h["config"]["name"] for h in handover["servers"]]
+        seen = set()
         for name in names:
-            if names.count(name) > 1:
+            if name in seen:
                 raise PolicyError(f"the handover names server {name!r} twice")
+            seen.add(name)
         for h in handover["servers"]:
             if h["state"] not in STATES or h["breaker"] not in BREAKER_STATES:
                 raise PolicyError(f"the handover's server {h['config']['name']!r} is damaged")
@@ -631,7 +635,9 @@ class Policy:
         server.last_fault = F.describe(fault)
         server.last_phrase = F.phrase(fault)
         server.failures += 1
-        server.window = [t for t in server.window if t >= now - s["window_ms"]] + [now]
+        # Only the latest `window_failures` can park the server: keep no more.
+        recent = [t for t in server.window if t >= now - s["window_ms"]] + [now]
+        server.window = recent[-s["window_failures"]:]
         if cls == "permanent":
             self._park(server, f"{server.last_phrase} (a permanent fault)", server.probation, out)
         elif server.probation:
@@ -742,7 +748,7 @@ class Policy:
     def _breaker_open(self, server, out):
         server.b_open = True
         server.b_cooldown = server.settings["breaker_cooldown_ms"]
-        server.b_until = self.now + server.b_cooldown
+        server.b_until = min(_U64, self.now + server.b_cooldown)
         server.b_probe_call = None
         server.b_probe_reconnect = False
         server.b_reason = f"{server.b_failures} consecutive transport failures"
@@ -754,7 +760,7 @@ class Policy:
         s = server.settings
         server.b_open = True
         server.b_cooldown = min(s["breaker_cooldown_max_ms"], max(s["breaker_cooldown_ms"], server.b_cooldown * 2))
-        server.b_until = self.now + server.b_cooldown
+        server.b_until = min(_U64, self.now + server.b_cooldown)
         server.b_probe_call = None
         server.b_probe_reconnect = False
         server.b_reason = why
@@ -844,7 +850,7 @@ class Policy:
             server.b_open = True
             server.b_reason = f"handed over by {previous}"
             if h["breaker"] == "open":
-                server.b_until = h["breaker_until"] if h["breaker_until"] is not None else now + base
+                server.b_until = h["breaker_until"] if h["breaker_until"] is not None else min(_U64, now + base)
                 server.b_cooldown = min(
                     effective["breaker_cooldown_max_ms"], max(base, server.b_until - now)
                 )

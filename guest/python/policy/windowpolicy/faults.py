@@ -12,18 +12,6 @@ Classes decide what a failure costs:
 - expired: the server forgot the session: reconnect almost at once.
 """
 
-KINDS = (
-    "spawn-failed",
-    "handshake-failed",
-    "handshake-timed-out",
-    "auth-required",
-    "not-mcp-endpoint",
-    "process-exited",
-    "transport-closed",
-    "session-expired",
-    "keepalive-failed",
-)
-
 _CLASS = {
     "spawn-failed": "permanent",
     "auth-required": "permanent",

@@ -65,8 +65,8 @@ def valid_name(name):
 _GLOBS = {}
 
 
-def _translate(pattern):
-    """A glob as an anchored regular expression (see `glob_match`)."""
+def _tokens(pattern):
+    """A glob as tokens: ("*",), ("?",), ("=", ch) a literal, ("[", negated, ranges) a class."""
     out = []
     i = 0
     while i < len(pattern):
@@ -74,49 +74,73 @@ def _translate(pattern):
         if c == "*":
             while i < len(pattern) and pattern[i] == "*":
                 i += 1
-            out.append(".*")
+            out.append(("*",))
             continue
         if c == "?":
-            out.append(".")
+            out.append(("?",))
         elif c == "[":
             parsed = _class_at(pattern, i)
             if parsed is None:
-                out.append(re.escape(c))
+                out.append(("=", c))
             else:
                 negated, items, end = parsed
-                body = "".join(
-                    re.escape(lo) if lo == hi else f"{re.escape(lo)}-{re.escape(hi)}"
-                    for lo, hi in items
-                    if lo <= hi
-                )
-                if not body:
-                    out.append("." if negated else "(?!)")
-                else:
-                    out.append(f"[{'^' if negated else ''}{body}]")
+                out.append(("[", negated, tuple((lo, hi) for lo, hi in items if lo <= hi)))
                 i = end
                 continue
         elif c == "\\" and i + 1 < len(pattern):
             i += 1
-            out.append(re.escape(pattern[i]))
+            out.append(("=", pattern[i]))
         else:
-            out.append(re.escape(c))
+            out.append(("=", c))
         i += 1
-    return "".join(out)
+    return out
 
 
 def _compiled(pattern):
-    regex = _GLOBS.get(pattern)
-    if regex is None:
+    tokens = _GLOBS.get(pattern)
+    if tokens is None:
         if len(_GLOBS) > 4096:
             _GLOBS.clear()
-        regex = _GLOBS[pattern] = re.compile(_translate(pattern), re.DOTALL)
-    return regex
+        tokens = _GLOBS[pattern] = _tokens(pattern)
+    return tokens
+
+
+def _one(token, ch):
+    kind = token[0]
+    if kind == "?":
+        return True
+    if kind == "=":
+        return token[1] == ch
+    inside = any(lo <= ch <= hi for lo, hi in token[2])
+    return inside != token[1]
 
 
 def glob_match(pattern, text):
     """Shell-style match of the whole `text`: `*` any run, `?` one character, `[abc]`, `[a-z]`,
-    `[!abc]` a class, `\\x` a literal x. A `[` without its `]` is literal."""
-    return _compiled(pattern).fullmatch(text) is not None
+    `[!abc]` a class, `\\x` a literal x. A `[` without its `]` is literal. No braces.
+
+    No regular expression and no recursion: the classic wildcard matcher, which returns to the
+    latest `*` only, so it takes at most len(pattern) * len(text) steps (a backtracking regex
+    can take exponential time on patterns like `*a*a*a*b`)."""
+    tokens = _compiled(pattern)
+    t = p = 0
+    star = -1  # the token index after the latest `*`
+    mark = 0  # where in `text` that `*` stopped matching
+    while t < len(text):
+        if p < len(tokens) and tokens[p][0] == "*":
+            star, mark = p + 1, t
+            p += 1
+        elif p < len(tokens) and _one(tokens[p], text[t]):
+            p += 1
+            t += 1
+        elif star >= 0:
+            mark += 1  # the `*` takes one more character
+            t, p = mark, star
+        else:
+            return False
+    while p < len(tokens) and tokens[p][0] == "*":
+        p += 1
+    return p == len(tokens)
 
 
 def _class_at(pattern, i):

@@ -22,7 +22,7 @@ DEFAULTS = {
     "window_failures": 4,
     # ...or after this many consecutive failures without a proven session, however slow.
     "max_failures": 8,
-    # First backoff per fault class; doubles (`backoff_factor`) per consecutive failure.
+    # First backoff per fault class; grows by `backoff_factor` per consecutive failure.
     "backoff_ms": {
         "expired": 100,
         "transport": 500,
@@ -70,13 +70,41 @@ def _known(keys):
     return ", ".join(sorted(keys))
 
 
+# The deepest nesting of arrays and objects accepted in JSON input (settings, snapshots): deeper
+# input is refused before `json.loads`, whose recursion would otherwise exhaust the stack.
+MAX_DEPTH = 32
+
+
+def check_depth(text, what="settings"):
+    """Refuses JSON text nested deeper than MAX_DEPTH (one linear scan; strings skipped)."""
+    depth = 0
+    in_string = escaped = False
+    for c in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise SettingsError(f"{what}: JSON nested deeper than {MAX_DEPTH} levels")
+        elif c in "]}":
+            depth -= 1
+
+
 def parse_object(text):
     """The JSON object in `text` as a dict (empty or blank text: an empty dict)."""
     if text is None or not text.strip():
         return {}
+    check_depth(text)
     try:
         value = json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise SettingsError(f"settings are not valid JSON: {e}") from None
     if not isinstance(value, dict):
         raise SettingsError("settings must be a JSON object")
