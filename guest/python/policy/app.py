@@ -80,6 +80,12 @@ _BREAKERS = {
 _BREAKER_NAMES = {v: k for k, v in _BREAKERS.items()}
 
 
+def _unknown(what, value):
+    """Every converter matches each case explicitly: a case this glue does not know (a newer
+    contract, a bug in the logic) must fail loudly, never pass for another one."""
+    return ValueError(f"unknown {what}: {value!r}")
+
+
 def _fault(f):
     return (_FAULTS[type(f)], getattr(f, "value", None))
 
@@ -107,7 +113,9 @@ def _outcome(o):
         return ("transport-error", _fault(o.value))
     if isinstance(o, t.CallOutcome_Timeout):
         return ("timeout",)
-    return ("cancelled",)
+    if isinstance(o, t.CallOutcome_Cancelled):
+        return ("cancelled",)
+    raise _unknown("call outcome", o)
 
 
 def _event(kind):
@@ -134,7 +142,9 @@ def _event(kind):
         return ("timer", (v.server, v.token))
     if isinstance(kind, t.EventKind_ReconnectRequested):
         return ("reconnect-requested", (v.server, _SOURCES[v.source]))
-    return ("shutdown", None)
+    if isinstance(kind, t.EventKind_Shutdown):
+        return ("shutdown", None)
+    raise _unknown("event", kind)
 
 
 def _handover(h):
@@ -181,7 +191,9 @@ def _action(a):
         return t.Action_PublishTools(t.Publication(server=a[1], tools=tools))
     if kind == "withdraw":
         return t.Action_WithdrawTools(a[1])
-    return t.Action_StateChanged(t.StateChange(server=a[1], state=_STATES[a[2]], detail=a[3]))
+    if kind == "state":
+        return t.Action_StateChanged(t.StateChange(server=a[1], state=_STATES[a[2]], detail=a[3]))
+    raise _unknown("action", a)
 
 
 def _admission(a):
@@ -194,7 +206,9 @@ def _admission(a):
         return t.Admission_Reconnect(a[1])
     if kind == "hold":
         return t.Admission_Hold(t.Hold(wait_ms=a[1], message=a[2]))
-    return t.Admission_Reject(a[1])
+    if kind == "reject":
+        return t.Admission_Reject(a[1])
+    raise _unknown("admission", a)
 
 
 def _status(s):

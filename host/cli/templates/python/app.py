@@ -1,5 +1,10 @@
 """A starter Tether policy in Python (contract tether:policy@0.2.0, see wit/policy.wit).
 
+RENAME THIS POLICY FIRST: set NAME below to a name of your own. Tether treats two components
+with the same name as one implementation and moves state between them by snapshot (`restore`),
+not by `take-over`; a policy still called "my-python-policy" would be handed another policy's
+private snapshot.
+
 A policy is a pure, deterministic state machine: the host feeds it events stamped with its
 time and executes the actions it returns. Rules of the sandbox:
 - no clocks (time comes in events), no randomness (derive it from the inputs if you need it),
@@ -25,6 +30,14 @@ from wit_world import exports
 from wit_world.imports import log
 from wit_world.imports import types as t
 
+NAME = "my-python-policy"  # RENAME ME (see above); `info()` reports it
+VERSION = "0.1.0"
+FORMAT = f"{NAME}/1"  # written into snapshots; bump it when the state's layout changes
+
+U64_MAX = 2**64 - 1
+U32_MAX = 2**32 - 1
+MAX_SETTING = 10**12  # every setting is an integer within 1..=MAX_SETTING (ms: ~31 years)
+
 # Settings and their defaults: `init` and `set-settings` take a JSON object of these keys.
 DEFAULTS = {
     "backoff_ms": 1_000,  # first retry delay, doubled per failure, capped at 60 s
@@ -39,19 +52,34 @@ PERMANENT = (t.Fault_SpawnFailed, t.Fault_AuthRequired, t.Fault_NotMcpEndpoint)
 STATE = {"settings": dict(DEFAULTS), "now": 0, "token": 0, "servers": {}}
 
 
-def parse_settings(text):
-    try:
-        values = json.loads(text) if text.strip() else {}
-    except ValueError as e:
-        raise Err(f"settings are not valid JSON: {e}")
+def check_settings(values):
+    """Validates a dict of settings (raises Err naming the key) and returns it with the defaults."""
     if not isinstance(values, dict):
         raise Err("settings must be a JSON object")
     for key, value in values.items():
         if key not in DEFAULTS:
             raise Err(f"unknown setting {key!r} (known: {', '.join(sorted(DEFAULTS))})")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise Err(f"setting {key!r} must be a positive integer")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SETTING:
+            raise Err(f"setting {key!r} must be an integer from 1 to {MAX_SETTING}, not {value!r}")
     return {**DEFAULTS, **values}
+
+
+def parse_settings(text):
+    try:
+        values = json.loads(text) if text.strip() else {}
+    except ValueError as e:
+        raise Err(f"settings are not valid JSON: {e}")
+    return check_settings(values)
+
+
+def later(delay):
+    """Host time `delay` ms from now, clamped to what a u64 holds."""
+    return min(STATE["now"] + delay, U64_MAX)
+
+
+def inc(n):
+    """n + 1, clamped to what a u32 (a counter in `status`) holds."""
+    return min(n + 1, U32_MAX)
 
 
 # ----- names -----
@@ -116,7 +144,7 @@ def enter(name, srv, state, detail, out):
 
 def arm(name, srv, delay, out):
     STATE["token"] += 1
-    srv["wake"] = [STATE["now"] + delay, STATE["token"]]
+    srv["wake"] = [later(delay), STATE["token"]]
     out.append(t.Action_WakeAt(t.Wake(server=name, at=srv["wake"][0], token=srv["wake"][1])))
 
 
@@ -129,14 +157,15 @@ def connect(name, srv, out):
 def fail(name, srv, fault, out):
     """An attempt failed or a session died: back off, or park."""
     settings = STATE["settings"]
-    srv["failures"] += 1
+    srv["failures"] = inc(srv["failures"])
     srv["last_fault"] = type(fault).__name__.split("_", 1)[1]
     if isinstance(fault, PERMANENT) or srv["failures"] >= settings["max_failures"]:
         withdraw(name, srv, out)
         enter(name, srv, "PARKED", f"parked after {srv['last_fault']}", out)
         arm(name, srv, settings["probe_ms"], out)
     else:
-        delay = min(60_000, settings["backoff_ms"] * 2 ** (srv["failures"] - 1))
+        # The shift is bounded: 2**16 > 60 000, and failures may be huge after a take-over.
+        delay = min(60_000, settings["backoff_ms"] << min(srv["failures"] - 1, 16))
         enter(name, srv, "BACKING_OFF", f"{srv['last_fault']}; retry in {delay} ms", out)
         arm(name, srv, delay, out)
 
@@ -219,14 +248,14 @@ def on_call_finished(name, srv, report, out):
     outcome = report.outcome
     if isinstance(outcome, (t.CallOutcome_Ok, t.CallOutcome_ToolError)):
         # The server answered (a tool error is the arguments' fault): the breaker closes.
-        srv["tool_errors"] = srv["tool_errors"] + 1 if isinstance(outcome, t.CallOutcome_ToolError) else 0
+        srv["tool_errors"] = inc(srv["tool_errors"]) if isinstance(outcome, t.CallOutcome_ToolError) else 0
         srv.update(breaker_failures=0, breaker_until=None, probe=None)
         prove(name, srv, out)
     elif isinstance(outcome, (t.CallOutcome_TransportError, t.CallOutcome_Timeout)):
-        srv["breaker_failures"] += 1
+        srv["breaker_failures"] = inc(srv["breaker_failures"])
         probe_failed = srv["probe"] == report.call_id
         if probe_failed or (srv["breaker_until"] is None and srv["breaker_failures"] >= STATE["settings"]["breaker_threshold"]):
-            srv["breaker_until"], srv["probe"] = STATE["now"] + STATE["settings"]["breaker_cooldown_ms"], None
+            srv["breaker_until"], srv["probe"] = later(STATE["settings"]["breaker_cooldown_ms"]), None
     elif srv["probe"] == report.call_id:  # cancelled: frees the probe
         srv["probe"] = None
 
@@ -282,13 +311,52 @@ def adopt(h, out):
         arm(name, srv, max(0, at - STATE["now"]), out)
 
 
+# ----- snapshot and restore -----
+
+# The type(s) of every field of a server's record, for `restore`.
+SERVER_FIELDS = {
+    "include": list, "exclude": list, "state": str, "since": int, "live": bool, "proven": bool,
+    "tools": list, "published": (list, type(None)), "failures": int, "last_fault": (str, type(None)),
+    "wake": (list, type(None)), "tool_errors": int, "breaker_failures": int,
+    "breaker_until": (int, type(None)), "probe": (int, type(None)),
+}
+
+
+def check_snapshot(state):
+    """Validates a decoded snapshot (raises Err saying what is wrong) and returns the state."""
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise Err(f"not a snapshot of this policy (expected format {FORMAT!r})")
+    if sorted(state) != ["format", "now", "servers", "settings", "token"]:
+        raise Err(f"snapshot has unexpected keys: {sorted(state)}")
+    if not isinstance(state["settings"], dict) or sorted(state["settings"]) != sorted(DEFAULTS):
+        raise Err("snapshot settings must name every setting")
+    settings = check_settings(state["settings"])
+    for key in ("now", "token"):
+        if isinstance(state[key], bool) or not isinstance(state[key], int) or not 0 <= state[key] <= U64_MAX:
+            raise Err(f"snapshot {key!r} must be an integer from 0 to {U64_MAX}")
+    if not isinstance(state["servers"], dict):
+        raise Err("snapshot 'servers' must be an object")
+    for name, srv in state["servers"].items():
+        if not isinstance(srv, dict) or sorted(srv) != sorted(SERVER_FIELDS):
+            raise Err(f"snapshot server {name!r} must have exactly the fields {sorted(SERVER_FIELDS)}")
+        for field, kind in SERVER_FIELDS.items():
+            if not isinstance(srv[field], kind):
+                raise Err(f"snapshot server {name!r}: field {field!r} has the wrong type")
+        if srv["state"] not in t.ServerState.__members__:
+            raise Err(f"snapshot server {name!r}: unknown state {srv['state']!r}")
+    return {"settings": settings, "now": state["now"], "token": state["token"], "servers": state["servers"]}
+
+
 class Policy(exports.Policy):
     def info(self):
-        return t.PolicyInfo(name="my-python-policy", version="0.1.0")
+        # RENAME the policy (NAME, at the top): two components with the same name are one
+        # implementation to Tether, which hands state between them by snapshot.
+        return t.PolicyInfo(name=NAME, version=VERSION)
 
     def init(self, settings):
+        parsed = parse_settings(settings)  # first: a refused init leaves the state as it was
         STATE.clear()
-        STATE.update(settings=parse_settings(settings), now=0, token=0, servers={})
+        STATE.update(settings=parsed, now=0, token=0, servers={})
 
     def set_settings(self, settings):
         STATE["settings"] = parse_settings(settings)
@@ -308,14 +376,14 @@ class Policy(exports.Policy):
         return [status_of(name, srv, now) for name, srv in sorted(STATE["servers"].items())]
 
     def snapshot(self):
-        return json.dumps(STATE, sort_keys=True).encode()
+        return json.dumps({"format": FORMAT, **STATE}, sort_keys=True).encode()
 
     def restore(self, snapshot):
         try:
-            state = json.loads(bytes(snapshot))
-            assert sorted(state) == ["now", "servers", "settings", "token"]
-        except Exception:
-            raise Err("not a snapshot of this policy")
+            decoded = json.loads(bytes(snapshot))
+        except (ValueError, RecursionError) as e:
+            raise Err(f"not a snapshot of this policy: {e}")
+        state = check_snapshot(decoded)  # first: a refused restore leaves the state as it was
         STATE.clear()
         STATE.update(state)
 

@@ -20,7 +20,7 @@ esac
 version="0.25.1"
 toolchain="$here/.toolchain"
 cpy="$toolchain/bin/componentize-py"
-if [ ! -x "$cpy" ] || ! "$cpy" --version 2>/dev/null | grep -q "$version"; then
+if [ ! -x "$cpy" ] || [ "$("$cpy" --version 2>/dev/null)" != "componentize-py $version" ]; then
     [ -x "$toolchain/bin/python3" ] || python3 -m venv "$toolchain"
     "$toolchain/bin/pip" install --disable-pip-version-check -q "componentize-py==$version"
 fi

@@ -14,8 +14,9 @@
 //! Tether's invariants. When you change it, keep the invariants too: a parked server keeps a
 //! self-probe timer (never give up); `failures` resets only on a proven session (keepalive-ok or
 //! an answered call), never on a bare handshake; every retry waits for a timer; one half-open
-//! probe at a time; a half-open breaker without a session answers `reconnect`; tool errors never
-//! open the breaker.
+//! probe at a time; a half-open breaker without a session answers `reconnect` (that reconnect
+//! is the probe: its failure reopens the breaker); tool errors never open the breaker. Compute
+//! times with `saturating_add`: host times and settings are large numbers.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -34,17 +35,23 @@ use tether::policy::log::{Level, log};
 use tether::policy::types::*;
 
 /// The settings: `init` and `set-settings` take a JSON object of these keys, each optional.
+/// Durations are in milliseconds; `parse_settings` checks each against its range (in brackets).
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct Settings {
-    backoff_ms: u64,          // first retry delay, doubled per failure...
-    backoff_max_ms: u64,      // ...up to this
-    max_failures: u32,        // failures without a proven session before parking
-    probe_ms: u64,            // self-probe period of a parked server
-    breaker_threshold: u32,   // consecutive transport failures of calls that open the breaker
-    breaker_cooldown_ms: u64, // how long it stays open before one probe call
-    hold_ms: u64,             // how long a call may wait for an attempt in flight (0: never)
+    backoff_ms: u64,          // first retry delay [1, MAX_MS], doubled per failure...
+    backoff_max_ms: u64,      // ...up to this [backoff_ms, MAX_MS]
+    max_failures: u32,        // failures without a proven session before parking [1, ...]
+    probe_ms: u64,            // self-probe period of a parked server [1000, MAX_MS]
+    breaker_threshold: u32,   // consecutive call transport failures that open the breaker [1, ...]
+    breaker_cooldown_ms: u64, // how long it stays open before one probe [1, MAX_MS]
+    hold_ms: u64,             // how long a call may wait for a coming session [0 = never, 60000]
 }
+
+/// The longest duration a setting may give (about 31 years): times stay far from `u64::MAX`.
+const MAX_MS: u64 = 1_000_000_000_000;
+/// The longest `hold` the contract allows.
+const MAX_HOLD_MS: u64 = 60_000;
 
 impl Default for Settings {
     fn default() -> Self {
@@ -69,8 +76,24 @@ fn parse_settings(json: &str) -> Result<Settings, String> {
     }
     // `deny_unknown_fields` refuses unknown keys; a missing key keeps its default.
     let s: Settings = serde_json::from_value(value).map_err(|e| format!("settings: {e}"))?;
-    if s.max_failures == 0 || s.breaker_threshold == 0 || s.hold_ms > 60_000 {
-        return Err("settings: max_failures, breaker_threshold >= 1; hold_ms <= 60000".into());
+    // The minimums keep retries off a tight loop (a zero delay would retry at once); the
+    // maximums keep host time plus a delay far from overflowing.
+    let (failures, threshold) = (s.max_failures.into(), s.breaker_threshold.into());
+    let ranges = [
+        ("backoff_ms", s.backoff_ms, 1, MAX_MS),
+        ("backoff_max_ms", s.backoff_max_ms, s.backoff_ms, MAX_MS),
+        ("probe_ms", s.probe_ms, 1_000, MAX_MS),
+        ("breaker_cooldown_ms", s.breaker_cooldown_ms, 1, MAX_MS),
+        ("hold_ms", s.hold_ms, 0, MAX_HOLD_MS),
+        ("max_failures", failures, 1, u32::MAX.into()),
+        ("breaker_threshold", threshold, 1, u32::MAX.into()),
+    ];
+    for (key, value, min, max) in ranges {
+        if !(min..=max).contains(&value) {
+            return Err(format!(
+                "settings: `{key}` must be in [{min}, {max}], not {value}"
+            ));
+        }
     }
     Ok(s)
 }
@@ -105,9 +128,26 @@ struct Server {
 #[derive(Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Breaker {
-    failures: u32,      // consecutive transport failures
-    until: Option<u64>, // open until then, half-open after
-    probe: Option<u64>, // the call id of the half-open probe in flight
+    failures: u32,        // consecutive transport failures
+    until: Option<u64>,   // open until then, half-open after
+    probe: Option<Probe>, // the one half-open probe in flight
+}
+
+/// What a half-open breaker let through: a call, or (no session to call) a reconnect.
+#[derive(Clone, Copy, PartialEq, Serialize, Deserialize)]
+enum Probe {
+    Call(u64), // by call id; its report closes or reopens the breaker
+    Reconnect, // the next attempt's outcome does (a new session closes it, a failure reopens it)
+}
+
+impl Breaker {
+    fn half_open(&self, now: u64) -> bool {
+        self.until.is_some_and(|until| now >= until)
+    }
+
+    fn open(&mut self, now: u64, cooldown_ms: u64) {
+        (self.until, self.probe) = (Some(now.saturating_add(cooldown_ms)), None);
+    }
 }
 
 impl Server {
@@ -243,7 +283,10 @@ impl State {
         let s = &self.settings;
         srv.live = false;
         srv.withdraw(out);
-        srv.failures += 1;
+        srv.failures = srv.failures.saturating_add(1);
+        if srv.breaker.probe == Some(Probe::Reconnect) {
+            srv.breaker.open(self.now, s.breaker_cooldown_ms); // the reconnect probe failed
+        }
         let permanent = matches!(
             fault,
             Fault::SpawnFailed(_) | Fault::AuthRequired(_) | Fault::NotMcpEndpoint(_)
@@ -257,7 +300,7 @@ impl State {
         srv.last_fault = Some(format!("{fault:?}"));
         let detail = format!("{fault:?}: next attempt in {delay} ms");
         srv.enter(self.now, state, &detail, out);
-        self.arm(srv, self.now + delay, out);
+        self.arm(srv, self.now.saturating_add(delay), out);
     }
 
     /// The session answered: the failure count starts again.
@@ -350,23 +393,28 @@ impl State {
         match report.outcome {
             // The server answered (a tool error is the arguments' fault): the breaker closes.
             CallOutcome::Ok | CallOutcome::ToolError(_) => {
-                let tool_error = matches!(report.outcome, CallOutcome::ToolError(_));
-                srv.tool_errors = if tool_error { srv.tool_errors + 1 } else { 0 };
+                srv.tool_errors = match report.outcome {
+                    CallOutcome::ToolError(_) => srv.tool_errors.saturating_add(1),
+                    _ => 0,
+                };
                 srv.breaker = Breaker::default();
                 self.prove(srv, out);
             }
             CallOutcome::TransportError(_) | CallOutcome::Timeout => {
-                b.failures += 1;
-                let probe_failed = b.probe == Some(report.call_id);
+                b.failures = b.failures.saturating_add(1);
+                let probe_failed = b.probe == Some(Probe::Call(report.call_id));
                 if probe_failed
                     || (b.until.is_none() && b.failures >= self.settings.breaker_threshold)
                 {
-                    (b.until, b.probe) = (Some(self.now + self.settings.breaker_cooldown_ms), None);
+                    b.open(self.now, self.settings.breaker_cooldown_ms);
                 }
             }
             // A cancelled call says nothing about the server; a cancelled probe frees the probe.
-            CallOutcome::Cancelled if b.probe == Some(report.call_id) => b.probe = None,
-            CallOutcome::Cancelled => {}
+            CallOutcome::Cancelled => {
+                if b.probe == Some(Probe::Call(report.call_id)) {
+                    b.probe = None;
+                }
+            }
         }
     }
 
@@ -375,25 +423,38 @@ impl State {
         let Some(srv) = self.servers.get_mut(name) else {
             return Admission::Reject(format!("Server '{name}' is not configured; call not sent."));
         };
-        let half_open = srv.breaker.until.is_some_and(|until| now >= until);
+        let half_open = srv.breaker.half_open(now);
         if !srv.live {
             let (state, hold_ms) = (srv.state, self.settings.hold_ms);
+            // Backing off, the breaker half-open and no probe yet: a reconnect is the one probe
+            // (its attempt's failure reopens the breaker). A parked server is left to its
+            // self-probe or an operator; an attempt in flight or claimed is waited for.
+            if state == ServerState::BackingOff && half_open && srv.breaker.probe.is_none() {
+                srv.breaker.probe = Some(Probe::Reconnect);
+                return Admission::Reconnect(format!(
+                    "Server '{name}' has no session; reconnecting it. Retry shortly."
+                ));
+            }
             let message = format!("Server '{name}' has no session ({state:?}); call not sent.");
-            return match state {
-                ServerState::Connecting if hold_ms > 0 => Admission::Hold(Hold {
-                    wait_ms: hold_ms,
+            // In how long an attempt starts: now when connecting; backing off, at its timer.
+            let wait = match state {
+                ServerState::Connecting => Some(0),
+                ServerState::BackingOff => srv.wake.map(|(at, _)| at.saturating_sub(now)),
+                _ => None,
+            };
+            return match wait {
+                // A session is on its way: wait for it, then the host asks again.
+                Some(wait) if hold_ms > 0 && wait <= hold_ms => Admission::Hold(Hold {
+                    wait_ms: wait.saturating_add(hold_ms).min(MAX_HOLD_MS),
                     message,
                 }),
-                ServerState::BackingOff | ServerState::Parked if half_open => Admission::Reconnect(
-                    format!("Server '{name}' has no session; reconnecting it. Retry shortly."),
-                ),
                 _ => Admission::Reject(message),
             };
         }
         match srv.breaker.until {
             None => Admission::Allow,
             Some(_) if half_open && srv.breaker.probe.is_none() => {
-                srv.breaker.probe = Some(request.call_id); // the one half-open probe
+                srv.breaker.probe = Some(Probe::Call(request.call_id)); // the one half-open probe
                 Admission::Probe
             }
             Some(_) => Admission::Reject(format!(
