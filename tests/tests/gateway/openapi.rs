@@ -43,6 +43,8 @@ async fn the_admin_api_answers_as_its_openapi_document_says() {
             // the document can say of them: their 422 is right.
             .args(["--exclude-checks", "positive_data_acceptance"])
             .env("NO_COLOR", "1")
+            // Its cache (.schemathesis/) goes into the test's own directory, not the tree.
+            .current_dir(dir.path())
             .kill_on_drop(true)
             .output(),
     )
