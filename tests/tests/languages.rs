@@ -207,32 +207,26 @@ fn transcripts_in_three_hosts(dir: &Path, component: &Path, failed: usize) -> [P
     assert_eq!(failures(&results, None).len(), failed, "{results:#?}");
     conformance::write_transcripts(&rust, &results).unwrap();
     let exit = if failed == 0 { 0 } else { 1 };
-    let python = dir.join("python");
-    let (code, said, stderr) = outcome(
-        Command::new("python3")
-            .arg(repo().join("host/python/conformance.py"))
-            .arg(component)
-            .arg("--transcripts")
-            .arg(&python),
-        "host/python/conformance.py",
-    );
-    assert!(
-        code == Some(exit) && summary(&said, failed),
-        "{said}\n{stderr}"
-    );
-    let js = dir.join("js");
-    let (code, said, stderr) = outcome(
-        Command::new("node")
-            .arg(repo().join("host/js/conformance.mjs"))
-            .arg(component)
-            .arg("--transcripts")
-            .arg(&js),
-        "host/js/conformance.mjs",
-    );
-    assert!(
-        code == Some(exit) && summary(&said, failed),
-        "{said}\n{stderr}"
-    );
+    let [python, js] = [
+        ("python", "python3", "host/python/conformance.py"),
+        ("js", "node", "host/js/conformance.mjs"),
+    ]
+    .map(|(host, program, script)| {
+        let transcripts = dir.join(host);
+        let (code, said, stderr) = outcome(
+            Command::new(program)
+                .arg(repo().join(script))
+                .arg(component)
+                .arg("--transcripts")
+                .arg(&transcripts),
+            script,
+        );
+        assert!(
+            code == Some(exit) && summary(&said, failed),
+            "{said}\n{stderr}"
+        );
+        transcripts
+    });
     [rust, python, js]
 }
 
