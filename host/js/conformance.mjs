@@ -2,21 +2,26 @@
 // Runs Tether's conformance scenarios (docs/CONFORMANCE.md) against a policy component in jco.
 //
 //   node host/js/conformance.mjs COMPONENT [--scenarios DIR] [--settings JSON]
-//                                [--transcripts DIR] [--only NAME]... [--log LEVEL] [--no-cache]
+//                                [--transcripts DIR] [--only NAME]... [--log LEVEL] [--no-cache] [--call-timeout SECONDS]
+//                                [--call-timeout SECONDS]
+//
+// The policy runs in a worker thread (scenario-worker.mjs); a call into it that gives no answer
+// within the deadline fails its scenario, and the next scenario gets a fresh worker.
 //
 // Exit status: 0 every scenario passed, 1 one failed, 2 the component cannot be used (it does
 // not load, transpile or instantiate, or refuses the settings) or the arguments or scenario files
 // are wrong.
 
-import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { Worker } from 'node:worker_threads';
 
 import { HERE, ensureInstalled } from './install.mjs';
-import { runScenario } from './scenario.mjs';
 import { parse } from './wit-json.mjs';
 
 const USAGE = `usage: node host/js/conformance.mjs COMPONENT [--scenarios DIR] [--settings JSON]
-       [--transcripts DIR] [--only NAME]... [--log LEVEL] [--no-cache]
+       [--transcripts DIR] [--only NAME]... [--log LEVEL] [--no-cache] [--call-timeout SECONDS]
 
   COMPONENT          the policy component (.wasm), contract tether:policy@0.2.x
   --scenarios DIR    the exported scenarios: index.json and NAME.json (default: host/conformance)
@@ -26,6 +31,9 @@ const USAGE = `usage: node host/js/conformance.mjs COMPONENT [--scenarios DIR] [
   --log LEVEL        print the policy's log records from LEVEL up on stderr
                      (trace, debug, info, warn, error, off; default: warn)
   --no-cache         transpile even if the component is in the cache, and cache nothing
+  --call-timeout SECONDS
+                     fail a scenario whose call into the policy gives no answer within
+                     SECONDS (the policy may loop) and go on with the next (default: 60)
 
 exit status: 0 all passed, 1 a scenario failed, 2 the component cannot be used
              or the arguments or scenario files are wrong`;
@@ -45,6 +53,7 @@ function parseArgs(argv) {
     only: [],
     log: 'warn',
     cache: true,
+    callTimeout: 60,
   };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
@@ -85,6 +94,16 @@ function parseArgs(argv) {
       case '--no-cache':
         opts.cache = false;
         break;
+      case '--call-timeout': {
+        const text = value();
+        const seconds = /^\d+(\.\d+)?$/.test(text) ? Number(text) : NaN;
+        // setTimeout takes at most 2^31 - 1 ms.
+        if (!(seconds > 0 && seconds * 1000 <= 2 ** 31 - 1)) {
+          throw new Error(`--call-timeout: ${text} is not a number of seconds above 0 (at most 2147483)`);
+        }
+        opts.callTimeout = seconds;
+        break;
+      }
       default:
         if (arg.startsWith('-') && arg !== '-') throw new Error(`unknown option ${arg}`);
         if (opts.component !== null) throw new Error(`unexpected argument ${arg}`);
@@ -124,6 +143,86 @@ function loadScenarios(dir, only) {
     if (!Array.isArray(scenario.steps)) throw new Error(`${name}.json has no steps`);
     return scenario;
   });
+}
+
+/**
+ * A worker thread holding the policy (scenario-worker.mjs), and the deadline on its calls: each
+ * call into the policy must answer within `seconds`, or the worker is terminated and the wait
+ * ends with {type: 'timeout', step, what, lines} (the transcript lines so far).
+ */
+class PolicyWorker {
+  constructor(data, seconds) {
+    this.seconds = seconds;
+    this.step = 0;
+    this.what = 'start';
+    this.lines = [];
+    this.timer = null;
+    this.waiting = null;
+    this.early = null; // an answer nobody waited for yet (the worker failed between scenarios)
+    this.closed = false;
+    this.worker = new Worker(new URL('./scenario-worker.mjs', import.meta.url), { workerData: data });
+    this.worker.on('message', (m) => {
+      if (m.type !== 'call') return this.#settle(m);
+      this.step = m.step;
+      this.what = m.what;
+      for (const line of m.lines) this.lines.push(line);
+      // The deadline runs from the start of each call.
+      if (this.timer) this.timer.refresh();
+      else this.timer = setTimeout(() => this.#expire(), this.seconds * 1000);
+    });
+    this.worker.on('error', (error) => this.#settle({ type: 'error', error }));
+    this.worker.on('exit', (code) => {
+      if (!this.closed) this.#settle({ type: 'error', error: new Error(`the policy's worker thread ended (exit code ${code})`) });
+    });
+  }
+
+  #settle(answer) {
+    clearTimeout(this.timer);
+    this.timer = null;
+    const resolve = this.waiting;
+    this.waiting = null;
+    if (resolve) resolve(answer);
+    else this.early ??= answer;
+  }
+
+  #expire() {
+    this.timer = null;
+    this.closed = true;
+    this.worker.terminate();
+    this.#settle({ type: 'timeout', step: this.step, what: this.what, lines: this.lines });
+  }
+
+  /** The worker's next answer: 'ready', 'unusable', 'result', 'timeout' or 'error'. */
+  next() {
+    if (this.early) {
+      const answer = this.early;
+      this.early = null;
+      return Promise.resolve(answer);
+    }
+    return new Promise((resolve) => {
+      this.waiting = resolve;
+    });
+  }
+
+  /** Runs a scenario: its result, or 'timeout' (the worker is gone then). */
+  run(scenario) {
+    this.step = 0;
+    this.what = 'start';
+    this.lines = [];
+    this.worker.postMessage({ type: 'run', scenario });
+    return this.next();
+  }
+
+  /** Ends the worker, letting what the policy logged reach stderr. */
+  async close() {
+    if (this.closed) return;
+    this.closed = true;
+    const exited = new Promise((resolve) => this.worker.once('exit', resolve));
+    this.worker.postMessage({ type: 'close' });
+    const stuck = setTimeout(() => this.worker.terminate(), 5000);
+    await exited;
+    clearTimeout(stuck);
+  }
 }
 
 async function main(argv) {
@@ -167,64 +266,81 @@ async function main(argv) {
     process.stderr.write(`conformance.mjs: ${e.message}\n`);
     return 2;
   }
-  // Imported only now: it needs node_modules.
-  const { PolicyComponent, PolicyUnusable } = await import('./policy-host.mjs');
-
-  let component;
-  try {
-    component = await PolicyComponent.load(opts.component, {
-      log: opts.log,
-      cacheDir: opts.cache ? undefined : false,
-    });
-  } catch (e) {
-    if (!(e instanceof PolicyUnusable)) throw e;
-    process.stderr.write(`error: ${e.message}\n`);
-    return 2;
+  // Transcripts are cached for the workers (a fresh one loads from there); --no-cache: in a
+  // directory of this run, removed at its end.
+  let cacheDir;
+  if (!opts.cache) {
+    cacheDir = mkdtempSync(join(tmpdir(), 'tether-policy-host-js-run-'));
+    process.once('exit', () => rmSync(cacheDir, { recursive: true, force: true }));
   }
+  const data = { component: opts.component, log: opts.log, cacheDir, settings: opts.settings };
+  const seconds = opts.callTimeout;
+  const noAnswer = (step, what) => `at step ${step} (${what}): no answer within ${seconds} s (the policy may loop)`;
 
-  // Preflight: one instance, given the settings, as every scenario starts.
-  let info;
+  // Preflight (in the worker): loads, and one instance is given the settings, as every scenario starts.
+  let runner = new PolicyWorker({ ...data, preflight: true }, seconds);
   try {
-    const first = await component.instantiate();
-    info = first.info();
-    first.init(opts.settings);
-  } catch (e) {
-    const why = e?.kind === 'refused' ? `policy ${component.label} refused the settings ${opts.settings.trim()}: ${e.reason}` : e.message;
-    process.stderr.write(`error: ${why}\n`);
-    return 2;
-  }
-
-  process.stdout.write(`checking ${opts.component} (${info.name} ${info.version}, ${component.exportName})\n`);
-
-  let passed = 0;
-  let failed = 0;
-  for (const scenario of scenarios) {
-    const result = await runScenario(scenario, {
-      newInstance: () => component.instantiate(),
-      settings: opts.settings,
-    });
-    if (opts.transcripts) {
-      const text = result.transcript.map((line) => line + '\n').join('');
-      writeFileSync(join(opts.transcripts, `${scenario.name}.jsonl`), text);
-    }
-    if (result.unusable) {
-      process.stderr.write(`error: ${result.unusable}\n`);
+    const ready = await runner.next();
+    if (ready.type === 'error') throw ready.error;
+    if (ready.type === 'unusable') {
+      process.stderr.write(`error: ${ready.message}\n`);
       return 2;
     }
-    if (result.malformed) {
-      process.stderr.write(`error: the scenario file ${join(opts.scenarios, `${scenario.name}.json`)} is malformed: ${result.malformed}\n`);
+    if (ready.type === 'timeout') {
+      process.stderr.write(`error: policy ${opts.component} gave no answer to ${ready.what} within ${seconds} s (the policy may loop)\n`);
       return 2;
     }
-    if (result.failure === null) {
-      passed++;
-      process.stdout.write(`pass ${scenario.name}\n`);
-    } else {
-      failed++;
-      process.stdout.write(`FAIL ${scenario.name}: ${result.failure}\n`);
+    const { info } = ready;
+    process.stdout.write(`checking ${opts.component} (${info.name} ${info.version}, ${ready.exportName})\n`);
+
+    let passed = 0;
+    let failed = 0;
+    for (const scenario of scenarios) {
+      if (!runner) {
+        // The previous scenario's call did not end: a fresh worker (the settings were checked).
+        runner = new PolicyWorker({ ...data, preflight: false }, seconds);
+        const again = await runner.next();
+        if (again.type === 'error') throw again.error;
+        if (again.type !== 'ready') {
+          process.stderr.write(`error: ${again.message ?? `loading ${opts.component} again gave no answer`}\n`);
+          return 2;
+        }
+      }
+      const answer = await runner.run(scenario);
+      let result;
+      if (answer.type === 'result') {
+        result = answer.result;
+      } else if (answer.type === 'timeout') {
+        runner = null;
+        result = { failure: noAnswer(answer.step, answer.what), transcript: answer.lines };
+      } else {
+        throw answer.error ?? new Error(`unexpected answer from the worker: ${answer.type}`);
+      }
+      if (opts.transcripts) {
+        const text = result.transcript.map((line) => line + '\n').join('');
+        writeFileSync(join(opts.transcripts, `${scenario.name}.jsonl`), text);
+      }
+      if (result.unusable) {
+        process.stderr.write(`error: ${result.unusable}\n`);
+        return 2;
+      }
+      if (result.malformed) {
+        process.stderr.write(`error: the scenario file ${join(opts.scenarios, `${scenario.name}.json`)} is malformed: ${result.malformed}\n`);
+        return 2;
+      }
+      if (result.failure === null) {
+        passed++;
+        process.stdout.write(`pass ${scenario.name}\n`);
+      } else {
+        failed++;
+        process.stdout.write(`FAIL ${scenario.name}: ${result.failure}\n`);
+      }
     }
+    process.stdout.write(`${passed} passed, ${failed} failed\n`);
+    return failed === 0 ? 0 : 1;
+  } finally {
+    await runner?.close();
   }
-  process.stdout.write(`${passed} passed, ${failed} failed\n`);
-  return failed === 0 ? 0 : 1;
 }
 
 const code = await main(process.argv.slice(2)).catch((e) => {

@@ -409,10 +409,17 @@ function describeWakes(wakes) {
  * A failure reads `at step K (WHAT): WHY`, K counting the calls into the policy so far (`handle`,
  * `admit`, `snapshot-restore`, `take-over`; not `status`) and WHAT the latest of them, as
  * Tether's host says it.
+ *
+ * `watch` (optional) hears the progress as it happens, for a caller that must report on a run it
+ * cannot wait for: `called(K, WHAT)` when step K begins, `recorded(line)` for each transcript line.
  */
-export async function runScenario(scenario, { newInstance, settings = '{}' }) {
+export async function runScenario(scenario, { newInstance, settings = '{}', watch = {} }) {
   const transcript = [];
-  const record = (obj) => transcript.push(stringify(obj));
+  const record = (obj) => {
+    const line = stringify(obj);
+    transcript.push(line);
+    watch.recorded?.(line);
+  };
   const s = {
     instance: null,
     // What `twice` restarts from.
@@ -431,6 +438,7 @@ export async function runScenario(scenario, { newInstance, settings = '{}' }) {
   const called = (what) => {
     calls++;
     last = what;
+    watch.called?.(calls, last);
   };
 
   const attempt = (what, fn) => {

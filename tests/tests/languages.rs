@@ -272,19 +272,25 @@ fn three_hosts_give_identical_transcripts_and_their_own_tests_pass() {
     // The hosts' own tests, now that the hosts installed their toolchains (wasmtime-py into
     // host/python/.venv, jco into host/js/node_modules), against a real component.
     let root = repo();
-    run(
+    let (code, _, said) = outcome(
         Command::new(root.join("host/python/.venv/bin/python"))
             .args(["-m", "unittest", "discover", "-s"])
             .arg(root.join("host/python/tests"))
             .env("TETHER_POLICY_WASM", &component),
         "host/python's unit tests",
     );
-    run(
+    assert!(code == Some(0) && !said.contains("skipped"), "{said}");
+    let said = run(
         Command::new("node")
             .arg("--test")
             .args(test_files(&root.join("host/js/test")))
-            .env("TETHER_POLICY_WASM", &component),
+            .env("TETHER_POLICY_WASM", &component)
+            .env("TETHER_HOSTILE_POLICY_WASM", components::HOSTILE),
         "host/js's unit tests",
+    );
+    assert!(
+        said.contains("# skipped 0"),
+        "none may be skipped here:\n{said}"
     );
 }
 
