@@ -8,25 +8,22 @@ use std::process::ExitCode;
 
 use crate::args::Lang;
 
-/// One file of a template: its path in the project, its contents, whether it is executable.
-type File = (&'static str, &'static str, bool);
+/// One file of a template: its path in the project and its contents (a `.sh` is executable).
+type File = (&'static str, &'static str);
 
 const WIT: &str = include_str!("../../../wit/0.2/policy.wit");
 
 macro_rules! template {
-    ($lang:literal: $($path:literal $(executable $x:tt)?),* $(,)?) => {
-        &[$((
-            $path,
-            include_str!(concat!("../templates/", $lang, "/", $path)),
-            false $(|| $x)?,
-        )),*]
+    ($lang:literal: $($path:literal),* $(,)?) => {
+        &[$(($path, include_str!(concat!("../templates/", $lang, "/", $path)))),*]
     };
 }
 
-const RUST: &[File] = template!("rust": "Cargo.toml", "Cargo.lock", "src/lib.rs", ".gitignore", "build.sh" executable true);
-const PYTHON: &[File] = template!("python": "app.py", ".gitignore", "build.sh" executable true);
+const RUST: &[File] =
+    template!("rust": "Cargo.toml", "Cargo.lock", "src/lib.rs", ".gitignore", "build.sh");
+const PYTHON: &[File] = template!("python": "app.py", ".gitignore", "build.sh");
 const JS: &[File] = template!("js":
-    "policy.js", "package.json", "package-lock.json", ".gitignore", "build.sh" executable true);
+    "policy.js", "package.json", "package-lock.json", ".gitignore", "build.sh");
 
 fn files(lang: Lang) -> &'static [File] {
     match lang {
@@ -65,14 +62,14 @@ fn write(lang: Lang, dir: &Path) -> Result<(), String> {
             dir.display()
         ));
     }
-    let wit = ("wit/policy.wit", WIT, false);
-    for (path, contents, executable) in files(lang).iter().chain([&wit]) {
+    let wit = ("wit/policy.wit", WIT);
+    for (path, contents) in files(lang).iter().chain([&wit]) {
         let target = dir.join(path);
         let written = target
             .parent()
             .map_or(Ok(()), std::fs::create_dir_all)
             .and_then(|()| std::fs::write(&target, contents))
-            .and_then(|()| make_executable(&target, *executable));
+            .and_then(|()| make_executable(&target, path.ends_with(".sh")));
         written.map_err(|e| format!("cannot write {}: {e}", target.display()))?;
     }
     Ok(())

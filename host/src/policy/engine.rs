@@ -192,14 +192,6 @@ impl PolicyEngine {
                 ),
             }
         }
-        // Before compiling, which takes seconds: a component needing what the sandbox lacks is
-        // refused at once.
-        if let Some(reason) = super::imports::refusal(bytes) {
-            return Err(PolicyError::NotAPolicy {
-                policy: label.to_string(),
-                reason,
-            });
-        }
         let component = self.compile_or_load_artifact(label, bytes, digest)?;
         compiled.insert(digest.to_string(), component.clone());
         Ok(component)
@@ -216,6 +208,14 @@ impl PolicyEngine {
             reason: format!("{e:#}"),
         };
         let compile = || {
+            // Before compiling, which takes seconds: a component needing what the sandbox lacks
+            // is refused at once. (A cached artifact passed this when it was compiled.)
+            if let Some(reason) = super::imports::refusal(bytes) {
+                return Err(PolicyError::NotAPolicy {
+                    policy: label.to_string(),
+                    reason,
+                });
+            }
             self.compilations.fetch_add(1, Ordering::Relaxed);
             Component::new(&self.engine, bytes).map_err(invalid)
         };

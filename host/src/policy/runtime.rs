@@ -40,7 +40,7 @@ use tokio::sync::{broadcast, oneshot};
 use super::engine::{LoadedPolicy, PolicyEngine, PolicySource};
 use super::instance::{HeldData, Limits, PolicyInstance, rough_tool_data};
 use super::ledger::Ledger;
-use super::outputs::{check_actions, check_admission, check_take_over};
+use super::outputs::{check_actions, check_take_over, decide_admission, decide_event};
 use super::record::{Divergence, Record, Recorder, event_name, redact_actions};
 use super::types::{
     Action, Admission, BreakerState, CallRequest, Event, EventKind, Millis, PolicyInfo,
@@ -755,35 +755,8 @@ impl Worker {
         input: &Input,
     ) -> Result<Output, PolicyError> {
         Ok(match input {
-            Input::Event(event) => {
-                // The ledger hears the event first (a 0.2 publication needs the tools it
-                // brings), except a removal: the policy still acts on the server it forgets.
-                let removal = matches!(event.kind, EventKind::ServerRemoved(_));
-                if !removal {
-                    ledger.note_event(event);
-                }
-                let actions = instance
-                    .handle_with(event, &|server, original| ledger.tool(server, original))?;
-                check_actions(&actions, ledger).map_err(|why| {
-                    instance
-                        .policy()
-                        .fault("handle", PolicyFault::InvalidOutput(why))
-                })?;
-                if removal {
-                    ledger.note_event(event);
-                }
-                ledger.note_actions(&actions);
-                Output::Actions(actions)
-            }
-            Input::Admit(request) => {
-                let admission = instance.admit(request)?;
-                check_admission(&admission).map_err(|why| {
-                    instance
-                        .policy()
-                        .fault("admit", PolicyFault::InvalidOutput(why))
-                })?;
-                Output::Admission(admission)
-            }
+            Input::Event(event) => Output::Actions(decide_event(instance, ledger, event)?),
+            Input::Admit(request) => Output::Admission(decide_admission(instance, request)?),
             Input::Settings(settings) => {
                 instance.set_settings(settings)?;
                 Output::Done

@@ -10,7 +10,9 @@ use super::script::{AdmissionCase, Predicate, Step};
 use super::wire;
 use crate::policy::instance::{Limits, PolicyInstance};
 use crate::policy::ledger::Ledger;
-use crate::policy::outputs::{check_actions, check_admission, check_take_over, valid_tool_name};
+use crate::policy::outputs::{
+    check_actions, check_take_over, decide_admission, decide_event, valid_tool_name,
+};
 use crate::policy::types::{
     Action, Admission, CallOutcome, CallReport, CallRequest, Event, EventKind, Handover,
     ServerStatus, TimerFired,
@@ -233,21 +235,8 @@ impl Interpreter {
             now: self.host.now,
             kind,
         };
-        // As Tether's runtime does: the ledger hears the event first (a publication needs the
-        // tools it brings), except a removal (the policy still acts on the server it forgets).
-        let removal = matches!(event.kind, EventKind::ServerRemoved(_));
-        if !removal {
-            self.ledger.note_event(&event);
-        }
-        let ledger = &self.ledger;
-        let actions = self
-            .instance
-            .handle_with(&event, &|server, original| ledger.tool(server, original))
+        let actions = decide_event(&mut self.instance, &mut self.ledger, &event)
             .map_err(|e| e.to_string())?;
-        check_actions(&actions, &self.ledger).map_err(|why| self.invalid("handle", why))?;
-        if removal {
-            self.ledger.note_event(&event);
-        }
         self.apply(actions);
         let line = Line::Handle {
             event: (&event).into(),
@@ -257,7 +246,7 @@ impl Interpreter {
         Ok(())
     }
 
-    /// An answer no correct policy gives, worded as the runtime words it.
+    /// A take-over's answer no correct policy gives, worded as the runtime words it.
     fn invalid(&self, during: &'static str, why: String) -> String {
         self.instance
             .policy()
@@ -265,9 +254,8 @@ impl Interpreter {
             .to_string()
     }
 
-    /// Does what the policy asked: arms its timers, and notes what it connects and disconnects.
+    /// Does what the policy asked: arms its timers.
     fn apply(&mut self, actions: Vec<Action>) {
-        self.ledger.note_actions(&actions);
         for action in &actions {
             if let Action::WakeAt(wake) = action {
                 self.host
@@ -288,8 +276,8 @@ impl Interpreter {
         };
         self.host.next_call += 1;
         self.host.last_call = Some(request.call_id);
-        let admission = self.instance.admit(&request).map_err(|e| e.to_string())?;
-        check_admission(&admission).map_err(|why| self.invalid("admit", why))?;
+        let admission =
+            decide_admission(&mut self.instance, &request).map_err(|e| e.to_string())?;
         let line = Line::Admit {
             request: (&request).into(),
             admission: (&admission).into(),
@@ -356,7 +344,10 @@ impl Interpreter {
             .instance
             .take_over(handover, &|server, original| ledger.tool(server, original))
             .map_err(|e| format!("the handover was refused: {e}"))?;
-        check_take_over(&actions, &self.ledger).map_err(|why| self.invalid("take-over", why))?;
+        check_take_over(&actions, &self.ledger)
+            .and_then(|()| check_actions(&actions, &self.ledger))
+            .map_err(|why| self.invalid("take-over", why))?;
+        self.ledger.note_actions(&actions);
         self.apply(actions);
         let line = Line::TakeOver {
             handover: handover.into(),
@@ -419,6 +410,8 @@ impl Interpreter {
                         && published == originals.iter().map(String::as_str).collect()
                 })
             }
+            // Here, the output checks have already refused unusable names; a host without those
+            // checks (the exported JSON) relies on this predicate.
             Predicate::PublishesUsableNames(server) => {
                 self.publication(server).is_some_and(|tools| {
                     let mut seen = std::collections::BTreeSet::new();
