@@ -3,7 +3,6 @@
 //
 //   node host/js/conformance.mjs COMPONENT [--scenarios DIR] [--settings JSON]
 //                                [--transcripts DIR] [--only NAME]... [--log LEVEL] [--no-cache] [--call-timeout SECONDS]
-//                                [--call-timeout SECONDS]
 //
 // The policy runs in a worker thread (scenario-worker.mjs); a call into it that gives no answer
 // within the deadline fails its scenario, and the next scenario gets a fresh worker.
@@ -18,6 +17,7 @@ import { join, resolve } from 'node:path';
 import { Worker } from 'node:worker_threads';
 
 import { HERE, ensureInstalled } from './install.mjs';
+import { LOG_LEVELS } from './policy-host.mjs';
 import { parse } from './wit-json.mjs';
 
 const USAGE = `usage: node host/js/conformance.mjs COMPONENT [--scenarios DIR] [--settings JSON]
@@ -87,7 +87,7 @@ function parseArgs(argv) {
         break;
       case '--log':
         opts.log = value();
-        if (!['trace', 'debug', 'info', 'warn', 'error', 'off'].includes(opts.log)) {
+        if (![...LOG_LEVELS, 'off'].includes(opts.log)) {
           throw new Error(`--log: unknown level ${opts.log}`);
         }
         break;
@@ -266,8 +266,8 @@ async function main(argv) {
     process.stderr.write(`conformance.mjs: ${e.message}\n`);
     return 2;
   }
-  // Transcripts are cached for the workers (a fresh one loads from there); --no-cache: in a
-  // directory of this run, removed at its end.
+  // The transpiled component is cached for the workers (a fresh one loads it from there);
+  // --no-cache: in a directory of this run, removed at its end.
   let cacheDir;
   if (!opts.cache) {
     cacheDir = mkdtempSync(join(tmpdir(), 'tether-policy-host-js-run-'));

@@ -49,7 +49,8 @@ export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error'];
 const OFFERED_WASI = ['wasi:cli', 'wasi:clocks', 'wasi:filesystem', 'wasi:io', 'wasi:random', 'wasi:sockets'];
 const CONTRACT = 'tether:policy';
 const POLICY_EXPORT = /^tether:policy\/policy@(\d+)\.(\d+)\.(\d+)(?:[-+].*)?$/;
-const FUNCTIONS = ['info', 'init', 'setSettings', 'handle', 'admit', 'status', 'snapshot', 'restore', 'takeOver'];
+/** The functions of the policy interface, as jco names them (and PolicyHost's methods). */
+export const FUNCTIONS = ['info', 'init', 'setSettings', 'handle', 'admit', 'status', 'snapshot', 'restore', 'takeOver'];
 // Bump when what is cached changes.
 const CACHE_FORMAT = 1;
 
@@ -89,8 +90,8 @@ function defaultCacheDir() {
 
 let deps;
 async function dependencies({ needJco }) {
-  ensureInstalled();
   if (!deps) {
+    ensureInstalled(); // once per thread: it reads both lockfiles
     const { WASIShim } = await import('@bytecodealliance/preview2-shim/instantiation');
     const jcoPackage = JSON.parse(readFileSync(join(HERE, 'node_modules/@bytecodealliance/jco/package.json'), 'utf8'));
     deps = { WASIShim, jcoVersion: jcoPackage.version, jco: null };
@@ -136,14 +137,12 @@ export class PolicyComponent {
     if (bytes[6] === 0 && bytes[7] === 0) {
       throw new PolicyUnusable(`policy ${label} is not a valid wasm component: a core wasm module, not a component`);
     }
-    const started = performance.now();
     const d = await dependencies({ needJco: false });
     const sha = createHash('sha256').update(bytes).digest('hex');
     const key = `${sha}-jco${d.jcoVersion}-f${CACHE_FORMAT}`;
     const root = cacheDir === false ? null : cacheDir ?? defaultCacheDir();
     let dir = root ? join(root, key) : null;
     let meta;
-    let transpiled = false;
     if (dir && existsSync(join(dir, 'meta.json'))) {
       try {
         meta = JSON.parse(readFileSync(join(dir, 'meta.json'), 'utf8'));
@@ -193,7 +192,6 @@ export class PolicyComponent {
       } else {
         dir = tmp;
       }
-      transpiled = true;
     }
     const missing = importsOfWit(meta.wit).filter((name) => !offered(name));
     if (missing.length > 0) {
@@ -233,9 +231,6 @@ export class PolicyComponent {
     };
     const component = new PolicyComponent(mod, exportName, getCoreModule, makeLogger(log), d.WASIShim);
     component.label = label;
-    component.sha256 = sha;
-    component.transpiled = transpiled;
-    component.loadMs = performance.now() - started;
     return component;
   }
 

@@ -13,7 +13,7 @@
 
 import { parentPort, workerData } from 'node:worker_threads';
 
-import { PolicyComponent, PolicyUnusable } from './policy-host.mjs';
+import { FUNCTIONS, PolicyComponent, PolicyUnusable } from './policy-host.mjs';
 import { runScenario } from './scenario.mjs';
 
 const { component: source, log, cacheDir, settings, preflight } = workerData;
@@ -27,10 +27,9 @@ const beat = () => {
 };
 
 // Every call into the instance (and making it) tells the main thread first.
-const CALLS = ['info', 'init', 'setSettings', 'handle', 'admit', 'status', 'snapshot', 'restore', 'takeOver'];
 function watched(instance) {
-  const out = { label: instance.label };
-  for (const name of CALLS) {
+  const out = { label: instance.label }; // for the interpreter's messages
+  for (const name of FUNCTIONS) {
     out[name] = (...args) => {
       beat();
       return instance[name](...args);
@@ -66,7 +65,7 @@ async function load() {
       return parentPort.postMessage({ type: 'unusable', message: why });
     }
   }
-  parentPort.postMessage({ type: 'ready', info, exportName: component.exportName, label: component.label });
+  parentPort.postMessage({ type: 'ready', info, exportName: component.exportName });
 
   parentPort.on('message', async (message) => {
     if (message.type === 'close') {

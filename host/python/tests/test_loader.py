@@ -1,5 +1,6 @@
 """The loader against a real policy component. Needs wasmtime (run inside host/python/.venv)
-and a component: TETHER_POLICY_WASM=path/to/policy.wasm; skipped otherwise."""
+and a component: TETHER_POLICY_WASM=path/to/policy.wasm, and for the misbehaving one
+TETHER_HOSTILE_POLICY_WASM=path/to/tether_policy_hostile.wasm; skipped otherwise."""
 
 import os
 import sys
@@ -8,6 +9,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 WASM = os.environ.get("TETHER_POLICY_WASM")
+HOSTILE = os.environ.get("TETHER_HOSTILE_POLICY_WASM")
 try:
     import wasmtime  # noqa: F401
     HAVE_WASMTIME = True
@@ -61,6 +63,21 @@ class Loader(unittest.TestCase):
         policy = self.component.instantiate().init()
         with self.assertRaises(EncodingError):
             policy.handle({"now": -1, "kind": {"tag": "shutdown"}})
+
+
+@unittest.skipUnless(HAVE_WASMTIME and HOSTILE, "needs wasmtime and TETHER_HOSTILE_POLICY_WASM")
+class Hostile(unittest.TestCase):
+    def test_a_loop_runs_out_of_fuel(self):
+        from tether_policy_host import PolicyComponent, PolicyTrap
+        # A small budget per call (the default is 2e9), so that the loop ends in a moment.
+        component = PolicyComponent(HOSTILE, fuel_per_call=20_000_000)
+        policy = component.instantiate().init({"hostile": {"loop_on_event": 2}})
+        self.assertIn({"tag": "connect", "val": "alpha"}, policy.handle(configured("alpha")))
+        with self.assertRaises(PolicyTrap) as caught:
+            policy.handle(configured("beta", now=1001))
+        self.assertEqual(caught.exception.function, "handle")
+        self.assertIn("ran out of fuel", caught.exception.fault)
+        self.assertIn("ran out of fuel", str(caught.exception))
 
 
 if __name__ == "__main__":

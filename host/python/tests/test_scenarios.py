@@ -112,9 +112,8 @@ class FakePolicy:
     def status(self, now):
         return [{"server": n, "state": s["state"], "failures": s["failures"]} for n, s in sorted(self.servers.items())]
 
-    def call(self, name):
-        assert name == "snapshot"
-        return json.dumps({"servers": self.servers, "token": self.token})
+    def snapshot(self):
+        return json.dumps({"servers": self.servers, "token": self.token}).encode()
 
     def restore(self, snapshot):
         data = json.loads(snapshot)

@@ -506,9 +506,11 @@ class PolicyInstance:
         return base64.b64decode(self.call("snapshot"))
 
     def restore(self, snapshot: Union[bytes, str]) -> None:
-        if isinstance(snapshot, (bytes, bytearray)):
-            snapshot = base64.b64encode(bytes(snapshot)).decode("ascii")
-        size = len(base64.b64decode(snapshot)) if isinstance(snapshot, str) else 0
+        """Restores a snapshot: the bytes ``snapshot`` returned (or them in base64)."""
+        if not isinstance(snapshot, (bytes, bytearray)):
+            (pname, ty), = self.sigs["restore"].params
+            snapshot = v.to_wasm(ty, snapshot, pname)  # decoded once, here
+        size = len(snapshot)
         self._ok("restore", self.call("restore", snapshot, incoming=size))
         self._held, self._restored = {}, size
 

@@ -3,7 +3,7 @@ transcript. It follows Tether's own interpreter (host/src/policy/conformance/int
 step for step, so that both write the same transcript and the same failure messages.
 
 Pure Python: it drives any object with the instance methods of ``loader.py`` (``init``,
-``handle``, ``admit``, ``status``, ``call("snapshot")``, ``restore``, ``take_over`` and
+``handle``, ``admit``, ``status``, ``snapshot``, ``restore`` (bytes), ``take_over`` and
 ``normalize``), so the unit tests run it against a fake policy.
 """
 
@@ -13,7 +13,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 from .outputs import check_actions, check_admission, check_take_over, rust_debug, valid_tool_name
 from .values import dumps
@@ -302,18 +302,30 @@ def describe_event(kind: Any) -> str:
 # the server's latest tool list.
 
 
+class _Server(NamedTuple):
+    """What the host knows of one configured server."""
+
+    tools: Optional[FrozenSet[str]]  # the tool names of its live session (None: no session)
+    connecting: bool  # a connect went out, its outcome has not come back
+
+
+_IDLE = _Server(None, False)
+
+
+def _names(tools: List[Dict[str, Any]]) -> FrozenSet[str]:
+    return frozenset(t["name"] for t in tools)
+
+
 class Ledger:
     """What the host knows of each configured server, as Tether's runtime keeps it: its live
     session's latest tool list (None: no session) and whether an attempt is in flight."""
 
     def __init__(self) -> None:
-        self.servers: Dict[str, Optional[List[str]]] = {}  # name -> tool names of its live session
-        self.connecting: Dict[str, bool] = {}  # name -> a connect went out, its outcome has not come back
+        self.servers: Dict[str, _Server] = {}
 
     def copy(self) -> "Ledger":
         other = Ledger()
-        other.servers = dict(self.servers)
-        other.connecting = dict(self.connecting)
+        other.servers = dict(self.servers)  # the entries are immutable
         return other
 
     def is_configured(self, server: str) -> bool:
@@ -321,49 +333,46 @@ class Ledger:
 
     def is_live(self, server: str) -> bool:
         """A session or an attempt in flight, which a policy taking over must not replace."""
-        return server in self.servers and (self.servers[server] is not None or self.connecting.get(server, False))
+        entry = self.servers.get(server)
+        return entry is not None and (entry.tools is not None or entry.connecting)
 
     def offers(self, server: str, original: str) -> bool:
-        tools = self.servers.get(server)
-        return tools is not None and original in tools
+        entry = self.servers.get(server)
+        return entry is not None and entry.tools is not None and original in entry.tools
 
     def note_event(self, kind: Dict[str, Any]) -> None:
         tag, val = kind.get("tag"), kind.get("val")
         if tag == "server-configured":
-            if val["name"] not in self.servers:
-                self.servers[val["name"]] = None
-                self.connecting[val["name"]] = False
+            self.servers.setdefault(val["name"], _IDLE)
         elif tag == "server-removed":
             self.servers.pop(val, None)
-            self.connecting.pop(val, None)
-        elif tag == "connected":
-            if val["server"] in self.servers:
-                self.servers[val["server"]] = [t["name"] for t in val["tools"]]
-                self.connecting[val["server"]] = False
-        elif tag == "connect-failed":
-            if val["server"] in self.servers:
-                self.servers[val["server"]] = None
-                self.connecting[val["server"]] = False
-        elif tag == "disconnected":  # says nothing of an attempt already asked for
-            if val["server"] in self.servers:
-                self.servers[val["server"]] = None
-        elif tag == "tools-changed":
-            if self.servers.get(val["server"]) is not None:
-                self.servers[val["server"]] = [t["name"] for t in val["tools"]]
+        elif tag in ("connected", "connect-failed", "disconnected", "tools-changed"):
+            server = val["server"]
+            entry = self.servers.get(server)
+            if entry is None:
+                return
+            if tag == "connected":
+                self.servers[server] = _Server(_names(val["tools"]), False)
+            elif tag == "connect-failed":
+                self.servers[server] = _IDLE
+            elif tag == "disconnected":  # says nothing of an attempt already asked for
+                self.servers[server] = entry._replace(tools=None)
+            elif entry.tools is not None:  # tools-changed
+                self.servers[server] = entry._replace(tools=_names(val["tools"]))
 
     def note_actions(self, actions: List[Any]) -> None:
         for action in actions:
             tag, server = action.get("tag"), action.get("val")
             if tag in ("connect", "disconnect") and server in self.servers:
-                self.servers[server] = None  # the host tears the session down
-                self.connecting[server] = tag == "connect"
+                # the host tears the session down
+                self.servers[server] = _Server(None, tag == "connect")
 
     def note_handover(self, handover: Dict[str, Any]) -> None:
         self.servers = {
-            s["config"]["name"]: None if s["session"] is None else [t["name"] for t in s["session"]["tools"]]
+            s["config"]["name"]: _Server(
+                None if s["session"] is None else _names(s["session"]["tools"]), bool(s.get("connecting")))
             for s in handover["servers"]
         }
-        self.connecting = {s["config"]["name"]: bool(s.get("connecting")) for s in handover["servers"]}
 
     def check(self, actions: List[Any], during: str, label: str) -> None:
         """Fails on a publication of a tool the server's latest list lacks (invalid output)."""
@@ -511,14 +520,13 @@ class Run:
                 return flow
         return RAN
 
-    def step(self, step: Any) -> str:
-        if not isinstance(step, dict) or not isinstance(step.get("do"), str):
-            raise ScenarioFailure("not a step: %s" % dumps(step))
+    def step(self, step: Dict[str, Any]) -> str:
+        """One step; ``run_scenario`` has checked its shape (``check_steps``)."""
         do = step["do"]
         if do == "event":
-            self._handle(_need(step, "kind"))
+            self._handle(step["kind"])
         elif do == "fire-timer":
-            server = _need(step, "server")
+            server = step["server"]
             wake = self.wakes.pop(server, None)
             if wake is not None:
                 at, token = wake
@@ -527,12 +535,9 @@ class Run:
             elif not step.get("optional", False):
                 raise ScenarioFailure("expected a timer armed for %s, none is" % server)
         elif do == "advance":
-            ms = _need(step, "ms")
-            if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
-                raise ScenarioFailure("advance needs a non-negative integer ms")
-            self.now = min(self.now + ms, _U64)  # as Tether: saturating
+            self.now = min(self.now + step["ms"], _U64)  # as Tether: saturating
         elif do == "admit":
-            call_id = self._admit(_need(step, "server"), _need(step, "tool"))
+            call_id = self._admit(step["server"], step["tool"])
             if step.get("name") is not None:
                 self.calls[step["name"]] = call_id
         elif do == "finish":
@@ -540,47 +545,41 @@ class Run:
             call_id = self.last_call if name is None else self.calls.get(name)
             if call_id is None:
                 raise ScenarioFailure("no call was admitted" if name is None else "no call named %s was admitted" % name)
-            self._finish(_need(step, "server"), call_id, _need(step, "outcome"))
+            self._finish(step["server"], call_id, step["outcome"])
         elif do == "call":
-            server = _need(step, "server")
-            call_id = self._admit(server, _need(step, "tool"))
+            server = step["server"]
+            call_id = self._admit(server, step["tool"])
             if isinstance(self.admission, dict) and self.admission.get("tag") in ("allow", "probe"):
-                self._finish(server, call_id, _need(step, "outcome"))
+                self._finish(server, call_id, step["outcome"])
         elif do == "status":
             self.status = self._policy(lambda: self.instance.status(self.now))
             self._record({"do": "status", "now": self.now, "status": self.status})
         elif do == "snapshot-restore":
             self._snapshot_restore()
         elif do == "take-over":
-            self._take_over(_need(step, "handover"))
+            self._take_over(step["handover"])
         elif do == "twice":
-            return self._twice(_steps(step))
+            return self._twice(step["steps"])
         elif do == "repeat":
-            times = _need(step, "times")
-            if isinstance(times, bool) or not isinstance(times, int) or times < 0:
-                raise ScenarioFailure("repeat needs a non-negative integer times")
-            steps = _steps(step)
-            for _ in range(times):
-                if self.steps(steps) == STOP:
+            for _ in range(step["times"]):
+                if self.steps(step["steps"]) == STOP:
                     return RAN
             if step.get("else") is not None:
                 raise ScenarioFailure(str(step["else"]))
         elif do == "stop-if":
-            if self.holds(_need(step, "that")):
+            if self.holds(step["that"]):
                 return STOP
-        elif do == "expect":
-            that = _need(step, "that")
+        else:  # expect
+            that = step["that"]
             if not self.holds(that):
-                raise ScenarioFailure("%s; %s" % (step.get("else"), self.context(that)))
-        else:
-            raise ScenarioFailure("unknown step %s" % dumps(do))
+                raise ScenarioFailure("%s; %s" % (step["else"], self.context(that)))
         return RAN
 
     def _snapshot_restore(self) -> None:
         self._called("snapshot and restore into a fresh instance")
         now = self.now
         before = self._policy(lambda: self.instance.status(now))
-        snapshot = self._policy(lambda: self.instance.call("snapshot"))
+        snapshot = self._policy(self.instance.snapshot)  # bytes, handed on as they are
         fresh = self._fresh()
         self._policy(lambda: fresh.restore(snapshot), "moving the state into a fresh instance failed: ")
         self.instance = fresh
@@ -636,24 +635,23 @@ class Run:
                 return action["val"]["tools"]
         return None
 
-    def holds(self, pred: Any) -> bool:
-        if not isinstance(pred, dict) or len(pred) != 1:
-            raise ScenarioFailure("not a predicate: %s" % dumps(pred))
+    def holds(self, pred: Dict[str, Any]) -> bool:
+        """Whether a predicate (checked by ``check_predicate``) holds."""
         (key, arg), = pred.items()
         if key == "connects":
             return self._count("connect", arg) > 0
         if key == "disconnects":
             return self._count("disconnect", arg) > 0
         if key == "withdraws":
-            return self._count("withdraw-tools", _need(arg, "server")) == _need(arg, "times")
+            return self._count("withdraw-tools", arg["server"]) == arg["times"]
         if key == "publishes":
             return self._publication(arg) is not None
         if key == "publishes-originals":
-            tools = self._publication(_need(arg, "server"))
+            tools = self._publication(arg["server"])
             if tools is None:
                 return False
             published = {t["original"] for t in tools}
-            return len(published) == len(tools) and published == set(_need(arg, "originals"))
+            return len(published) == len(tools) and published == set(arg["originals"])
         if key == "publishes-usable-names":
             tools = self._publication(arg)
             if tools is None:
@@ -678,14 +676,12 @@ class Run:
         if key == "lists":
             return any(entry.get("server") == arg for entry in self.status)
         if key == "state":
-            server = _need(arg, "server")
+            server = arg["server"]
             for entry in self.status:
                 if entry.get("server") == server:
-                    return entry["state"] in _need(arg, "in")
+                    return entry["state"] in arg["in"]
             raise ScenarioFailure("status() does not list %s" % server)
-        if key == "not":
-            return not self.holds(arg)
-        raise ScenarioFailure("unknown predicate %s" % dumps(key))
+        return not self.holds(arg)  # not
 
     def context(self, pred: Dict[str, Any]) -> str:
         """What the predicate looked at, for a failure's message."""
@@ -708,23 +704,12 @@ def _by_server(statuses: Any) -> Any:
     return sorted(statuses, key=lambda s: str(s.get("server", "")) if isinstance(s, dict) else "")
 
 
-def _need(obj: Any, key: str) -> Any:
-    if not isinstance(obj, dict) or key not in obj:
-        raise ScenarioFailure("the scenario lacks %s in %s" % (dumps(key), dumps(obj)))
-    return obj[key]
-
-
-def _steps(step: Dict[str, Any]) -> List[Any]:
-    steps = _need(step, "steps")
-    if not isinstance(steps, list):
-        raise ScenarioFailure("%s needs a steps array" % step.get("do"))
-    return steps
-
-
 def run_scenario(scenario: Scenario, factory: Factory, settings: str = "{}") -> Outcome:
     """Runs one scenario in fresh instances from ``factory``; never raises for the policy's
     faults. Raises ``MalformedScenario`` when the scenario is not well formed, or an argument
     it hands the policy does not fit the contract's types."""
+    # Checked here as well as in ``Scenario.from_json``: tests and callers build a Scenario
+    # directly, and the CLI relies on from_json to refuse a malformed file before running any.
     try:
         check_steps(scenario.steps, "steps")
     except _Malformed as e:

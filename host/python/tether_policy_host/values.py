@@ -282,6 +282,8 @@ def to_wasm(schema: Schema, value: Any, path: str = "") -> Any:
         return value
     if isinstance(schema, ListT):
         if is_bytes(schema):
+            if isinstance(value, (bytes, bytearray)):  # from Python, already decoded
+                return bytes(value)
             if not isinstance(value, str):
                 raise _fail(path, "a base64 string", value)
             try:
