@@ -6,6 +6,10 @@ fn main() {
         ("TETHER_TEST_POLICY_HOSTILE", "tether-policy-hostile"),
         ("TETHER_TEST_POLICY_WRONG", "tether-policy-wrong"),
         ("TETHER_TEST_POLICY_NEXT_MINOR", "tether-policy-next-minor"),
+        (
+            "TETHER_TEST_POLICY_PREVIOUS_MINOR",
+            "tether-policy-previous-minor",
+        ),
         ("TETHER_TEST_POLICY_OTHER", "tether-policy-other"),
         (
             "TETHER_TEST_POLICY_INCOMPATIBLE",

@@ -8,7 +8,7 @@ use std::cell::RefCell;
 
 use crate::model;
 
-/// Bindings for `wit/0.2/policy.wit` (contract 0.2), shared with wrapper components.
+/// Bindings for `wit/0.2/policy.wit` (contract 0.2.1), shared with wrapper components.
 #[allow(clippy::all, missing_docs)]
 pub mod bindings {
     wit_bindgen::generate!({
@@ -46,6 +46,10 @@ pub trait PolicyLogic {
         Err("this policy cannot take over another policy's state".into())
     }
     fn take_logs(&mut self) -> Vec<(model::LogLevel, String)>;
+    /// The operator's naming of a server (contract 0.2.1).
+    fn set_naming(&mut self, naming: model::Naming);
+    /// The names agents see for a server's prompts (contract 0.2.1); changes no state.
+    fn name_prompts(&self, server: &str, originals: &[String]) -> Vec<model::NamedPrompt>;
 }
 
 impl PolicyLogic for crate::Policy {
@@ -78,6 +82,12 @@ impl PolicyLogic for crate::Policy {
     }
     fn take_logs(&mut self) -> Vec<(model::LogLevel, String)> {
         crate::Policy::take_logs(self)
+    }
+    fn set_naming(&mut self, naming: model::Naming) {
+        crate::Policy::set_naming(self, naming)
+    }
+    fn name_prompts(&self, server: &str, originals: &[String]) -> Vec<model::NamedPrompt> {
+        crate::Policy::name_prompts(self, server, originals)
     }
 }
 
@@ -186,6 +196,26 @@ pub fn guest_snapshot() -> Vec<u8> {
     with_instance(Vec::new(), |p| p.snapshot())
 }
 
+pub fn guest_set_naming(naming: wit::Naming) {
+    let naming = model::Naming {
+        server: naming.server,
+        prefix: naming.prefix,
+    };
+    with_instance((), |p| p.set_naming(naming))
+}
+
+pub fn guest_name_prompts(server: String, originals: Vec<String>) -> Vec<wit::NamedPrompt> {
+    with_instance(Vec::new(), |p| {
+        p.name_prompts(&server, &originals)
+            .into_iter()
+            .map(|n| wit::NamedPrompt {
+                advertised: n.advertised,
+                original: n.original,
+            })
+            .collect()
+    })
+}
+
 /// Exports `$logic` (a [`PolicyLogic`]) as the component's `tether:policy/policy` implementation.
 #[macro_export]
 macro_rules! export_policy_logic {
@@ -227,6 +257,15 @@ macro_rules! export_policy_logic {
             }
             fn restore(snapshot: Vec<u8>) -> Result<(), String> {
                 $crate::component::guest_restore::<$logic>(snapshot)
+            }
+            fn set_naming(naming: $crate::component::bindings::tether::policy::types::Naming) {
+                $crate::component::guest_set_naming(naming)
+            }
+            fn name_prompts(
+                server: String,
+                originals: Vec<String>,
+            ) -> Vec<$crate::component::bindings::tether::policy::types::NamedPrompt> {
+                $crate::component::guest_name_prompts(server, originals)
             }
         }
 

@@ -290,6 +290,21 @@ pub enum LogLevel {
     Error,
 }
 
+/// The operator's naming of one server (contract 0.2.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Naming {
+    pub server: String,
+    /// `None`: the policy's default; `""`: the server's own names.
+    pub prefix: Option<String>,
+}
+
+/// A prompt's name as agents see it (contract 0.2.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamedPrompt {
+    pub advertised: String,
+    pub original: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyInfo {
     pub name: String,

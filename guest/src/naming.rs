@@ -1,4 +1,6 @@
-//! Advertised tool names: `<server>__<tool>`, sanitised to `[A-Za-z0-9_-]`, at most 64 chars.
+//! Advertised tool and prompt names: `<prefix><name>`, where the prefix is the operator's
+//! (`""` for the server's own names) or, by default, `<server>__`; sanitised to `[A-Za-z0-9_-]`,
+//! at most 64 chars.
 
 use std::hash::Hasher;
 
@@ -38,8 +40,19 @@ pub fn sanitize(text: &str) -> String {
 /// Names longer than 64 chars keep a prefix and end in `_` + 8 hex chars of a hash of the
 /// unsanitised `server\0tool`, so two long names that share a prefix still differ.
 pub fn advertised_name(server: &str, tool: &str) -> String {
-    let full = sanitize(&format!("{server}__{tool}"));
-    if full.len() <= MAX_ADVERTISED_LEN {
+    advertised_name_with(None, server, tool)
+}
+
+/// The name agents see for `name` (a tool or a prompt) of `server`, with the operator's
+/// `prefix` before it (`None`: `<server>__`). The clamp's hash is over `server\0name` whatever
+/// the prefix, so the default names are those of [`advertised_name`].
+pub fn advertised_name_with(prefix: Option<&str>, server: &str, tool: &str) -> String {
+    let full = match prefix {
+        Some(prefix) => sanitize(&format!("{prefix}{tool}")),
+        None => sanitize(&format!("{server}__{tool}")),
+    };
+    // Too long, or empty (prefix "" and a name ""): the hash makes it a usable name.
+    if (1..=MAX_ADVERTISED_LEN).contains(&full.len()) {
         return full;
     }
     let hash = fnv64(&[server.as_bytes(), b"\0", tool.as_bytes()]);
@@ -47,7 +60,7 @@ pub fn advertised_name(server: &str, tool: &str) -> String {
     let folded = (hash >> 32) ^ (hash & 0xffff_ffff);
     let keep = MAX_ADVERTISED_LEN - HASH_HEX_LEN - 1;
     // `full` is ASCII after sanitising, so byte slicing is char slicing.
-    format!("{}_{:08x}", &full[..keep], folded)
+    format!("{}_{:08x}", &full[..keep.min(full.len())], folded)
 }
 
 #[cfg(test)]
@@ -118,6 +131,32 @@ mod tests {
         let a = advertised_name("s", &format!("{}.", "x".repeat(80)));
         let b = advertised_name("s", &format!("{}/", "x".repeat(80)));
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn an_operator_prefix_replaces_the_server_name_and_is_sanitised_like_the_rest() {
+        assert_eq!(
+            advertised_name_with(Some(""), "files", "read_file"),
+            "read_file"
+        );
+        assert_eq!(
+            advertised_name_with(Some("fs."), "files", "read"),
+            "fs_read"
+        );
+        assert_eq!(advertised_name_with(Some("x-"), "files", "a b"), "x-a_b");
+        assert_eq!(
+            advertised_name_with(None, "files", "read"),
+            advertised_name("files", "read")
+        );
+        let long = "t".repeat(100);
+        let name = advertised_name_with(Some(""), "files", &long);
+        assert_eq!(name.len(), 64);
+        assert!(valid(&name));
+        // Clamped names of two servers differ even without a prefix.
+        assert_ne!(name, advertised_name_with(Some(""), "other", &long));
+        // An empty name with an empty prefix still gives a usable name.
+        let empty = advertised_name_with(Some(""), "files", "");
+        assert!(valid(&empty), "{empty:?}");
     }
 
     #[test]

@@ -12,9 +12,9 @@ use crate::backoff::{backoff_delay, probe_delay};
 use crate::breaker::{OpenReason, Probe, Transition};
 use crate::model::{
     Action, Admission, BreakerState, CallOutcome, CallReport, CallRequest, Event, EventKind, Fault,
-    Handover, Hold, LogLevel, Millis, PolicyInfo, ReconnectRequest, ReconnectSource, ServerConfig,
-    ServerFault, ServerHandover, ServerState, ServerStatus, SessionInfo, StateChange, TimerFired,
-    Tool, Wake,
+    Handover, Hold, LogLevel, Millis, NamedPrompt, Naming, PolicyInfo, ReconnectRequest,
+    ReconnectSource, ServerConfig, ServerFault, ServerHandover, ServerState, ServerStatus,
+    SessionInfo, StateChange, TimerFired, Tool, Wake,
 };
 use crate::registry::{Filters, Plan, Registry};
 use crate::server::{ParkReason, PendingWake, Server, effective_settings};
@@ -36,6 +36,10 @@ pub struct Policy {
     /// Tokens are unique across servers, so a timer of a removed server never matches the
     /// token of a re-added one.
     next_token: u64,
+    /// The operator's prefix per server (contract 0.2.1 `set-naming`); a server without one is
+    /// named `<server>__`. Kept apart from `servers`: it may come before the server does.
+    #[serde(default)]
+    namings: BTreeMap<String, String>,
     /// Drained by `take_logs`; not part of snapshots.
     #[serde(skip)]
     logs: Vec<(LogLevel, String)>,
@@ -70,8 +74,43 @@ impl Policy {
             registry: Registry::default(),
             now: 0,
             next_token: 0,
+            namings: BTreeMap::new(),
             logs: Vec::new(),
         })
+    }
+
+    /// The operator's naming of a server (contract 0.2.1), for its next publication: the host
+    /// gives it right before the server's configuration.
+    pub fn set_naming(&mut self, naming: Naming) {
+        match naming.prefix {
+            Some(prefix) => self.namings.insert(naming.server, prefix),
+            None => self.namings.remove(&naming.server),
+        };
+    }
+
+    /// The names agents see for a server's prompts: the rule its tools are named by. Prompts
+    /// that would share a name are all withheld, as tools are.
+    pub fn name_prompts(&self, server: &str, originals: &[String]) -> Vec<NamedPrompt> {
+        let prefix = self.namings.get(server).map(String::as_str);
+        let mut by_name: BTreeMap<String, Vec<&String>> = BTreeMap::new();
+        for original in originals {
+            by_name
+                .entry(crate::naming::advertised_name_with(
+                    prefix, server, original,
+                ))
+                .or_default()
+                .push(original);
+        }
+        by_name
+            .into_iter()
+            .filter_map(|(advertised, group)| match group.as_slice() {
+                [original] => Some(NamedPrompt {
+                    advertised,
+                    original: (*original).clone(),
+                }),
+                _ => None,
+            })
+            .collect()
     }
 
     pub fn info() -> PolicyInfo {
@@ -495,6 +534,7 @@ impl Policy {
     }
 
     fn on_removed(&mut self, name: &str, out: &mut Vec<Action>) {
+        self.namings.remove(name);
         if !self.servers.contains_key(name) {
             self.ignore(name, "removal");
             return;
@@ -956,7 +996,10 @@ impl Policy {
             return BTreeSet::new();
         }
         let plan = match Filters::compile(&server.config.include, &server.config.exclude) {
-            Ok(filters) => self.registry.plan(name, &server.tools, &filters),
+            Ok(filters) => {
+                let prefix = self.namings.get(name).map(String::as_str);
+                self.registry.plan(name, prefix, &server.tools, &filters)
+            }
             Err(e) => {
                 // Unreachable in practice (bad globs park first); fail closed anyway.
                 self.logs

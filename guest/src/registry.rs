@@ -10,7 +10,7 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Action, Publication, PublishedTool, Tool};
-use crate::naming::advertised_name;
+use crate::naming::advertised_name_with;
 
 /// Compiled include/exclude globs over original tool names.
 #[derive(Debug, Clone)]
@@ -73,12 +73,19 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Computes what `server` may publish from its session's `tools`.
-    pub fn plan(&self, server: &str, tools: &[Tool], filters: &Filters) -> Plan {
+    /// Computes what `server` may publish from its session's `tools`, named with the
+    /// operator's `prefix` (`None`: `<server>__`).
+    pub fn plan(
+        &self,
+        server: &str,
+        prefix: Option<&str>,
+        tools: &[Tool],
+        filters: &Filters,
+    ) -> Plan {
         let mut by_name: BTreeMap<String, Vec<&Tool>> = BTreeMap::new();
         for tool in tools.iter().filter(|t| filters.allows(&t.name)) {
             by_name
-                .entry(advertised_name(server, &tool.name))
+                .entry(advertised_name_with(prefix, server, &tool.name))
                 .or_default()
                 .push(tool);
         }
@@ -225,7 +232,7 @@ mod tests {
     #[test]
     fn publication_is_sorted_by_advertised_name_and_keeps_tool_fields() {
         let mut r = Registry::default();
-        let plan = r.plan("s", &tools(&["zeta", "alpha"]), &no_filters());
+        let plan = r.plan("s", None, &tools(&["zeta", "alpha"]), &no_filters());
         let (action, _) = r.apply("s", plan);
         assert_eq!(advertised(&action), ["s__alpha", "s__zeta"]);
         let Some(Action::PublishTools(p)) = action else {
@@ -260,16 +267,16 @@ mod tests {
     #[test]
     fn same_tools_again_publish_nothing() {
         let mut r = Registry::default();
-        let plan = r.plan("s", &tools(&["a"]), &no_filters());
+        let plan = r.plan("s", None, &tools(&["a"]), &no_filters());
         assert!(r.apply("s", plan).0.is_some());
-        let plan = r.plan("s", &tools(&["a"]), &no_filters());
+        let plan = r.plan("s", None, &tools(&["a"]), &no_filters());
         assert_eq!(r.apply("s", plan).0, None);
     }
 
     #[test]
     fn tools_colliding_within_one_server_are_all_withheld() {
         let r = Registry::default();
-        let plan = r.plan("s", &tools(&["a.b", "a/b", "ok"]), &no_filters());
+        let plan = r.plan("s", None, &tools(&["a.b", "a/b", "ok"]), &no_filters());
         let names: Vec<_> = plan.tools.iter().map(|t| t.advertised.as_str()).collect();
         assert_eq!(names, ["s__ok"]);
         assert_eq!(plan.warnings.len(), 1);
@@ -284,9 +291,9 @@ mod tests {
     fn the_holder_keeps_a_name_and_the_newcomer_is_withheld_across_servers() {
         let mut r = Registry::default();
         // "a" + "__" + "b__c" and "a__b" + "__" + "c" both advertise "a__b__c".
-        let plan = r.plan("a", &tools(&["b__c"]), &no_filters());
+        let plan = r.plan("a", None, &tools(&["b__c"]), &no_filters());
         r.apply("a", plan);
-        let plan = r.plan("a__b", &tools(&["c", "d"]), &no_filters());
+        let plan = r.plan("a__b", None, &tools(&["c", "d"]), &no_filters());
         assert_eq!(plan.blocked.iter().collect::<Vec<_>>(), ["a__b__c"]);
         assert_eq!(plan.warnings.len(), 1);
         let (action, _) = r.apply("a__b", plan);
@@ -295,7 +302,7 @@ mod tests {
         let (action, freed) = r.withdraw("a");
         assert_eq!(action, Some(Action::WithdrawTools("a".into())));
         assert_eq!(r.waiting_for(&freed), ["a__b"]);
-        let plan = r.plan("a__b", &tools(&["c", "d"]), &no_filters());
+        let plan = r.plan("a__b", None, &tools(&["c", "d"]), &no_filters());
         let (action, _) = r.apply("a__b", plan);
         assert_eq!(advertised(&action), ["a__b__c", "a__b__d"]);
     }
@@ -303,7 +310,7 @@ mod tests {
     #[test]
     fn withdraw_emits_once_per_publication() {
         let mut r = Registry::default();
-        let plan = r.plan("s", &tools(&["a"]), &no_filters());
+        let plan = r.plan("s", None, &tools(&["a"]), &no_filters());
         r.apply("s", plan);
         assert_eq!(r.withdraw("s").0, Some(Action::WithdrawTools("s".into())));
         assert_eq!(r.withdraw("s").0, None);
@@ -313,23 +320,23 @@ mod tests {
     #[test]
     fn an_empty_plan_withdraws_what_was_visible() {
         let mut r = Registry::default();
-        let plan = r.plan("s", &tools(&["a"]), &no_filters());
+        let plan = r.plan("s", None, &tools(&["a"]), &no_filters());
         r.apply("s", plan);
-        let plan = r.plan("s", &[], &no_filters());
+        let plan = r.plan("s", None, &[], &no_filters());
         assert_eq!(
             r.apply("s", plan).0,
             Some(Action::WithdrawTools("s".into()))
         );
-        let plan = r.plan("s", &[], &no_filters());
+        let plan = r.plan("s", None, &[], &no_filters());
         assert_eq!(r.apply("s", plan).0, None);
     }
 
     #[test]
     fn republishing_frees_names_no_longer_used() {
         let mut r = Registry::default();
-        let plan = r.plan("s", &tools(&["a", "b"]), &no_filters());
+        let plan = r.plan("s", None, &tools(&["a", "b"]), &no_filters());
         r.apply("s", plan);
-        let plan = r.plan("s", &tools(&["b"]), &no_filters());
+        let plan = r.plan("s", None, &tools(&["b"]), &no_filters());
         let (action, freed) = r.apply("s", plan);
         assert_eq!(advertised(&action), ["s__b"]);
         assert_eq!(freed.into_iter().collect::<Vec<_>>(), ["s__a"]);

@@ -1,5 +1,6 @@
 // Loads a Tether policy component (contract tether:policy@0.2.x) with jco and drives it with
-// the JSON encoding of docs/CONFORMANCE.md (see wit-json.mjs).
+// the JSON encoding of docs/CONFORMANCE.md (see wit-json.mjs). A component of 0.2.1 also takes
+// the operator's naming (`set-naming`, `name-prompts`); one of 0.2.0 lacks both.
 //
 //   import { PolicyHost } from './policy-host.mjs';
 //   const policy = await PolicyHost.load('policy.wasm');
@@ -32,7 +33,8 @@ export class PolicyUnusable extends Error {}
 
 /**
  * A call into the policy failed. `kind`: 'refused' (the function returned `err`; `reason` is its
- * text), 'trap' (the guest trapped; the instance is unusable afterwards) or 'invalid-output'.
+ * text), 'trap' (the guest trapped; the instance is unusable afterwards), 'invalid-output', or
+ * 'unsupported' (a function of contract 0.2.1 asked of a component of 0.2.0).
  */
 export class PolicyError extends Error {
   constructor(kind, message, reason) {
@@ -51,6 +53,8 @@ const CONTRACT = 'tether:policy';
 const POLICY_EXPORT = /^tether:policy\/policy@(\d+)\.(\d+)\.(\d+)(?:[-+].*)?$/;
 /** The functions of the policy interface, as jco names them (and PolicyHost's methods). */
 export const FUNCTIONS = ['info', 'init', 'setSettings', 'handle', 'admit', 'status', 'snapshot', 'restore', 'takeOver'];
+/** What contract 0.2.1 adds (the operator's naming), as jco names them; a 0.2.0 component lacks them. */
+export const NAMING_FUNCTIONS = ['setNaming', 'namePrompts'];
 // Bump when what is cached changes.
 const CACHE_FORMAT = 1;
 
@@ -320,6 +324,19 @@ export class PolicyHost {
     return this.component.label;
   }
 
+  /**
+   * Whether the policy takes the operator's naming (contract 0.2.1), told by what it exports,
+   * as Tether's host tells it: both `set-naming` and `name-prompts`, or it is of 0.2.0.
+   */
+  get naming() {
+    return NAMING_FUNCTIONS.every((f) => typeof this.exports[f] === 'function');
+  }
+
+  /** The contract version the component speaks, by what it exports: '0.2.1' or '0.2.0'. */
+  get contract() {
+    return this.naming ? '0.2.1' : '0.2.0';
+  }
+
   // Calls `fn`; errors as Tether's host words them. `refusing`: what an `err` refuses.
   #call(what, fn, outType, refusing) {
     const who = `policy ${this.label}`;
@@ -401,5 +418,27 @@ export class PolicyHost {
   takeOver(handover) {
     const arg = toJco(T.handover, asValue(handover), 'handover');
     return this.#call('take-over', () => this.exports.takeOver(arg), T.actions, 'the handed-over state');
+  }
+
+  #naming(what) {
+    if (!this.naming) throw new PolicyError('unsupported', `policy ${this.label} has no ${what} (contract 0.2.0)`);
+  }
+
+  /** `set-naming(naming)` (contract 0.2.1): `{server, prefix}`, prefix null for the default. */
+  setNaming(naming) {
+    this.#naming('set-naming');
+    const arg = toJco(T.naming, asValue(naming), 'naming');
+    return this.#call('set-naming', () => this.exports.setNaming(arg));
+  }
+
+  /**
+   * `name-prompts(server, originals)` -> list<named-prompt> (contract 0.2.1). Not checked here:
+   * see scenario.mjs's `invalidPromptNames`.
+   */
+  namePrompts(server, originals) {
+    this.#naming('name-prompts');
+    const s = toJco('string', server, 'server');
+    const list = toJco(T.strings, asValue(originals), 'originals');
+    return this.#call('name-prompts', () => this.exports.namePrompts(s, list), T.namedPrompts);
   }
 }

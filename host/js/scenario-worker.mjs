@@ -3,7 +3,9 @@
 //
 // workerData: { component, log, cacheDir, settings, preflight }.
 // To the main thread:
-//   {type: 'ready', info, exportName}   loaded (and, with `preflight`, one instance took the settings)
+//   {type: 'ready', info, contract, exportName}
+//                                       loaded (and, with `preflight`, one instance took the
+//                                       settings; `contract`: '0.2.1' or '0.2.0', by its exports)
 //   {type: 'unusable', message}         the component cannot be used
 //   {type: 'call', step, what, lines}   a call into the policy begins (the deadline runs from
 //                                       here): step K and WHAT as the interpreter counts them, and
@@ -13,7 +15,7 @@
 
 import { parentPort, workerData } from 'node:worker_threads';
 
-import { FUNCTIONS, PolicyComponent, PolicyUnusable } from './policy-host.mjs';
+import { FUNCTIONS, NAMING_FUNCTIONS, PolicyComponent, PolicyUnusable } from './policy-host.mjs';
 import { runScenario } from './scenario.mjs';
 
 const { component: source, log, cacheDir, settings, preflight } = workerData;
@@ -28,8 +30,9 @@ const beat = () => {
 
 // Every call into the instance (and making it) tells the main thread first.
 function watched(instance) {
-  const out = { label: instance.label }; // for the interpreter's messages
-  for (const name of FUNCTIONS) {
+  // label for the interpreter's messages; naming: whether it is of contract 0.2.1
+  const out = { label: instance.label, naming: instance.naming };
+  for (const name of instance.naming ? [...FUNCTIONS, ...NAMING_FUNCTIONS] : FUNCTIONS) {
     out[name] = (...args) => {
       beat();
       return instance[name](...args);
@@ -51,6 +54,7 @@ async function load() {
     return watched(await component.instantiate());
   };
   let info = null;
+  let contract = null;
   if (preflight) {
     // One instance, given the settings, as every scenario starts.
     try {
@@ -58,6 +62,7 @@ async function load() {
       const first = await instantiate();
       what = 'info';
       info = first.info();
+      contract = first.naming ? '0.2.1' : '0.2.0';
       what = 'init';
       first.init(settings);
     } catch (e) {
@@ -65,7 +70,7 @@ async function load() {
       return parentPort.postMessage({ type: 'unusable', message: why });
     }
   }
-  parentPort.postMessage({ type: 'ready', info, exportName: component.exportName });
+  parentPort.postMessage({ type: 'ready', info, contract, exportName: component.exportName });
 
   parentPort.on('message', async (message) => {
     if (message.type === 'close') {

@@ -2,9 +2,11 @@
 // transcripts. It drives "instances" given by a factory: objects with the methods
 //   init(settings: string), handle(event) -> actions, admit(request) -> admission,
 //   status(now: bigint) -> statuses, snapshot() -> Uint8Array, restore(bytes),
-//   takeOver(handover) -> actions
-// taking and returning JSON values (wit-json.mjs), throwing on any trap, refusal or error.
-// A PolicyHost (policy-host.mjs) is such an instance. No dependencies.
+//   takeOver(handover) -> actions,
+// and for contract 0.2.1 setNaming(naming), namePrompts(server, originals) -> named prompts
+// (with `naming: true`, or just both methods), taking and returning JSON values
+// (wit-json.mjs), throwing on any trap, refusal or error. A PolicyHost (policy-host.mjs) is
+// such an instance. No dependencies.
 
 import { T, normalize, stringify } from './wit-json.mjs';
 
@@ -49,6 +51,27 @@ const need = (step, key, check, what) => {
 };
 const isString = (v) => typeof v === 'string';
 const isInt = (v) => typeof v === 'bigint' || (typeof v === 'number' && Number.isSafeInteger(v));
+/** `[[ORIGINAL, ADVERTISED]...]`. */
+const isPairs = (v) => Array.isArray(v) && v.every((p) => Array.isArray(p) && p.length === 2 && p.every(isString));
+
+/**
+ * Whether an instance takes the operator's naming (contract 0.2.1: `set-naming`,
+ * `name-prompts`): a PolicyHost says so; a stand-in by having both methods.
+ */
+export function speaksNaming(instance) {
+  if (typeof instance?.naming === 'boolean') return instance.naming;
+  return typeof instance?.setNaming === 'function' && typeof instance?.namePrompts === 'function';
+}
+
+/**
+ * Whether a scenario of this `since` applies to the instance's component: what 0.2.1 added
+ * needs its functions; a version this host does not know is not implemented (as Tether's host
+ * decides it).
+ */
+export function implementsSince(instance, since) {
+  if (since === null || since === undefined) return true;
+  return since === '0.2.1' && speaksNaming(instance);
+}
 
 function safeText(v) {
   try {
@@ -68,9 +91,17 @@ function publications(actions, server) {
 const lastPublication = (actions, server) => publications(actions, server).at(-1);
 const hasAction = (actions, tag, server) => (actions ?? []).some((a) => a.tag === tag && a.val === server);
 
+/** Exactly these [original, advertised] pairs, in any order, none twice (as sets, as Tether compares them). */
+function samePairs(got, wanted) {
+  const key = ([original, advertised]) => JSON.stringify([original, advertised]);
+  const have = new Set(got.map(key));
+  const want = new Set(wanted.map(key));
+  return have.size === got.length && have.size === want.size && [...want].every((k) => have.has(k));
+}
+
 /**
- * Whether `predicate` holds in `state` ({actions, wakes, now, admission, status}). Throws a
- * ScenarioFailure for a malformed predicate and for `state` naming a server `status` lacks.
+ * Whether `predicate` holds in `state` ({actions, wakes, now, admission, status, promptNames}).
+ * Throws a ScenarioFailure for a malformed predicate and for `state` naming a server `status` lacks.
  */
 export function holds(predicate, state) {
   if (typeof predicate !== 'object' || predicate === null || Array.isArray(predicate)) {
@@ -119,6 +150,17 @@ export function holds(predicate, state) {
       const names = p.tools.map((t) => t.advertised);
       return names.every((n) => USABLE_NAME.test(n)) && new Set(names).size === names.length;
     }
+    case 'publishes-advertised': {
+      const s = field('server', isString, 'a string');
+      const names = field('names', isPairs, 'a list of [original, advertised] pairs');
+      const p = lastPublication(state.actions, s);
+      if (!p) return false;
+      return samePairs(p.tools.map((t) => [t.original, t.advertised]), names);
+    }
+    case 'names-prompts':
+      if (!isPairs(arg)) malformed(`malformed predicate ${safeText(predicate)}: expected a list of [original, advertised] pairs`);
+      // Nothing named yet is the empty list (as in Tether's host).
+      return samePairs((state.promptNames ?? []).map((n) => [n.original, n.advertised]), arg);
     case 'timer-armed':
       return state.wakes.has(server());
     case 'timer-not-in-the-past': {
@@ -269,6 +311,26 @@ export function invalidAdmission(admission) {
 }
 
 /**
+ * Why the host refuses `name-prompts`'s answer (outputs.rs `check_prompt_names`), or null: an
+ * unusable advertised name, an original it was not asked about or named twice, or two prompts
+ * under one name.
+ */
+export function invalidPromptNames(originals, named) {
+  const asked = new Set(originals);
+  const advertised = new Set();
+  const seen = new Set();
+  for (const { advertised: name, original } of named) {
+    if (!USABLE_NAME.test(name)) return `named a prompt with an unusable name ${rustDebug(clip80(name))}`;
+    if (!asked.has(original)) return `named a prompt it was not asked about: ${rustDebug(clip80(original))}`;
+    if (seen.has(original)) return `named prompt ${rustDebug(clip80(original))} twice`;
+    seen.add(original);
+    if (advertised.has(name)) return `gave two prompts the name ${name}`;
+    advertised.add(name);
+  }
+  return null;
+}
+
+/**
  * What the host knows of its servers, as the events and actions passing through tell it (as
  * Tether's runtime keeps it, host/src/policy/ledger.rs): which servers are configured, each
  * one's live session with its latest tool list, and whether an attempt is in flight.
@@ -404,11 +466,13 @@ function describeWakes(wakes) {
  * Runs one scenario. `newInstance()` gives a fresh, un-`init`ed instance (may be async).
  * Returns { name, level, failure: string|null, transcript: string[] (the lines, without their
  * '\n'), unusable?: string (the first instance could not be made or refused the settings: the
- * component cannot be used; a caller's preflight normally finds that first) }.
+ * component cannot be used; a caller's preflight normally finds that first), applicable?: false
+ * (the scenario's `since` names a contract version the component lacks: passed without running,
+ * no transcript) }.
  *
  * A failure reads `at step K (WHAT): WHY`, K counting the calls into the policy so far (`handle`,
- * `admit`, `snapshot-restore`, `take-over`; not `status`) and WHAT the latest of them, as
- * Tether's host says it.
+ * `admit`, `snapshot-restore`, `take-over`, `set-naming`, `name-prompts`; not `status`) and WHAT
+ * the latest of them, as Tether's host says it.
  *
  * `watch` (optional) hears the progress as it happens, for a caller that must report on a run it
  * cannot wait for: `called(K, WHAT)` when step K begins, `recorded(line)` for each transcript line.
@@ -432,6 +496,7 @@ export async function runScenario(scenario, { newInstance, settings = '{}', watc
     actions: [],
     admission: null,
     status: [],
+    promptNames: [],
   };
   let calls = 0;
   let last = 'start';
@@ -506,6 +571,12 @@ export async function runScenario(scenario, { newInstance, settings = '{}', watc
   const finish = (server, callId, outcome) =>
     handle({ tag: 'call-finished', val: { server, 'call-id': callId, outcome, 'duration-ms': 5 } });
   const statusNow = () => attempt(null, () => s.instance.status(s.now));
+  // `set-naming` (contract 0.2.1); a 0.2.0 component has none to call.
+  const setNaming = (naming) => {
+    if (!speaksNaming(s.instance)) fail('the policy has no set-naming (contract 0.2.0)');
+    attempt(null, () => s.instance.setNaming(naming));
+    record({ do: 'set-naming', naming });
+  };
 
   const isObject = (v) => typeof v === 'object' && v !== null;
 
@@ -587,9 +658,15 @@ export async function runScenario(scenario, { newInstance, settings = '{}', watc
       }
       case 'take-over': {
         const handover = given(T.handover, need(step, 'handover', isObject, 'a handover'), 'handover');
+        // Exports before contract 0.2.1 have no `namings`; null is none.
+        const namings = step.namings ?? [];
+        if (!Array.isArray(namings)) malformed(`malformed step ${safeText(step)}: "namings" must be a list of namings or null`);
+        const told = namings.map((n) => given(T.naming, n, 'naming'));
         called(`take over from ${handover.previous.name}`);
         s.instance = await fresh();
         record({ do: 'init', settings });
+        // The operator's namings come first, on the fresh instance; a 0.2.0 one is given none.
+        if (speaksNaming(s.instance)) for (const naming of told) setNaming(naming);
         ledger.noteHandover(handover);
         let actions;
         try {
@@ -601,6 +678,24 @@ export async function runScenario(scenario, { newInstance, settings = '{}', watc
         if (why) invalid('take-over', why);
         took(actions);
         record({ do: 'take-over', handover, actions });
+        break;
+      }
+      case 'set-naming': {
+        const naming = given(T.naming, need(step, 'naming', isObject, 'a naming'), 'naming');
+        called(`set the naming of ${naming.server}`);
+        setNaming(naming);
+        break;
+      }
+      case 'name-prompts': {
+        const server = need(step, 'server', isString, 'a string');
+        const originals = given(T.strings, need(step, 'originals', Array.isArray, 'a list of strings'), 'originals');
+        called(`name the prompts of ${server}`);
+        if (!speaksNaming(s.instance)) fail('the policy has no name-prompts (contract 0.2.0)');
+        const named = attempt(null, () => s.instance.namePrompts(server, originals));
+        const why = invalidPromptNames(originals, named);
+        if (why) invalid('name-prompts', why);
+        record({ do: 'name-prompts', server, originals, named });
+        s.promptNames = named;
         break;
       }
       case 'twice': {
@@ -669,6 +764,18 @@ export async function runScenario(scenario, { newInstance, settings = '{}', watc
     result.failure = result.unusable;
     return result;
   }
+  const since = scenario?.since ?? null;
+  if (since !== null && typeof since !== 'string') {
+    result.malformed = `"since" must be a contract version or null, not ${safeText(since)}`;
+    result.failure = result.malformed;
+    return result;
+  }
+  if (!implementsSince(s.instance, since)) {
+    // What it checks came after the component's contract: it passes without running (and
+    // has no transcript).
+    result.applicable = false;
+    return result;
+  }
   record({ do: 'init', settings });
   try {
     // A stop-if outside any repeat ends the scenario (as in Tether's host).
@@ -697,6 +804,8 @@ export function context(predicate, state) {
     case 'lists':
     case 'state':
       return `the status was ${stringify(state.status ?? [])}`;
+    case 'names-prompts':
+      return `the prompt names were ${stringify(state.promptNames ?? [])}`;
     case 'timer-armed':
     case 'timer-not-in-the-past':
       return `at ${state.now} the timers were ${describeWakes(state.wakes)}`;

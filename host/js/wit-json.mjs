@@ -172,7 +172,8 @@ export function fromBase64(text, path = 'value') {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The types of wit/0.2/policy.wit (package tether:policy@0.2.0), in WIT order.
+// The types of wit/0.2/policy.wit (package tether:policy@0.2.1; a component of 0.2.0 lacks
+// `naming` and `named-prompt`), in WIT order.
 // A type is a primitive name ('string', 'bool', 'u16', 'u32', 's32', 'u64', 'bytes' for list<u8>)
 // or { record: [[field, type]...] } | { variant: [[case, type|null]...] } | { enum: [case...] }
 // | { option: type } | { list: type }. test/wit-types.test.mjs checks this table against the WIT.
@@ -293,6 +294,8 @@ const serverHandover = record(
 );
 const policyInfo = record('policy-info', ['name', 'string'], ['version', 'string']);
 const handover = record('handover', ['now', millis], ['servers', list(serverHandover)], ['previous', policyInfo]);
+const naming = record('naming', ['server', 'string'], ['prefix', option('string')]);
+const namedPrompt = record('named-prompt', ['advertised', 'string'], ['original', 'string']);
 const level = enumeration('level', 'trace', 'debug', 'info', 'warn', 'error');
 
 /** Every named type of the WIT (interface `types`, and `log.level`), by WIT name. */
@@ -325,6 +328,8 @@ export const TYPES = Object.freeze({
   'live-session': liveSession,
   'server-handover': serverHandover,
   handover,
+  naming,
+  'named-prompt': namedPrompt,
   'policy-info': policyInfo,
   level,
 });
@@ -336,6 +341,8 @@ export const T = Object.freeze({
   actions: list(action),
   statuses: list(serverStatus),
   snapshot: 'bytes',
+  strings: list('string'),
+  namedPrompts: list(namedPrompt),
 });
 
 // ---------------------------------------------------------------------------------------------

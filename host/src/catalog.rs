@@ -3,9 +3,11 @@
 //!
 //! A server's offer is visible exactly while the policy has the server up: while it publishes
 //! the server's tools, or, for a server with no tools to publish, while it reports the server
-//! connected or healthy. So prompts and resources come and go with the tools, in the same step. Prompts are namespaced like tools
-//! (`<server>__<prompt>`, sanitised, at most 64 chars); URIs are not rewritten (they are the
-//! server's own and may be embedded in content): a table routes each URI to the server that
+//! connected or healthy. So prompts and resources come and go with the tools, in the same step.
+//! Prompts are named by the policy, by the rule it names the server's tools with (the
+//! operator's prefix; `<server>__<prompt>` with the default policy): [`ServerCatalog::prompt_names`]
+//! holds its answer, and a prompt it did not name is not shown. URIs are not rewritten (they are
+//! the server's own and may be embedded in content): a table routes each URI to the server that
 //! listed it. Anything two servers claim (an advertised prompt name, a URI, a URI template)
 //! fails closed: it is hidden and refused, with a warning, rather than sent to a guess.
 
@@ -15,12 +17,21 @@ use std::sync::{Arc, RwLock};
 use rmcp::model::{Prompt, Resource, ResourceTemplate};
 use tokio::sync::broadcast;
 
-/// What one server offers besides tools, as it listed them.
+/// What one server offers besides tools, as it listed them, and the names its prompts get.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ServerCatalog {
     pub prompts: Vec<Prompt>,
     pub resources: Vec<Resource>,
     pub templates: Vec<ResourceTemplate>,
+    /// The name agents see for each prompt, by its name on the server (the policy's decision).
+    pub prompt_names: HashMap<String, String>,
+}
+
+impl ServerCatalog {
+    /// The names of the server's prompts, as it lists them (what the policy is asked to name).
+    pub fn prompt_originals(&self) -> Vec<String> {
+        self.prompts.iter().map(|p| p.name.to_string()).collect()
+    }
 }
 
 /// Which merged lists changed (each one becomes a `list_changed` notification downstream).
@@ -55,6 +66,8 @@ pub struct CatalogView {
     /// Resource templates, sorted by template.
     pub templates: Vec<ResourceTemplate>,
     template_routes: Vec<(UriTemplate, String)>,
+    /// Per server, its prompts hidden because another prompt claims their advertised name.
+    collided_prompts: BTreeMap<String, Vec<String>>,
 }
 
 impl CatalogView {
@@ -87,6 +100,11 @@ impl CatalogView {
         }
     }
 
+    /// `server`'s prompts hidden because their advertised name is claimed more than once.
+    pub fn collided_prompts(&self, server: &str) -> &[String] {
+        self.collided_prompts.get(server).map_or(&[], Vec::as_slice)
+    }
+
     /// The server of a URI template exactly as listed (completion references name templates).
     pub fn template_owner(&self, uri_template: &str) -> Option<&str> {
         self.template_routes
@@ -103,12 +121,21 @@ impl CatalogView {
             .map(|(name, catalog)| (name.as_str(), &**catalog))
             .collect();
 
+        // Keyed by advertised name; a prompt the policy did not name is not shown.
         let prompts = claims(
             &shown,
             |c| &c.prompts,
-            |server, prompt: &Prompt| tether_policy::naming::advertised_name(server, &prompt.name),
+            |server, prompt: &Prompt| {
+                servers
+                    .get(server)
+                    .and_then(|c| c.prompt_names.get(&*prompt.name).cloned())
+                    .unwrap_or_default()
+            },
         );
         for (advertised, claims) in prompts {
+            if advertised.is_empty() {
+                continue;
+            }
             if let [(server, prompt)] = claims[..] {
                 view.prompt_routes.insert(
                     advertised.clone(),
@@ -118,6 +145,12 @@ impl CatalogView {
                 shown.name = advertised;
                 view.prompts.push(shown);
             } else {
+                for (server, prompt) in &claims {
+                    view.collided_prompts
+                        .entry(server.to_string())
+                        .or_default()
+                        .push(prompt.name.to_string());
+                }
                 let owners: Vec<String> = claims
                     .iter()
                     .map(|(server, prompt)| format!("{server}/{}", prompt.name))
@@ -219,6 +252,32 @@ impl Default for Catalog {
 }
 
 impl Catalog {
+    /// Renames `server`'s prompts (after a policy swap), keeping the rest of its offer.
+    pub fn rename_prompts(&self, server: &str, names: HashMap<String, String>) {
+        self.update(|tables| {
+            let Some(current) = tables.servers.get(server) else {
+                return false;
+            };
+            if current.prompt_names == names {
+                return false;
+            }
+            let mut renamed = (**current).clone();
+            renamed.prompt_names = names;
+            tables.servers.insert(server.to_string(), Arc::new(renamed));
+            tables.shows(server)
+        });
+    }
+
+    /// Every server's offer, for renaming its prompts.
+    pub fn offers(&self) -> Vec<(String, Arc<ServerCatalog>)> {
+        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        tables
+            .servers
+            .iter()
+            .map(|(name, offer)| (name.clone(), offer.clone()))
+            .collect()
+    }
+
     /// Replaces what `server` offers (after a session opened or a list changed).
     pub fn set(&self, server: &str, catalog: ServerCatalog) {
         self.update(|tables| {
@@ -437,14 +496,32 @@ mod tests {
             prompts: prompts.iter().map(|p| prompt(p)).collect(),
             resources: resources.iter().map(|r| resource(r)).collect(),
             templates: templates.iter().map(|t| template(t)).collect(),
+            prompt_names: HashMap::new(),
         }
+    }
+
+    /// `Catalog::set` with the prompts named as the default policy names them.
+    fn set(catalog: &Catalog, server: &str, mut offer: ServerCatalog) {
+        offer.prompt_names = offer
+            .prompt_originals()
+            .into_iter()
+            .map(|p| {
+                let advertised = tether_policy::naming::advertised_name(server, &p);
+                (p, advertised)
+            })
+            .collect();
+        catalog.set(server, offer);
     }
 
     #[test]
     fn an_offer_is_visible_only_while_its_server_is_published_or_live() {
         let catalog = Catalog::default();
         let mut changes = catalog.subscribe();
-        catalog.set("files", offer(&["summarize"], &["file:///a"], &[]));
+        set(
+            &catalog,
+            "files",
+            offer(&["summarize"], &["file:///a"], &[]),
+        );
         assert!(catalog.view().prompts.is_empty(), "not published yet");
         assert!(changes.try_recv().is_err());
         catalog.set_published("files", true);
@@ -471,7 +548,11 @@ mod tests {
         assert!(changes.try_recv().is_ok());
         // Hiding again, or setting the same offer, changes nothing.
         catalog.set_published("files", false);
-        catalog.set("files", offer(&["summarize"], &["file:///a"], &[]));
+        set(
+            &catalog,
+            "files",
+            offer(&["summarize"], &["file:///a"], &[]),
+        );
         assert!(changes.try_recv().is_err());
     }
 
@@ -480,7 +561,7 @@ mod tests {
         let catalog = Catalog::default();
         catalog.set_published("s", true);
         let mut changes = catalog.subscribe();
-        catalog.set("s", offer(&["a"], &[], &[]));
+        set(&catalog, "s", offer(&["a"], &[], &[]));
         assert_eq!(
             changes.try_recv().unwrap(),
             CatalogChange {
@@ -488,7 +569,7 @@ mod tests {
                 resources: false
             }
         );
-        catalog.set("s", offer(&["a"], &["x://1"], &[]));
+        set(&catalog, "s", offer(&["a"], &["x://1"], &[]));
         assert_eq!(
             changes.try_recv().unwrap(),
             CatalogChange {
@@ -497,7 +578,7 @@ mod tests {
             }
         );
         // A server without tools is shown while the policy reports it live.
-        catalog.set("docs-only", offer(&["howto"], &[], &[]));
+        set(&catalog, "docs-only", offer(&["howto"], &[], &[]));
         assert!(changes.try_recv().is_err(), "not live yet");
         catalog.set_live("docs-only", true);
         assert!(changes.try_recv().unwrap().prompts);
@@ -510,7 +591,7 @@ mod tests {
         assert!(catalog.view().prompt("docs-only__howto").is_none());
         // A server with nothing besides tools announces nothing when it comes and goes.
         catalog.set_published("tools-only", true);
-        catalog.set("tools-only", ServerCatalog::default());
+        set(&catalog, "tools-only", ServerCatalog::default());
         catalog.set_published("tools-only", false);
         assert!(changes.try_recv().is_err());
     }
@@ -518,14 +599,15 @@ mod tests {
     #[test]
     fn what_two_servers_claim_fails_closed() {
         let catalog = Catalog::default();
-        catalog.set(
+        set(
+            &catalog,
             "a",
             offer(&["p"], &["shared://x", "a://only"], &["t://{id}"]),
         );
-        catalog.set("b", offer(&["q"], &["shared://x"], &["t://{id}"]));
+        set(&catalog, "b", offer(&["q"], &["shared://x"], &["t://{id}"]));
         // Different names that sanitise to the same advertised name.
-        catalog.set("a.b", offer(&["c"], &[], &[]));
-        catalog.set("a_b", offer(&["c"], &[], &[]));
+        set(&catalog, "a.b", offer(&["c"], &[], &[]));
+        set(&catalog, "a_b", offer(&["c"], &[], &[]));
         for server in ["a", "b", "a.b", "a_b"] {
             catalog.set_published(server, true);
         }
@@ -546,11 +628,12 @@ mod tests {
     #[test]
     fn uris_route_through_templates_when_no_server_listed_them() {
         let catalog = Catalog::default();
-        catalog.set(
+        set(
+            &catalog,
             "notes",
             offer(&[], &[], &["notes://{id}", "notes://{id}/raw"]),
         );
-        catalog.set("files", offer(&[], &[], &["file:///{+path}"]));
+        set(&catalog, "files", offer(&[], &[], &["file:///{+path}"]));
         catalog.set_published("notes", true);
         catalog.set_published("files", true);
         let view = catalog.view();

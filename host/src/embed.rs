@@ -52,9 +52,22 @@ pub struct Builder {
     record: Option<PathBuf>,
     observer: Option<Observer>,
     admin: Option<AdminOptions>,
+    startup_wait: Duration,
 }
 
+/// How long lists and calls wait, at most, for the servers configured at start
+/// ([`Builder::startup_wait`]).
+pub const DEFAULT_STARTUP_WAIT: Duration = Duration::from_secs(5);
+
 impl Builder {
+    /// How long, at most, the first lists and calls wait for the servers configured at start
+    /// to connect or fail their first attempt (default [`DEFAULT_STARTUP_WAIT`]; zero: never),
+    /// so that a client that lists once when it starts does not get an empty list.
+    pub fn startup_wait(mut self, wait: Duration) -> Self {
+        self.startup_wait = wait;
+        self
+    }
+
     /// Servers (and default policy settings, the file's `policy`) from a config file:
     /// `mcpServers` JSON, VS Code `mcp.json` or Tether TOML. [`Tether::reload`] re-reads it.
     pub fn config_file(mut self, path: impl Into<PathBuf>) -> Self {
@@ -157,6 +170,7 @@ impl Builder {
 
         let log_dir = self.log_dir.unwrap_or_else(default_log_dir);
         let supervisor = Supervisor::start(policy, log_dir);
+        supervisor.begin_startup(self.startup_wait);
         // Subscribed before the first server starts: the observer hears everything.
         let observer_task = self.observer.map(|observer| {
             let mut feed = Feed::new(&supervisor);
@@ -259,6 +273,7 @@ impl Tether {
             record: None,
             observer: None,
             admin: None,
+            startup_wait: DEFAULT_STARTUP_WAIT,
         }
     }
 

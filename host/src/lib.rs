@@ -48,6 +48,6 @@ pub mod transport;
 #[doc(hidden)]
 pub mod upstream;
 
-pub use embed::{AdminOptions, Builder, Tether};
+pub use embed::{AdminOptions, Builder, DEFAULT_STARTUP_WAIT, Tether};
 pub use error::{Error, Result};
 pub use events::Event;

@@ -349,6 +349,11 @@ impl Metrics {
             counter(oversized_dropped),
         );
         registry.register(
+            "calls_resent",
+            "Tool calls sent again on a fresh session because their first try provably never ran",
+            counter(crate::calls::resent_calls()),
+        );
+        registry.register(
             "upstream_invalid_tools",
             "Tools skipped from tools/list answers because they were invalid (no or empty name)",
             counter(crate::upstream::invalid_tools_skipped()),

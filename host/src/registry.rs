@@ -159,6 +159,29 @@ impl Registry {
         (tables.generation, tables.routes.values().cloned().collect())
     }
 
+    /// The route of a visible tool (not one just withdrawn).
+    pub fn visible_route(&self, advertised: &str) -> Option<Route> {
+        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        tables.routes.get(advertised).cloned()
+    }
+
+    /// Whether agents can see (or just lost) a tool of this name.
+    pub fn knows(&self, advertised: &str) -> bool {
+        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        tables.routes.contains_key(advertised) || tables.withdrawn.contains_key(advertised)
+    }
+
+    /// The original names of a server's visible tools.
+    pub fn server_originals(&self, server: &str) -> BTreeSet<String> {
+        self.tables
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_server
+            .get(server)
+            .map(|tools| tools.iter().map(|t| t.original.clone()).collect())
+            .unwrap_or_default()
+    }
+
     /// Advertised names of one server's visible tools.
     pub fn server_tools(&self, server: &str) -> Vec<String> {
         self.tables
@@ -194,6 +217,7 @@ mod tests {
             original: name.into(),
             description: None,
             input_schema: "{}".into(),
+            extra: String::new(),
             read_only: false,
         }
     }

@@ -17,6 +17,8 @@ pub mod components {
     pub const HOSTILE: &str = env!("TETHER_TEST_POLICY_HOSTILE");
     pub const WRONG: &str = env!("TETHER_TEST_POLICY_WRONG");
     pub const NEXT_MINOR: &str = env!("TETHER_TEST_POLICY_NEXT_MINOR");
+    /// Built for contract 0.2.0, before `set-naming` and `name-prompts`.
+    pub const PREVIOUS_MINOR: &str = env!("TETHER_TEST_POLICY_PREVIOUS_MINOR");
     pub const OTHER: &str = env!("TETHER_TEST_POLICY_OTHER");
     pub const INCOMPATIBLE: &str = env!("TETHER_TEST_POLICY_INCOMPATIBLE");
 }
@@ -30,6 +32,7 @@ pub fn tool(name: &str) -> Tool {
         name: name.into(),
         description: None,
         input_schema: r#"{"type":"object"}"#.into(),
+        extra: String::new(),
         read_only: false,
     }
 }
@@ -41,6 +44,7 @@ pub fn configured(server: &str) -> EventKind {
         include: vec![],
         exclude: vec![],
         settings: String::new(),
+        prefix: None,
     })
 }
 

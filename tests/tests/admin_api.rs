@@ -211,7 +211,7 @@ async fn status_lists_servers_with_state_tools_and_the_policy() {
     assert_eq!(policy["label"], "embedded default policy", "{status}");
     assert!(!policy["name"].as_str().unwrap().is_empty(), "{status}");
     assert!(!policy["digest"].as_str().unwrap().is_empty(), "{status}");
-    assert_eq!(policy["contract"], "0.2.0", "{status}");
+    assert_eq!(policy["contract"], "0.2.1", "{status}");
     assert_eq!(policy["settings"]["backoff"]["base_ms"], 20, "{status}");
 
     let names: Vec<&str> = status["servers"]
@@ -844,7 +844,7 @@ fn the_state_file_is_private_replaced_atomically_and_reads_back() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state").join("tether").join("serve.json");
     let addr: SocketAddr = "127.0.0.1:4321".parse().unwrap();
-    state_file::write(&path, addr, "first-token").unwrap();
+    state_file::write(&path, addr, "first-token", "http", None).unwrap();
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&path), 0o600);
     assert_eq!(mode(path.parent().unwrap()), 0o700);
@@ -856,7 +856,14 @@ fn the_state_file_is_private_replaced_atomically_and_reads_back() {
 
     // A second write replaces it whole and leaves no temp file behind.
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-    state_file::write(&path, "[::1]:99".parse().unwrap(), "second-token").unwrap();
+    state_file::write(
+        &path,
+        "[::1]:99".parse().unwrap(),
+        "second-token",
+        "http",
+        None,
+    )
+    .unwrap();
     assert_eq!(mode(&path), 0o600);
     let state = state_file::read(&path).unwrap();
     assert_eq!(state.addr, "[::1]:99".parse::<SocketAddr>().unwrap());
@@ -871,7 +878,7 @@ fn the_state_file_is_private_replaced_atomically_and_reads_back() {
     std::fs::write(&path, r#"{"addr": "127.0.0.1:1", "token": "t", "pid": 1}"#).unwrap();
     state_file::remove(&path);
     assert!(path.exists(), "another gateway's state file is left alone");
-    state_file::write(&path, addr, "mine").unwrap();
+    state_file::write(&path, addr, "mine", "http", None).unwrap();
     state_file::remove(&path);
     assert!(!path.exists());
     state_file::remove(&path); // nothing to remove: no panic
@@ -1003,7 +1010,7 @@ async fn the_cli_finds_the_gateway_through_the_state_file_and_explains_failures(
     );
 
     // The state file names this (live) process and the admin API.
-    state_file::write(&path, addr, TOKEN).unwrap();
+    state_file::write(&path, addr, TOKEN, "http", None).unwrap();
     let (code, stdout, stderr) = cli(&["status", "--state-file", path_str]).await;
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     assert!(stdout.contains("no servers configured"), "{stdout}");

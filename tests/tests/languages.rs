@@ -273,7 +273,11 @@ fn three_hosts_give_identical_transcripts_and_their_own_tests_pass() {
             .args(["-m", "unittest", "discover", "-s"])
             .arg(root.join("host/python/tests"))
             .env("TETHER_POLICY_WASM", &component)
-            .env("TETHER_HOSTILE_POLICY_WASM", components::HOSTILE),
+            .env("TETHER_HOSTILE_POLICY_WASM", components::HOSTILE)
+            .env(
+                "TETHER_PREVIOUS_MINOR_POLICY_WASM",
+                components::PREVIOUS_MINOR,
+            ),
         "host/python's unit tests",
     );
     assert!(code == Some(0) && !said.contains("skipped"), "{said}");
@@ -282,7 +286,11 @@ fn three_hosts_give_identical_transcripts_and_their_own_tests_pass() {
             .arg("--test")
             .args(test_files(&root.join("host/js/test")))
             .env("TETHER_POLICY_WASM", &component)
-            .env("TETHER_HOSTILE_POLICY_WASM", components::HOSTILE),
+            .env("TETHER_HOSTILE_POLICY_WASM", components::HOSTILE)
+            .env(
+                "TETHER_PREVIOUS_MINOR_POLICY_WASM",
+                components::PREVIOUS_MINOR,
+            ),
         "host/js's unit tests",
     );
     assert!(

@@ -585,6 +585,7 @@ fn big_tool(name: &str, bytes: usize) -> Tool {
             r#"{{"type":"object","properties":{{"path":{{"type":"string","description":"what {name} reads"}}}},"required":["path"]}}"#
         ),
         read_only: true,
+        extra: String::new(),
     }
 }
 

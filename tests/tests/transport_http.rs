@@ -39,6 +39,7 @@ fn options() -> HttpOptions {
         request_timeout: Duration::from_secs(10),
         max_message: tether::config::ServerSpec::DEFAULT_MAX_MESSAGE,
         lifecycle: tether::transport::generation::lifecycle(Default::default(), None),
+        routes: None,
     }
 }
 

@@ -8,8 +8,9 @@
 // - only a proven session (a keepalive answered, a call answered) resets the window;
 // - a circuit breaker per server over consecutive call transport failures, with exactly one
 //   half-open probe; a probe that finds no session becomes a reconnect;
-// - tools are published under usable, unique names, filtered by include/exclude globs,
-//   republished only when the visible list really changed, and withdrawn exactly once.
+// - tools are published under usable, unique names (by default `<server>__<tool>`, or after
+//   the operator's prefix), filtered by include/exclude globs, republished only when the
+//   visible list really changed, and withdrawn exactly once; prompts are named by the same rule.
 //
 // Time comes only from events and requests (numbers of host milliseconds); there is no clock,
 // no randomness, no I/O. Values use the shapes of the contract's JS bindings, except that times
@@ -103,6 +104,8 @@ function newServer(config, now) {
     breaker: closedBreaker(),
     // What agents see now: { advertised, original, readOnly, revision }.
     published: [],
+    // The operator's prefix those names follow (null: the default naming).
+    namedBy: null,
   };
 }
 
@@ -119,6 +122,49 @@ export class WindowPolicy {
     this.logs = [];
     /** Advertised name -> the server publishing it (derived from the publications). */
     this.owners = new Map();
+    /**
+     * Server -> the operator's prefix (contract 0.2.1); a server without one is named by
+     * default. Apart from `servers`: it may come before the server's configuration.
+     */
+    this.namings = new Map();
+  }
+
+  /** The operator's prefix for `server`, or null for the default naming. */
+  prefixOf(server) {
+    const prefix = this.namings.get(server);
+    return prefix === undefined ? null : prefix;
+  }
+
+  /**
+   * The operator's naming of `server`: a prefix ("" for the server's own names), or null for
+   * the default. Takes effect at the server's next publication (the host follows with
+   * `server-configured`, which republishes a live server).
+   */
+  setNaming(server, prefix) {
+    if (prefix === null || prefix === undefined) this.namings.delete(server);
+    else this.namings.set(server, prefix);
+    const how = prefix === null || prefix === undefined ? 'by default' : `with the prefix ${JSON.stringify(prefix)}`;
+    this.log('debug', `server ${JSON.stringify(server)}: tools and prompts named ${how}`);
+  }
+
+  /**
+   * The names agents see for `server`'s prompts, by the rule of its tools: [{ advertised,
+   * original }], each original once. A pure query: nothing here changes the state. Where two
+   * map to one name, the later in sorted order is salted, so a prompt's name does not depend on
+   * the order the server lists them in.
+   */
+  namePrompts(server, originals) {
+    const prefix = this.prefixOf(server);
+    const unique = [...new Set(originals)];
+    const chosen = new Map();
+    const used = new Set();
+    for (const original of [...unique].sort()) {
+      let advertised = naturalName(server, original, prefix);
+      for (let salt = 1; used.has(advertised); salt += 1) advertised = saltedName(server, original, salt, prefix);
+      used.add(advertised);
+      chosen.set(original, advertised);
+    }
+    return unique.map((original) => ({ advertised: chosen.get(original), original }));
   }
 
   /** A policy from settings JSON text ("" or "{}": the defaults). Throws a message. */
@@ -314,6 +360,7 @@ export class WindowPolicy {
     const scratch = new WindowPolicy(this.settings);
     scratch.now = Math.max(this.now, handover.now);
     scratch.nextToken = this.nextToken;
+    scratch.namings = this.namings; // given before the handover (set-naming)
     const out = [];
     for (const h of handover.servers) scratch.adopt(h, handover.previous, out);
     const previous = handover.previous ?? {};
@@ -382,6 +429,7 @@ export class WindowPolicy {
   }
 
   onRemoved(name, out) {
+    this.namings.delete(name); // the naming ends with the server, known or not
     const s = this.servers.get(name);
     if (!s) {
       this.log('debug', `ignoring the removal of unknown server ${JSON.stringify(name)}`);
@@ -705,8 +753,11 @@ export class WindowPolicy {
   publish(s, out) {
     if (!s.session) return;
     const old = s.published;
+    const prefix = this.prefixOf(s.name);
     const before = new Map();
-    for (let i = 0; i < old.length; i += 1) before.set(old[i].original, old[i]);
+    // Names shown are kept only under the naming they were given by: a new naming renames.
+    if (s.namedBy === prefix) for (let i = 0; i < old.length; i += 1) before.set(old[i].original, old[i]);
+    s.namedBy = prefix;
     const filter = s.filter;
     const tools = s.session.tools;
     const seen = new Set();
@@ -733,11 +784,11 @@ export class WindowPolicy {
     const me = s.name;
     for (let i = 0; i < fresh.length; i += 1) {
       const t = fresh[i];
-      let advertised = naturalName(me, t.name);
+      let advertised = naturalName(me, t.name, prefix);
       for (let salt = 1; ; salt += 1) {
         const owner = owners.get(advertised);
         if (!used.has(advertised) && (owner === undefined || owner === me)) break;
-        advertised = saltedName(me, t.name, salt);
+        advertised = saltedName(me, t.name, salt, prefix);
       }
       used.add(advertised);
       next.push({ advertised, original: t.name, readOnly: t.readOnly, revision: t.revision });

@@ -1,4 +1,6 @@
-// Advertised tool names: `<server>__<tool>`, restricted to [A-Za-z0-9_-] and 64 characters.
+// Advertised tool (and prompt) names: `<server>__<tool>`, restricted to [A-Za-z0-9_-] and 64
+// characters. An operator's prefix (contract 0.2.1 `set-naming`) replaces `<server>__`: `""`
+// gives the server's own names, `"x-"` gives `x-<tool>`, made usable by the same rules.
 //
 // A name that can be shown as it is (nothing replaced, short enough) is shown as it is. A name
 // that had to be changed (characters replaced, or clamped) ends in `-` and 8 hex digits of a
@@ -46,23 +48,29 @@ function hex8(n) {
   return (n >>> 0).toString(16).padStart(8, '0');
 }
 
-function hashed(server, tool, salt) {
-  const base = sanitize(`${server}__${tool}`).slice(0, MAX_NAME - SUFFIX);
+/** What a name is made of: the operator's prefix (null: the default, `<server>__`) and the name. */
+const joined = (server, tool, prefix) => (prefix === null ? `${server}__${tool}` : `${prefix}${tool}`);
+
+// The hash is of the server and the tool, never the prefix: the server already tells two
+// servers under one prefix apart.
+function hashed(server, tool, salt, prefix) {
+  const base = sanitize(joined(server, tool, prefix)).slice(0, MAX_NAME - SUFFIX);
   const parts = salt === 0 ? [server, tool] : [server, tool, String(salt)];
   return `${base}-${hex8(fnv1a32(parts))}`;
 }
 
 /**
- * The name `tool` of `server` gets when nothing else claims it: the plain `<server>__<tool>`
- * when that is usable as it is, else the sanitized, clamped form with a hash suffix.
+ * The name `tool` of `server` gets when nothing else claims it, under the operator's `prefix`
+ * (null: the default naming): the plain `<prefix><tool>` when that is usable as it is, else the
+ * sanitized, clamped form with a hash suffix (also when it is empty: prefix "" and name "").
  */
-export function naturalName(server, tool) {
-  const raw = `${server}__${tool}`;
+export function naturalName(server, tool, prefix = null) {
+  const raw = joined(server, tool, prefix);
   if (isUsable(raw)) return raw;
-  return hashed(server, tool, 0);
+  return hashed(server, tool, 0, prefix);
 }
 
 /** The `salt`-th alternative name (salt >= 1), for when the natural one is taken. */
-export function saltedName(server, tool, salt) {
-  return hashed(server, tool, salt);
+export function saltedName(server, tool, salt, prefix = null) {
+  return hashed(server, tool, salt, prefix);
 }

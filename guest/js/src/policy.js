@@ -1,4 +1,4 @@
-// The WIT glue (contract tether:policy@0.2.0, world policy-component): converts between the
+// The WIT glue (contract tether:policy@0.2.1, world policy-component): converts between the
 // bindings' values and the logic's, holds the one policy instance of this component, and
 // forwards the logic's log records to the host. No decisions are made here.
 //
@@ -13,7 +13,7 @@
 // first time seen is below 2^52, else that time minus 2^52. The origin is added back to every
 // time handed out, so any host time works exactly for the next 2^52 ms (some 142 000 years).
 
-import { log } from 'tether:policy/log@0.2.0';
+import { log } from 'tether:policy/log@0.2.1';
 
 import { INFO, WindowPolicy } from './machine.js';
 import { restorePolicy, snapshotBytes } from './snapshot.js';
@@ -194,5 +194,13 @@ export const policy = {
     } finally {
       flush();
     }
+  },
+
+  setNaming(naming) {
+    withInstance(undefined, (p) => p.setNaming(naming.server, naming.prefix ?? null));
+  },
+
+  namePrompts(server, originals) {
+    return withInstance([], (p) => p.namePrompts(server, originals));
   },
 };

@@ -29,6 +29,8 @@ export function snapshotText(policy) {
     now: policy.now,
     nextToken: policy.nextToken,
     servers: policy.sortedServers(),
+    // [[server, prefix]...], by server: the same namings always give the same bytes.
+    namings: [...policy.namings.keys()].sort().map((server) => [server, policy.namings.get(server)]),
   });
 }
 
@@ -187,7 +189,24 @@ function readServer(v, where) {
     toolErrors: count(v.toolErrors, `${where}.toolErrors`),
     breaker: readBreaker(v.breaker, `${where}.breaker`),
     published: published(v.published, `${where}.published`),
+    // A snapshot of a build before contract 0.2.1 has none: its names were the default ones.
+    namedBy: v.namedBy === undefined ? null : nullable(v.namedBy, string, `${where}.namedBy`),
   };
+}
+
+/** The operators' namings: [[server, prefix]...], each server once. */
+function namings(v, where) {
+  if (!Array.isArray(v)) damaged(where, 'is not a list');
+  const out = new Map();
+  for (let i = 0; i < v.length; i += 1) {
+    const pair = v[i];
+    if (!Array.isArray(pair) || pair.length !== 2 || typeof pair[0] !== 'string' || typeof pair[1] !== 'string') {
+      damaged(`${where}[${i}]`, 'is not a [server, prefix] pair');
+    }
+    if (out.has(pair[0])) damaged(`${where}[${i}]`, `names server ${JSON.stringify(pair[0])} twice`);
+    out.set(pair[0], pair[1]);
+  }
+  return out;
 }
 
 /** A policy continuing exactly where the snapshotted one was. Throws a message. */
@@ -220,6 +239,8 @@ export function restorePolicy(bytes) {
   policy.origin = origin;
   policy.now = count(value.now, 'now');
   policy.nextToken = count(value.nextToken, 'nextToken');
+  // A snapshot of a build before contract 0.2.1 has no namings: every server by default.
+  policy.namings = value.namings === undefined ? new Map() : namings(value.namings, 'namings');
   if (!Array.isArray(value.servers)) damaged('servers', 'is not a list');
   for (let i = 0; i < value.servers.length; i += 1) {
     const s = readServer(value.servers[i], `servers[${i}]`);

@@ -9,7 +9,7 @@ import { test } from 'node:test';
 const stub = 'export function log(level, message) { (globalThis.__policyLogs ??= []).push([level, message]); }';
 const hook = `
 export async function resolve(specifier, context, next) {
-  if (specifier === 'tether:policy/log@0.2.0') {
+  if (specifier === 'tether:policy/log@0.2.1') {
     return { url: ${JSON.stringify(`data:text/javascript,${encodeURIComponent(stub)}`)}, shortCircuit: true };
   }
   return next(specifier, context);
@@ -140,4 +140,22 @@ test('host times beyond 2^53 stay exact: the logic counts from an origin', () =>
   const max = 2n ** 64n - 1n;
   policy.handle(event(max, 'server-configured', config('beta')));
   assert.equal(policy.status(max)[0].since, max);
+});
+
+test('set-naming and name-prompts through the glue (contract 0.2.1)', () => {
+  policy.init('');
+  policy.setNaming({ server: 'alpha', prefix: '' });
+  policy.setNaming({ server: 'beta', prefix: undefined }); // none: the default naming
+  policy.handle(event(1000, 'server-configured', config('alpha')));
+  const connected = policy.handle(
+    event(1001, 'connected', { server: 'alpha', serverInfo: 'x', tools: [{ name: 'work', readOnly: false, revision: 1n }] }),
+  );
+  assert.deepEqual(connected.find((a) => a.tag === 'publish-tools').val.tools, [{ advertised: 'work', original: 'work', readOnly: false }]);
+  const bytes = policy.snapshot();
+  assert.deepEqual(policy.namePrompts('alpha', ['ask', 'ask']), [{ advertised: 'ask', original: 'ask' }]);
+  assert.deepEqual(policy.namePrompts('beta', ['ask']), [{ advertised: 'beta__ask', original: 'ask' }]);
+  assert.deepEqual(policy.snapshot(), bytes, 'naming prompts changes nothing');
+  policy.init('');
+  policy.restore(bytes);
+  assert.deepEqual(policy.namePrompts('alpha', ['ask']), [{ advertised: 'ask', original: 'ask' }]);
 });

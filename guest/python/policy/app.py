@@ -1,5 +1,5 @@
 """The WIT glue of the failure-window policy: converts between the generated types of
-`tether:policy@0.2.0` and the plain data of `windowpolicy` (where all the logic is).
+`tether:policy@0.2.1` and the plain data of `windowpolicy` (where all the logic is).
 
 componentize-py instantiates `Policy` for each call, so the state lives in this module.
 """
@@ -285,3 +285,12 @@ class Policy(exports.Policy):
         _state = candidate
         _flush_logs(candidate)
         return [_action(a) for a in actions]
+
+    def set_naming(self, naming):
+        policy = _policy()
+        policy.set_naming(naming.server, naming.prefix)
+        _flush_logs(policy)
+
+    def name_prompts(self, server, originals):
+        named = _policy().name_prompts(server, list(originals))
+        return [t.NamedPrompt(advertised=adv, original=orig) for adv, orig in named]

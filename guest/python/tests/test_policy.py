@@ -419,6 +419,139 @@ class PublicationTest(unittest.TestCase):
         self.assertEqual(len(kinds(s.disconnected("alpha"), "withdraw", "alpha")), 1)
 
 
+class OperatorNamingTest(unittest.TestCase):
+    """Contract 0.2.1: the operator's prefix per server (`set-naming`) and prompt names."""
+
+    def test_an_empty_prefix_gives_the_servers_own_names(self):
+        s = Script()
+        s.p.set_naming("files", "")  # before its configuration, as the host gives it
+        s.configure("files")
+        pub = published(s.connected("files", ("read_file", "list dir")), "files")
+        self.assertEqual(sorted(pub), [("list_dir", "list dir", False), ("read_file", "read_file", False)])
+
+    def test_a_prefix_goes_before_each_name(self):
+        s = Script()
+        s.p.set_naming("files", "x-")
+        s.configure("files")
+        pub = published(s.connected("files", ("read_file", "é")), "files")
+        self.assertEqual(sorted(pub), [("x-_", "é", False), ("x-read_file", "read_file", False)])
+
+    def test_no_naming_gives_todays_names(self):
+        s = Script()
+        s.p.set_naming("files", None)
+        s.configure("files")
+        pub = published(s.connected("files", ("read_file",)), "files")
+        self.assertEqual(pub, [("files__read_file", "read_file", False)])
+        self.assertEqual(naming.advertised_name("files", "t" * 100, None), naming.advertised_name("files", "t" * 100))
+
+    def test_long_names_with_a_prefix_are_clamped_with_a_hash(self):
+        s = Script()
+        s.p.set_naming("files", "prefix-")
+        s.configure("files")
+        long = "t" * 100
+        pub = published(s.connected("files", (long, long + "u")), "files")
+        names = [adv for adv, _orig, _ro in pub]
+        self.assertTrue(all(len(n) == 64 and naming.valid_name(n) and n.startswith("prefix-ttt") for n in names))
+        self.assertEqual(len(set(names)), 2)
+        self.assertEqual(names[0], naming.advertised_name("files", long, "prefix-"))
+        # An empty name under an empty prefix still gets a usable one.
+        self.assertTrue(naming.valid_name(naming.advertised_name("files", "", "")))
+
+    def test_a_new_naming_renames_at_the_next_configuration(self):
+        s = Script()
+        s.configure("files")
+        s.connected("files", ("read",))
+        s.p.set_naming("files", "x-")
+        self.assertEqual(published(s.configure("files"), "files"), [("x-read", "read", False)])
+        self.assertIsNone(published(s.configure("files"), "files"))  # nothing new: no republication
+        s.p.set_naming("files", None)
+        self.assertEqual(published(s.configure("files"), "files"), [("files__read", "read", False)])
+
+    def test_collisions_still_fail_closed(self):
+        # Two servers whose own names clash: the newcomer gets another name, never the same one;
+        # the first keeps its name; nothing is hidden.
+        s = Script()
+        for name in ("a", "b"):
+            s.p.set_naming(name, "")
+            s.configure(name)
+        first = published(s.connected("a", ("read",)), "a")
+        second = published(s.connected("b", ("read",)), "b")
+        self.assertEqual(first, [("read", "read", False)])
+        self.assertNotEqual(second[0][0], "read")
+        self.assertTrue(naming.valid_name(second[0][0]))
+        self.assertEqual(s.p.owners, {"read": "a", second[0][0]: "b"})
+        # And within one server: a prefix may map two tools to one name.
+        s.p.set_naming("c", "")
+        s.configure("c")
+        pub = published(s.connected("c", ("x y", "x_y")), "c")
+        self.assertEqual(len({adv for adv, _o, _r in pub}), 2)
+
+    def test_prompts_are_named_by_the_same_rule_and_change_nothing(self):
+        s = Script()
+        s.p.set_naming("files", "x-")
+        s.configure("files")
+        s.connected("files", ("read",))
+        s.p.take_logs()
+        before = s.p.snapshot()
+        named = s.p.name_prompts("files", ["summarize", "a b", "a_b", "summarize", "t" * 100])
+        self.assertEqual(s.p.snapshot(), before)
+        self.assertEqual(s.p.take_logs(), [])
+        self.assertEqual([orig for _adv, orig in named], ["summarize", "a b", "a_b", "t" * 100])
+        advertised = [adv for adv, _orig in named]
+        self.assertEqual(advertised[0], "x-summarize")
+        self.assertEqual(advertised[3], naming.advertised_name("files", "t" * 100, "x-"))
+        self.assertEqual(len(set(advertised)), 4)
+        self.assertTrue(all(naming.valid_name(n) for n in advertised))
+        # The order of the list does not decide who gets the plain name.
+        self.assertEqual(sorted(s.p.name_prompts("files", ["a_b", "a b"])), sorted(named[1:3]))
+        self.assertEqual(s.p.name_prompts("other", ["p"]), [("other__p", "p")])
+        s.p.set_naming("mine", "")
+        self.assertEqual(s.p.name_prompts("mine", ["p"]), [("p", "p")])
+
+    def test_naming_survives_snapshots_and_ends_with_the_server(self):
+        s = Script()
+        s.p.set_naming("files", "x-")
+        s.p.set_naming("later", "")  # not configured yet: kept all the same
+        s.configure("files")
+        s.connected("files", ("read",))
+        blob = s.p.snapshot()
+        restored = Policy.restore(blob)
+        self.assertEqual(restored.snapshot(), blob)
+        self.assertEqual(restored.namings, {"files": "x-", "later": ""})
+        self.assertEqual(restored.name_prompts("files", ["p"]), [("x-p", "p")])
+        removed = s.ev("server-removed", "files")
+        self.assertEqual(len(kinds(removed, "withdraw", "files")), 1)
+        self.assertEqual(s.p.namings, {"later": ""})
+        s.configure("files")
+        self.assertEqual(published(s.connected("files", ("read",)), "files"), [("files__read", "read", False)])
+        s.ev("server-removed", "later")  # never configured: its naming ends too
+        self.assertEqual(s.p.namings, {})
+
+    def test_a_snapshot_without_namings_restores(self):
+        # As a build before contract 0.2.1 wrote it: no `namings`, no `named_by`.
+        s = Script()
+        s.healthy("alpha")
+        old = json.loads(s.p.snapshot())
+        del old["namings"]
+        for server in old["servers"]:
+            del server["named_by"]
+        restored = Policy.restore(json.dumps(old).encode())
+        self.assertEqual(restored.namings, {})
+        self.assertEqual(restored.status(s.now), s.p.status(s.now))
+        self.assertIsNone(published(restored.handle(s.now, ("tools-changed", ("alpha", tools("work")))), "alpha"))
+        for damaged in ({"alpha": 3}, ["alpha"]):
+            bad = dict(old, namings=damaged)
+            with self.assertRaises(PolicyError):
+                Policy.restore(json.dumps(bad).encode())
+
+    def test_take_over_keeps_namings_given_before_it(self):
+        p = Policy()
+        p.set_naming("alpha", "")
+        actions = p.take_over(SnapshotAndTakeOverTest.handover(None))
+        self.assertEqual(published(actions, "alpha"), [("work", "work", False)])
+        self.assertEqual(p.namings, {"alpha": ""})
+
+
 class BreakerTest(unittest.TestCase):
     def open_breaker(self, s):
         for _ in range(10):

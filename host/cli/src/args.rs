@@ -21,6 +21,13 @@ pub struct Cli {
 pub enum Command {
     /// Supervise the configured servers and serve their healthy tools as one MCP server.
     Serve(ServeArgs),
+    /// List the running gateways (each agent on stdio starts its own): pid, how it serves
+    /// MCP, its admin address, config and state file.
+    Gateways {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show every server's state (from a running gateway).
     Status {
         #[command(flatten)]
@@ -127,9 +134,12 @@ pub struct AdminArgs {
     /// Bearer token (default: from the state file, for that address).
     #[arg(long, env = "TETHER_ADMIN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// The state file `tether serve` wrote.
-    #[arg(long)]
+    /// The state file `tether serve` wrote (default: the one running gateway's).
+    #[arg(long, conflicts_with = "pid")]
     pub state_file: Option<PathBuf>,
+    /// The gateway with this process id, when several run (`tether gateways` lists them).
+    #[arg(long)]
+    pub pid: Option<u32>,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -186,6 +196,10 @@ pub struct ServeArgs {
     /// How long calls in flight may take to finish once shutdown starts (e.g. "30s", "2m").
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
+    /// How long, at most, the first lists and calls wait for the configured servers to connect
+    /// or fail their first attempt ("0s": answer at once, possibly empty).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub startup_wait: Duration,
 }
 
 /// A language a policy can be written in.

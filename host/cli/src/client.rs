@@ -1,8 +1,9 @@
 //! CLI commands that talk to a running gateway's admin API.
 //!
 //! The gateway is found from `--admin ADDR` (its token from `--token`/`TETHER_ADMIN_TOKEN`, else
-//! from the state file when that names the same address) or from the state file `tether serve`
-//! wrote (`--state-file`, default [`state_file::default_path`]).
+//! from the state file when that names the same address), from the state file `tether serve`
+//! wrote (`--state-file`), or among the running gateways ([`state_file::running`]): the one
+//! there is, or the one `--pid` names.
 //!
 //! Exit codes: 0 done, 1 the request failed or was refused, 2 the gateway cannot be reached.
 
@@ -66,15 +67,87 @@ struct Gateway {
     http: reqwest::Client,
 }
 
-fn state_path(admin: &AdminArgs) -> PathBuf {
-    admin
-        .state_file
-        .clone()
-        .unwrap_or_else(state_file::default_path)
+/// The state file of the gateway the command is for: `--state-file`, else the running gateway
+/// (`--pid` picks one of several).
+fn state_path(admin: &AdminArgs) -> Result<PathBuf, Failure> {
+    if let Some(path) = &admin.state_file {
+        return Ok(path.clone());
+    }
+    let running = state_file::running();
+    let mut chosen: Vec<&state_file::Running> = running
+        .iter()
+        .filter(|gateway| admin.pid.is_none_or(|pid| gateway.state.pid == pid))
+        .collect();
+    match (chosen.len(), admin.pid) {
+        (1, _) => Ok(chosen.remove(0).path.clone()),
+        (0, Some(pid)) => Err(Failure::Unreachable(format!(
+            "no running gateway has pid {pid} (`tether gateways` lists them)"
+        ))),
+        // Nothing runs: name where the HTTP gateway's file would be.
+        (0, None) => Ok(state_file::default_path()),
+        (_, _) => Err(Failure::Unreachable(format!(
+            "{} gateways are running ({}); pick one with --pid PID or --state-file FILE (`tether gateways` lists them)",
+            chosen.len(),
+            chosen
+                .iter()
+                .map(|gateway| format!("pid {} on {}", gateway.state.pid, gateway.state.serves))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// `tether gateways`: every running gateway.
+pub fn gateways(json: bool) -> ExitCode {
+    let running = state_file::running();
+    if json {
+        // Without tokens: the list is for picking one.
+        let listed: Vec<serde_json::Value> = running
+            .iter()
+            .map(|gateway| {
+                serde_json::json!({
+                    "pid": gateway.state.pid,
+                    "serves": gateway.state.serves,
+                    "admin": gateway.state.addr,
+                    "config": gateway.state.config,
+                    "state_file": gateway.path,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(listed));
+        return ExitCode::SUCCESS;
+    }
+    if running.is_empty() {
+        println!("no gateway is running");
+        return ExitCode::SUCCESS;
+    }
+    let mut table = Table::new();
+    table.load_style(presets::NOTHING);
+    table.set_header(["PID", "SERVES", "ADMIN", "CONFIG", "STATE FILE"]);
+    for gateway in &running {
+        table.add_row([
+            gateway.state.pid.to_string(),
+            gateway.state.serves.clone(),
+            gateway.state.addr.to_string(),
+            gateway
+                .state
+                .config
+                .as_ref()
+                .map_or_else(|| "-".into(), |c| c.display().to_string()),
+            gateway.path.display().to_string(),
+        ]);
+    }
+    for column in table.column_iter_mut() {
+        column.set_padding((0, 2));
+    }
+    for line in table.lines() {
+        println!("{}", line.trim_end());
+    }
+    ExitCode::SUCCESS
 }
 
 fn locate(admin: &AdminArgs) -> Result<Gateway, Failure> {
-    let path = state_path(admin);
+    let path = state_path(admin)?;
     let token_given = admin.token.clone().filter(|t| !t.is_empty());
     let (addr, token) = match admin.admin {
         Some(addr) => {
@@ -126,14 +199,7 @@ fn locate(admin: &AdminArgs) -> Result<Gateway, Failure> {
     Ok(Gateway { addr, token, http })
 }
 
-fn process_exists(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    // SAFETY: signal 0 only checks that the process exists and may be signalled.
-    let result = unsafe { libc::kill(pid, 0) };
-    result == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
+use state_file::process_exists;
 
 impl Gateway {
     fn url(&self, path: &str) -> String {
@@ -313,6 +379,14 @@ fn status_text(status: &api::Status) -> String {
     for line in table.lines() {
         out.push_str(line.trim_end());
         out.push('\n');
+    }
+    // Name collisions fail closed: say what agents cannot see, and why.
+    for server in status.servers.iter().filter(|s| !s.withheld.is_empty()) {
+        out.push_str(&format!(
+            "{}: withheld (another server or item claims the same name): {}\n",
+            server.name,
+            server.withheld.join(", ")
+        ));
     }
     out
 }

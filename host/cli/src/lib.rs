@@ -58,6 +58,7 @@ pub fn main() -> ExitCode {
 
 async fn admin_command(command: Command) -> ExitCode {
     match command {
+        Command::Gateways { json } => client::gateways(json),
         Command::Status { admin } => client::status(&admin).await,
         Command::Events { admin } => client::events(&admin).await,
         Command::Reconnect { name, admin } => client::reconnect(&admin, &name).await,

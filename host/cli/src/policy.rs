@@ -87,6 +87,13 @@ pub fn check(args: CheckArgs) -> ExitCode {
             let mut failed = 0;
             for result in results.iter().filter(|r| r.level == level) {
                 match &result.failure {
+                    None if !result.applicable => {
+                        passed += 1;
+                        println!(
+                            "  n/a   {} (the policy predates what it checks)",
+                            result.name
+                        )
+                    }
                     None => {
                         passed += 1;
                         println!("  ok    {}", result.name)

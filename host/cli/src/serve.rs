@@ -38,8 +38,8 @@ pub fn main(args: ServeArgs) -> ExitCode {
     runtime.shutdown_timeout(Duration::from_millis(100));
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // Once: the log goes to stderr too.
         Err(error) => {
-            tracing::error!("{error:#}");
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
@@ -105,22 +105,30 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
         allowed_origins: args.allow_origin.clone(),
         token: mcp_token(&args)?,
     };
-    let state_file = args
-        .state_file
-        .clone()
-        .unwrap_or_else(state_file::default_path);
+    // An HTTP gateway owns the one default state file; every gateway on stdio (each agent
+    // starts its own) gets one of its own.
+    let state_file = match (&args.state_file, args.http) {
+        (Some(path), _) => path.clone(),
+        (None, Some(_)) => state_file::default_path(),
+        (None, None) => state_file::stdio_path(std::process::id()),
+    };
     // Held until this function returns: a second gateway on this state file is refused.
     let _state_lock = state_file::lock(&state_file)?;
-    let log_dir = args.log_dir.clone().unwrap_or_else(|| {
-        state_file
-            .parent()
-            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
-            .join("logs")
-    });
+    let log_dir = args
+        .log_dir
+        .clone()
+        .unwrap_or_else(|| match &args.state_file {
+            Some(path) => path
+                .parent()
+                .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+                .join("logs"),
+            None => state_file::state_dir().join("logs"),
+        });
 
     let mut builder = Tether::builder()
         .config_file(&args.config)
         .log_dir(&log_dir)
+        .startup_wait(args.startup_wait)
         .admin(AdminOptions {
             bind: args.admin,
             allow_remote: args.admin_allow_remote,
@@ -143,7 +151,14 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     let admin_addr = tether.admin_addr().expect("the admin API was asked for");
     let admin_token = tether.admin_token().unwrap_or_default();
-    if let Err(error) = state_file::write(&state_file, admin_addr, admin_token) {
+    let serves = match args.http {
+        Some(_) => "http".to_string(),
+        None => "stdio".to_string(),
+    };
+    let config = std::path::absolute(&args.config).unwrap_or_else(|_| args.config.clone());
+    if let Err(error) =
+        state_file::write(&state_file, admin_addr, admin_token, &serves, Some(&config))
+    {
         tether.shutdown(args.drain_timeout).await;
         return Err(error)
             .with_context(|| format!("writing the state file {}", state_file.display()));

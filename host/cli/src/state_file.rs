@@ -10,6 +10,11 @@
 //! the lock) and holds it for the life of the gateway. A second gateway is refused instead of
 //! overwriting the first one's file; the kernel drops the lock of a process that dies, so a
 //! crashed gateway's leftovers never block the next one.
+//!
+//! Where: an HTTP gateway uses [`default_path`] (`serve.json`), one at a time. Gateways on stdio
+//! are started by agents — two agents, two gateways — so each gets its own file by default,
+//! [`stdio_path`] (`stdio/<pid>.json`); [`running`] lists every live gateway, and the admin
+//! commands pick one by pid when there are several.
 
 use std::fs::{DirBuilder, File, OpenOptions, TryLockError};
 use std::io::{self, Read, Write};
@@ -26,15 +31,85 @@ pub struct StateFile {
     pub token: String,
     /// The process id of the gateway that wrote it.
     pub pid: u32,
+    /// How the gateway serves MCP: `http` or `stdio`.
+    #[serde(default)]
+    pub serves: String,
+    /// Its config file.
+    #[serde(default)]
+    pub config: Option<PathBuf>,
 }
 
-/// `$XDG_STATE_HOME/tether/serve.json`, else `~/.local/state/tether/serve.json`.
-pub fn default_path() -> PathBuf {
+/// `$XDG_STATE_HOME/tether`, else `~/.local/state/tether`.
+pub fn state_dir() -> PathBuf {
     dirs::state_dir()
         .or_else(|| dirs::home_dir().map(|home| home.join(".local").join("state")))
         .unwrap_or_else(std::env::temp_dir)
         .join("tether")
-        .join("serve.json")
+}
+
+/// `$XDG_STATE_HOME/tether/serve.json`, else `~/.local/state/tether/serve.json`: an HTTP
+/// gateway's state file.
+pub fn default_path() -> PathBuf {
+    state_dir().join("serve.json")
+}
+
+/// Where stdio gateways keep their state files, one each.
+pub fn stdio_dir() -> PathBuf {
+    state_dir().join("stdio")
+}
+
+/// The state file of the stdio gateway with process id `pid`.
+pub fn stdio_path(pid: u32) -> PathBuf {
+    stdio_dir().join(format!("{pid}.json"))
+}
+
+/// A live gateway and its state file.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Running {
+    /// The state file.
+    pub path: PathBuf,
+    /// What it says.
+    pub state: StateFile,
+}
+
+/// Every gateway running with a state file in the default places: the HTTP one
+/// ([`default_path`]) and each on stdio ([`stdio_dir`]), by pid. Leftovers of gateways that
+/// died are removed on the way (their lock is free).
+pub fn running() -> Vec<Running> {
+    let mut found = Vec::new();
+    let mut consider = |path: PathBuf| {
+        let Ok(state) = read(&path) else { return };
+        if process_exists(state.pid) {
+            found.push(Running { path, state });
+        } else if path.starts_with(stdio_dir()) {
+            // A stdio gateway that died: nobody else will ever use its file.
+            let _ = std::fs::remove_file(&path);
+        }
+    };
+    consider(default_path());
+    if let Ok(entries) = std::fs::read_dir(stdio_dir()) {
+        let mut paths: Vec<PathBuf> = entries
+            .flatten()
+            .map(|entry| entry.path())
+            .filter(|path| path.extension().is_some_and(|e| e == "json"))
+            .collect();
+        paths.sort();
+        for path in paths {
+            consider(path);
+        }
+    }
+    found.sort_by_key(|running| running.state.pid);
+    found
+}
+
+/// Whether a process with this id runs (a state file's writer, for one).
+pub fn process_exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists and may be signalled.
+    let result = unsafe { libc::kill(pid, 0) };
+    result == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// The directory a state file lives in, created 0700 if missing.
@@ -48,13 +123,21 @@ fn create_dir(path: &Path) -> io::Result<&Path> {
 }
 
 /// Writes the state file for this process: 0600, parent directories created 0700, replaced
-/// atomically.
-pub fn write(path: &Path, addr: SocketAddr, token: &str) -> io::Result<()> {
+/// atomically. `serves` says how it serves MCP (`http` or `stdio`).
+pub fn write(
+    path: &Path,
+    addr: SocketAddr,
+    token: &str,
+    serves: &str,
+    config: Option<&Path>,
+) -> io::Result<()> {
     let dir = create_dir(path)?;
     let contents = serde_json::to_vec_pretty(&StateFile {
         addr,
         token: token.to_string(),
         pid: std::process::id(),
+        serves: serves.to_string(),
+        config: config.map(Path::to_path_buf),
     })
     .map_err(io::Error::other)?;
     let file_name = path

@@ -1,9 +1,10 @@
-// The host against a real policy component, $TETHER_POLICY_WASM (skipped when it is unset),
-// and the import check.
+// The host against a real policy component, $TETHER_POLICY_WASM (skipped when it is unset), one
+// of contract 0.2.0, $TETHER_PREVIOUS_MINOR_POLICY_WASM (Tether's tests/policies/previous-minor;
+// skipped when unset), and the import check.
 
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
@@ -15,6 +16,10 @@ import { parse, stringify } from '../wit-json.mjs';
 const COMPONENT = process.env.TETHER_POLICY_WASM || null;
 const skip = COMPONENT ? false : 'no policy component: set TETHER_POLICY_WASM';
 if (COMPONENT && !existsSync(COMPONENT)) throw new Error(`TETHER_POLICY_WASM=${COMPONENT}: no such file`);
+const PREVIOUS_MINOR = process.env.TETHER_PREVIOUS_MINOR_POLICY_WASM || null;
+if (PREVIOUS_MINOR && !existsSync(PREVIOUS_MINOR)) throw new Error(`TETHER_PREVIOUS_MINOR_POLICY_WASM=${PREVIOUS_MINOR}: no such file`);
+const NAMING_SCENARIOS = join(HERE, 'test', 'naming-scenarios');
+const cli = (...args) => spawnSync(process.execPath, [join(HERE, 'conformance.mjs'), ...args], { encoding: 'utf8' });
 
 test('the sandbox offers WASI 0.2 and the contract, nothing else', () => {
   for (const name of ['wasi:cli/environment@0.2.6', 'wasi:sockets/tcp@0.2.0', 'tether:policy/log@0.2.0', 'tether:policy/types@0.2.3']) {
@@ -74,7 +79,47 @@ describe('a real component', { skip }, () => {
     assert.throws(() => policy.handle({ now: 1, kind: { tag: 'nope' } }), TypeError);
   });
 
-  const cli = (...args) => spawnSync(process.execPath, [join(HERE, 'conformance.mjs'), ...args], { encoding: 'utf8' });
+  test('the operator\'s naming, whichever contract it speaks', async () => {
+    const { PolicyHost, PolicyError } = await import('../policy-host.mjs');
+    const policy = await PolicyHost.load(COMPONENT, { log: 'off' });
+    policy.init('{}');
+    if (!policy.naming) {
+      assert.equal(policy.contract, '0.2.0');
+      assert.throws(() => policy.setNaming({ server: 'alpha', prefix: '' }), (e) => e instanceof PolicyError && e.kind === 'unsupported');
+      return;
+    }
+    assert.equal(policy.contract, '0.2.1');
+    policy.setNaming({ server: 'alpha', prefix: '' });
+    policy.setNaming('{"server": "beta", "prefix": null}');
+    policy.handle({ now: 1000, kind: { tag: 'server-configured', val: { name: 'alpha', transport: 'stdio', include: [], exclude: [], settings: '' } } });
+    const actions = policy.handle({
+      now: 1001,
+      kind: { tag: 'connected', val: { server: 'alpha', 'server-info': 'test', tools: [{ name: 'echo', 'read-only': true, revision: 1 }] } },
+    });
+    const published = actions.filter((a) => a.tag === 'publish-tools').map((a) => a.val.tools);
+    assert.deepEqual(published, [[{ advertised: 'echo', original: 'echo', 'read-only': true }]]);
+    const before = policy.snapshot();
+    assert.deepEqual(policy.namePrompts('alpha', ['ask']), [{ advertised: 'ask', original: 'ask' }]);
+    assert.deepEqual(policy.snapshot(), before, 'name-prompts changes nothing');
+    const twin = await policy.fresh();
+    twin.init('{}');
+    twin.restore(before);
+    assert.deepEqual(twin.namePrompts('alpha', ['ask']), [{ advertised: 'ask', original: 'ask' }]);
+  });
+
+  test('conformance.mjs: a scenario of 0.2.1 runs, or is not applicable and writes no transcript', async () => {
+    const { PolicyHost } = await import('../policy-host.mjs');
+    const naming = (await PolicyHost.load(COMPONENT, { log: 'off' })).naming;
+    const transcripts = join(dir, 'naming-transcripts');
+    const r = cli(COMPONENT, '--scenarios', NAMING_SCENARIOS, '--transcripts', transcripts);
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+    assert.match(r.stdout, naming ? /^pass names-follow-the-operators-naming$/m : /^n\/a  names-follow-the-operators-naming \(needs contract 0\.2\.1/m);
+    assert.match(r.stdout, /^2 passed, 0 failed$/m);
+    const written = ['takes-over-another-policy-keeping-sessions.jsonl'];
+    if (naming) written.unshift('names-follow-the-operators-naming.jsonl');
+    assert.deepEqual(readdirSync(transcripts).sort(), written);
+  });
+
   const scenarios = join(dir, 'scenarios');
   const writeScenarios = () => {
     const configure = { do: 'event', kind: { tag: 'server-configured', val: { name: 'alpha', transport: 'stdio', include: [], exclude: [], settings: '' } } };
@@ -127,5 +172,22 @@ describe('a real component', { skip }, () => {
     assert.equal(r.status, 2, r.stdout + r.stderr);
     assert.match(r.stderr, /^error: the scenario file .*odd\.json is malformed: at step 0 \(start\): malformed event .*no case "nope"/m);
     assert.doesNotMatch(r.stderr, /\n\s+at /);
+  });
+});
+
+describe('a component of contract 0.2.0', { skip: PREVIOUS_MINOR ? false : 'set TETHER_PREVIOUS_MINOR_POLICY_WASM' }, () => {
+  test('is told by what it exports: no set-naming, no name-prompts; the 0.2.1 scenario is not applicable', async () => {
+    const { PolicyHost, PolicyError } = await import('../policy-host.mjs');
+    const policy = await PolicyHost.load(PREVIOUS_MINOR, { log: 'off' });
+    assert.equal(policy.naming, false);
+    assert.equal(policy.contract, '0.2.0');
+    policy.init('{}');
+    for (const call of [() => policy.setNaming({ server: 'a', prefix: '' }), () => policy.namePrompts('a', ['p'])]) {
+      assert.throws(call, (e) => e instanceof PolicyError && e.kind === 'unsupported' && /\(contract 0\.2\.0\)/.test(e.message));
+    }
+    const r = cli(PREVIOUS_MINOR, '--scenarios', NAMING_SCENARIOS, '--only', 'names-follow-the-operators-naming');
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+    assert.match(r.stdout, /contract 0\.2\.0\)$/m);
+    assert.match(r.stdout, /^n\/a  names-follow-the-operators-naming /m);
   });
 });

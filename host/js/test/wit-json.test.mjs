@@ -132,6 +132,11 @@ const CASES = [
   ['handover', handover, handoverJ],
   ['policy-info', { name: 'n', version: 'v' }, { name: 'n', version: 'v' }],
   ['level', 'warn', 'warn'],
+  // Added in 0.2.1: a prefix of none is null in JSON, undefined in jco; "" is a prefix.
+  ['naming', { server: 'a', prefix: null }, { server: 'a', prefix: undefined }],
+  ['naming', { server: 'a', prefix: '' }, { server: 'a', prefix: '' }],
+  ['named-prompt', { advertised: 'x-ask', original: 'ask' }, { advertised: 'x-ask', original: 'ask' }],
+  ['namedPrompts', [{ advertised: 'ask', original: 'ask' }], [{ advertised: 'ask', original: 'ask' }]],
 ];
 
 describe('conversion', () => {

@@ -31,6 +31,9 @@ EVENT_KIND = v.variant([("connected", SESSION), ("server-removed", v.STRING), ("
                         ("call-finished", v.record([("server", v.STRING), ("call-id", v.U64),
                                                     ("outcome", CALL_OUTCOME), ("duration-ms", v.U64)]))])
 EVENT = v.record([("now", v.U64), ("kind", EVENT_KIND)])
+# Added in 0.2.1.
+NAMING = v.record([("server", v.STRING), ("prefix", v.option(v.STRING))])
+NAMED_PROMPTS = v.list_of(v.record([("advertised", v.STRING), ("original", v.STRING)]))
 UNIT_RESULT = v.result(None, v.STRING)
 LIST_RESULT = v.result(v.list_of(ADMISSION), v.STRING)
 BYTES = v.list_of(v.U8)
@@ -97,6 +100,18 @@ class Encoding(unittest.TestCase):
                          '{"now":1,"kind":{"tag":"shutdown"}}')
         outcome = {"tag": "transport-error", "val": {"tag": "process-exited", "val": None}}
         self.assertEqual(v.normalize(CALL_OUTCOME, outcome), outcome)
+
+    def test_the_records_of_0_2_1(self):
+        # `prefix` is option<string>: null is none (the default naming), "" is a prefix.
+        none = v.to_wasm(NAMING, {"prefix": None, "server": "a"})
+        self.assertIsNone(getattr(none, "prefix"))
+        self.assertEqual(getattr(v.to_wasm(NAMING, {"server": "a", "prefix": ""}), "prefix"), "")
+        self.assertEqual(v.dumps(v.normalize(NAMING, {"prefix": "x-", "server": "a"})), '{"server":"a","prefix":"x-"}')
+        self.assertEqual(v.dumps(v.from_wasm(NAMING, none)), '{"server":"a","prefix":null}')
+        named = [{"original": "ask", "advertised": "x-ask"}]
+        self.assertEqual(v.dumps(v.normalize(NAMED_PROMPTS, named)), '[{"advertised":"x-ask","original":"ask"}]')
+        with self.assertRaises(v.EncodingError):
+            v.to_wasm(NAMING, {"server": "a"})  # every field present: null, not absent
 
     def test_bytes_are_base64(self):
         self.assertEqual(v.to_wasm(BYTES, "AAH/"), b"\x00\x01\xff")

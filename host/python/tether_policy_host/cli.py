@@ -88,7 +88,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("cannot hand the settings to the policy: %s" % e, file=sys.stderr)
         return 2
     del first
-    print("checking %s (%s %s, %s)" % (args.component, info.get("name"), info.get("version"), component.interface))
+    print("checking %s (%s %s, %s, contract %s)"
+          % (args.component, info.get("name"), info.get("version"), component.interface, component.contract))
 
     if args.transcripts:
         os.makedirs(args.transcripts, exist_ok=True)
@@ -99,6 +100,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         except MalformedScenario as e:
             print(str(e), file=sys.stderr)
             return 2
+        if not outcome.applicable:
+            passed += 1  # as Tether counts it: nothing the component promised failed
+            print("n/a  %s (needs contract %s; the policy predates what it checks)" % (outcome.name, scenario.since))
+            sys.stdout.flush()
+            continue  # and no transcript, as Tether writes none
         if outcome.passed:
             passed += 1
             print("pass %s" % outcome.name)

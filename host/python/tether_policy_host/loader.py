@@ -35,6 +35,10 @@ POLICY_INTERFACE = "tether:policy/policy"
 LOG_INTERFACE = "tether:policy/log"
 #: The contract minor this host speaks: any 0.2.x component.
 CONTRACT = (0, 2)
+#: The functions every 0.2 component exports.
+FUNCTIONS = ("info", "init", "set-settings", "handle", "admit", "status", "snapshot", "restore", "take-over")
+#: What contract 0.2.1 adds (the operator's naming); a 0.2.0 component lacks them.
+NAMING_FUNCTIONS = ("set-naming", "name-prompts")
 
 # Resource limits, as Tether's host sets them (host/src/policy/instance.rs, `Limits`): a base
 # per call, plus an allowance per byte of tool data the instance holds or is being handed.
@@ -244,6 +248,9 @@ class PolicyComponent:
                     with root.add_instance(name) as inst:
                         inst.add_func("log", log_import)
         self._sigs: Optional[Dict[str, FuncSig]] = None
+        #: Whether it exports contract 0.2.1's ``set-naming`` and ``name-prompts`` (known once
+        #: an instance was made): a component of 0.2.0 does not, and is named as 0.2.0 was.
+        self.naming: Optional[bool] = None
 
     def _compile(self, wasm: bytes, cache_dir: Optional[str]) -> Any:
         """Compiles ``wasm``, or loads the artifact an earlier run cached in ``cache_dir``."""
@@ -280,16 +287,29 @@ class PolicyComponent:
     def _signatures(self, store: Any, lookup: Callable[[str], Any]) -> Dict[str, FuncSig]:
         if self._sigs is None:
             sigs = {}
-            for name in ("info", "init", "set-settings", "handle", "admit", "status", "snapshot", "restore", "take-over"):
+            for name in FUNCTIONS + NAMING_FUNCTIONS:
                 func = lookup(name)
                 if func is None:
+                    if name in NAMING_FUNCTIONS:
+                        continue
                     raise LoadError("%s does not export the function %s" % (self.interface, name))
                 fty = func.type(store)
                 params = [(pname, schema_of(t)) for pname, t in fty.params]
                 res = fty.result
                 sigs[name] = FuncSig(name, params, None if res is None else schema_of(res))
+            # Contract 0.2.1 by its functions, as Tether's host tells it: both, or it is 0.2.0
+            # (and is given neither).
+            self.naming = all(name in sigs for name in NAMING_FUNCTIONS)
+            if not self.naming:
+                for name in NAMING_FUNCTIONS:
+                    sigs.pop(name, None)
             self._sigs = sigs
         return self._sigs
+
+    @property
+    def contract(self) -> str:
+        """The contract version the component speaks, by what it exports: "0.2.1" or "0.2.0"."""
+        return "0.2.1" if self.naming else "0.2.0"
 
 
 def _remove_files(readers: List[Any], paths: List[str]) -> None:
@@ -513,6 +533,31 @@ class PolicyInstance:
         size = len(snapshot)
         self._ok("restore", self.call("restore", snapshot, incoming=size))
         self._held, self._restored = {}, size
+
+    @property
+    def naming(self) -> bool:
+        """Whether the policy takes the operator's naming (contract 0.2.1: ``set-naming``,
+        ``name-prompts``); a 0.2.0 component does not."""
+        return bool(self.component.naming)
+
+    def _naming_only(self, name: str) -> None:
+        if not self.naming:
+            raise PolicyError("policy %s has no %s (contract 0.2.0)" % (self.label, name))
+
+    def set_naming(self, naming: Union[str, Dict[str, Any]]) -> None:
+        """The operator's naming of one server, ``{"server": ..., "prefix": ... or None}``
+        (contract 0.2.1; ``PolicyError`` for a 0.2.0 component)."""
+        self._naming_only("set-naming")
+        self.call("set-naming", _json(naming))
+
+    def name_prompts(self, server: str, originals: List[str]) -> List[Dict[str, str]]:
+        """The names agents see for a server's prompts, ``[{"advertised", "original"}]``
+        (contract 0.2.1; ``PolicyError`` for a 0.2.0 component). Not checked here: see
+        ``outputs.check_prompt_names``."""
+        self._naming_only("name-prompts")
+        originals = list(originals)
+        weight = sum(TOOL_OVERHEAD + json_len(o) for o in originals if isinstance(o, str))
+        return self.call("name-prompts", server, originals, incoming=weight)
 
     def take_over(self, handover: Union[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
         """Adopts another implementation's state; returns the actions."""

@@ -118,3 +118,25 @@ def check_take_over(actions: List[Any], is_configured: Callable[[str], bool],
                 return ("asked to connect or disconnect %s, whose session (or attempt) the host keeps"
                         % rust_debug(server))
     return check_actions(actions, is_configured)
+
+
+def check_prompt_names(originals: List[str], named: List[Any]) -> Optional[str]:
+    """Why ``name-prompts``'s answer (contract 0.2.1) is invalid output, or None: an unusable
+    advertised name, an original it was not asked about or named twice, or two prompts under
+    one name (agents could not tell them apart)."""
+    asked = set(originals)
+    advertised: set = set()
+    seen: set = set()
+    for prompt in named:
+        name, original = prompt.get("advertised", ""), prompt.get("original", "")
+        if not valid_tool_name(name):
+            return "named a prompt with an unusable name %s" % rust_debug(truncate(name))
+        if original not in asked:
+            return "named a prompt it was not asked about: %s" % rust_debug(truncate(original))
+        if original in seen:
+            return "named prompt %s twice" % rust_debug(truncate(original))
+        seen.add(original)
+        if name in advertised:
+            return "gave two prompts the name %s" % name
+        advertised.add(name)
+    return None

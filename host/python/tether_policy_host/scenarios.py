@@ -3,8 +3,9 @@ transcript. It follows Tether's own interpreter (host/src/policy/conformance/int
 step for step, so that both write the same transcript and the same failure messages.
 
 Pure Python: it drives any object with the instance methods of ``loader.py`` (``init``,
-``handle``, ``admit``, ``status``, ``snapshot``, ``restore`` (bytes), ``take_over`` and
-``normalize``), so the unit tests run it against a fake policy.
+``handle``, ``admit``, ``status``, ``snapshot``, ``restore`` (bytes), ``take_over``,
+``normalize``, and for contract 0.2.1 ``set_naming`` and ``name_prompts``), so the unit tests
+run it against a fake policy.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
-from .outputs import check_actions, check_admission, check_take_over, rust_debug, valid_tool_name
-from .values import dumps
+from . import values
+from .outputs import (
+    check_actions, check_admission, check_prompt_names, check_take_over, rust_debug, valid_tool_name,
+)
+from .values import EncodingError, dumps
 
 #: Host time at the start of every scenario.
 START_NOW = 1000
@@ -52,6 +56,8 @@ class Scenario:
     level: str
     summary: str
     steps: List[Dict[str, Any]]
+    #: The contract version that added what it checks ("0.2.1"), or None.
+    since: Optional[str] = None
 
     @classmethod
     def from_json(cls, data: Any, name: Optional[str] = None) -> "Scenario":
@@ -67,11 +73,14 @@ class Scenario:
             raise MalformedScenario(given, "level must be \"contract\" or \"invariant\", not %s" % _show(level))
         if not isinstance(summary, str):
             raise MalformedScenario(given, "summary must be a string, not %s" % _show(summary))
+        since = data.get("since")  # (absent in exports before contract 0.2.1)
+        if since is not None and not isinstance(since, str):
+            raise MalformedScenario(given, "since must be a contract version or null, not %s" % _show(since))
         try:
             check_steps(data["steps"], "steps")
         except _Malformed as e:
             raise MalformedScenario(given, str(e)) from None
-        return cls(name=given, level=level, summary=summary, steps=data["steps"])
+        return cls(name=given, level=level, summary=summary, steps=data["steps"], since=since)
 
 
 @dataclass
@@ -80,6 +89,9 @@ class Outcome:
     level: str
     failure: Optional[str]
     transcript: List[str] = field(default_factory=list)
+    #: False when the scenario checks what the component's contract version lacks (its
+    #: ``since``): it passes without running, and has no transcript to write.
+    applicable: bool = True
 
     @property
     def passed(self) -> bool:
@@ -158,7 +170,9 @@ _STEP_FIELDS = {
     "call": {"server": "string", "tool": "string", "outcome": "object"},
     "status": {},
     "snapshot-restore": {},
-    "take-over": {"handover": "object"},
+    "take-over": {"handover": "object", "namings": "namings|null"},
+    "set-naming": {"naming": "naming"},
+    "name-prompts": {"server": "string", "originals": "strings"},
     "twice": {"steps": "steps"},
     "repeat": {"times": "count", "steps": "steps", "else": "string|null"},
     "stop-if": {"that": "predicate"},
@@ -189,6 +203,11 @@ def check_steps(steps: Any, where: str) -> None:
                 _field(step, key, here, "bool", required=False)
             elif kind == "string|null":
                 _field(step, key, here, "string", nullable=True)
+            elif kind == "naming":
+                naming_value(step.get(key), "%s.%s" % (here, key))
+            elif kind == "namings|null":
+                for i, naming in enumerate(_field(step, key, here, "array", nullable=True) or []):
+                    naming_value(naming, "%s.%s[%d]" % (here, key, i))
             else:
                 _field(step, key, here, kind)
         if step["do"] == "repeat" and step["times"] > 2 ** 32 - 1:
@@ -217,6 +236,11 @@ def check_predicate(pred: Any, where: str) -> None:
     elif key == "publishes-originals":
         _field(_object(arg, here), "server", here, "string")
         _field(arg, "originals", here, "strings")
+    elif key == "publishes-advertised":
+        _field(_object(arg, here), "server", here, "string")
+        _pairs(_field(arg, "names", here, "array"), here + ".names")
+    elif key == "names-prompts":
+        _pairs(arg, here)
     elif key == "state":
         _field(_object(arg, here), "server", here, "string")
         states = _field(arg, "in", here, "strings")
@@ -233,6 +257,45 @@ def _object(arg: Any, where: str) -> Dict[str, Any]:
     if not isinstance(arg, dict):
         raise _Malformed("%s must be an object, not %s" % (where, _show(arg)))
     return arg
+
+
+def _pairs(arg: Any, where: str) -> None:
+    """``[[ORIGINAL, ADVERTISED]...]``."""
+    if not isinstance(arg, list) or not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(s, str) for s in p) for p in arg
+    ):
+        raise _Malformed("%s must be an array of [original, advertised] pairs, not %s" % (where, _show(arg)))
+
+
+#: Contract 0.2.1's ``naming`` record. Checked here rather than by the component's own types:
+#: a 0.2.0 component has none, and is handed the namings of a take-over as nothing.
+NAMING = values.record([("server", values.STRING), ("prefix", values.option(values.STRING))])
+
+
+def naming_value(value: Any, where: str) -> Dict[str, Any]:
+    """A scenario's ``naming``, checked and in WIT field order (``_Malformed`` if it is not one)."""
+    try:
+        return values.normalize(NAMING, value, where)
+    except EncodingError as e:
+        raise _Malformed("%s is not a naming: %s" % (where, e)) from None
+
+
+def speaks_naming(instance: Any) -> bool:
+    """Whether an instance has contract 0.2.1's ``set-naming`` and ``name-prompts`` (a
+    ``PolicyInstance`` says so; a stand-in by having both methods)."""
+    said = getattr(instance, "naming", None)
+    if isinstance(said, bool):
+        return said
+    return callable(getattr(instance, "set_naming", None)) and callable(getattr(instance, "name_prompts", None))
+
+
+def implements(instance: Any, since: Optional[str]) -> bool:
+    """Whether a scenario of this ``since`` applies to the instance's component: what 0.2.1 added
+    needs its functions; a version this host does not know is not implemented (as Tether's
+    host decides it)."""
+    if since is None:
+        return True
+    return since == "0.2.1" and speaks_naming(instance)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -417,6 +480,7 @@ class Run:
         self.actions: List[Any] = []
         self.admission: Any = None
         self.status: List[Any] = []
+        self.prompt_names: List[Any] = []
         # Calls into the policy so far, and the latest, for failure messages.
         self.step_no = 0
         self.last = "start"
@@ -557,7 +621,13 @@ class Run:
         elif do == "snapshot-restore":
             self._snapshot_restore()
         elif do == "take-over":
-            self._take_over(step["handover"])
+            self._take_over(step["handover"], step.get("namings") or [])
+        elif do == "set-naming":
+            naming = naming_value(step["naming"], "naming")
+            self._called("set the naming of %s" % naming["server"])
+            self._set_naming(naming)
+        elif do == "name-prompts":
+            self._name_prompts(step["server"], step["originals"])
         elif do == "twice":
             return self._twice(step["steps"])
         elif do == "repeat":
@@ -590,12 +660,40 @@ class Run:
         if before != after:
             raise ScenarioFailure("status changed across snapshot/restore: %s -> %s" % (dumps(before), dumps(after)))
 
-    def _take_over(self, handover: Any) -> None:
+    def _set_naming(self, naming: Dict[str, Any]) -> None:
+        """``set-naming`` (contract 0.2.1); a 0.2.0 component has none to call."""
+        if not speaks_naming(self.instance):
+            raise ScenarioFailure("the policy has no set-naming (contract 0.2.0)")
+        self._policy(lambda: self.instance.set_naming(naming))
+        self._record({"do": "set-naming", "naming": naming})
+
+    def _name_prompts(self, server: str, originals: List[str]) -> None:
+        self._called("name the prompts of %s" % server)
+        try:
+            server = values.normalize(values.STRING, server, "server")
+            originals = values.normalize(values.list_of(values.STRING), originals, "originals")
+        except EncodingError as e:
+            raise _Malformed("the name-prompts arguments do not fit the contract: %s" % e) from None
+        if not speaks_naming(self.instance):
+            raise ScenarioFailure("the policy has no name-prompts (contract 0.2.0)")
+        named = self._policy(lambda: self.instance.name_prompts(server, originals))
+        why = check_prompt_names(originals, named)
+        if why is not None:
+            raise ScenarioFailure(invalid(self._label(), "name-prompts", why))
+        self._record({"do": "name-prompts", "server": server, "originals": originals, "named": named})
+        self.prompt_names = named
+
+    def _take_over(self, handover: Any, namings: List[Any]) -> None:
         previous = handover.get("previous", {}).get("name") if isinstance(handover, dict) else None
         self._called("take over from %s" % previous)
         handover = self._normalize("take-over", handover)
+        namings = [naming_value(n, "naming") for n in namings]
         self.instance = self._fresh()
         self._record({"do": "init", "settings": self.settings})
+        # The operator's namings come first, on the fresh instance; a 0.2.0 one is given none.
+        if speaks_naming(self.instance):
+            for naming in namings:
+                self._set_naming(naming)
         self.ledger.note_handover(handover)
         actions = self._policy(lambda: self.instance.take_over(handover), "the handover was refused: ")
         self.ledger.check(actions, "take-over", self._label())
@@ -658,6 +756,13 @@ class Run:
                 return False
             names = [t["advertised"] for t in tools]
             return all(valid_tool_name(n) for n in names) and len(set(names)) == len(names)
+        if key == "publishes-advertised":
+            tools = self._publication(arg["server"])
+            if tools is None:
+                return False
+            return _same_pairs([(t["original"], t["advertised"]) for t in tools], arg["names"])
+        if key == "names-prompts":
+            return _same_pairs([(n["original"], n["advertised"]) for n in self.prompt_names], arg)
         if key == "timer-armed":
             return arg in self.wakes
         if key == "timer-not-in-the-past":
@@ -692,10 +797,18 @@ class Run:
             return "no call was admitted" if self.admission is None else "the admission was %s" % dumps(self.admission)
         if key in ("lists", "state"):
             return "the status was %s" % dumps(self.status)
+        if key == "names-prompts":
+            return "the prompt names were %s" % dumps(self.prompt_names)
         if key in ("timer-armed", "timer-not-in-the-past"):
             timers = ", ".join("%s: (%d, %d)" % (rust_debug(s), at, token) for s, (at, token) in sorted(self.wakes.items()))
             return "at %d the timers were {%s}" % (self.now, timers)
         return "the actions were %s" % dumps(self.actions)
+
+
+def _same_pairs(got: List[Tuple[str, str]], wanted: List[Any]) -> bool:
+    """Exactly these (original, advertised) pairs, in any order, none twice (as a set, as
+    Tether's interpreter compares them)."""
+    return len(set(got)) == len(got) and set(got) == {tuple(p) for p in wanted}
 
 
 def _by_server(statuses: Any) -> Any:
@@ -726,6 +839,9 @@ def _run(scenario: Scenario, factory: Factory, settings: str) -> Outcome:
         run.start()
     except ScenarioFailure as e:
         return Outcome(scenario.name, scenario.level, str(e), [])
+    if not implements(run.instance, scenario.since):
+        # What it checks came after the component's contract: it passes without running.
+        return Outcome(scenario.name, scenario.level, None, [], applicable=False)
     failure = None
     try:
         run.run(scenario.steps)

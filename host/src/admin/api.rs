@@ -68,6 +68,11 @@ pub struct ServerRow {
     pub reconnects: u64,
     /// Times the server was parked.
     pub parks: u64,
+    /// What of its offer agents cannot see although its filters allow it: tools the policy
+    /// withholds (with the default policy: another tool or server claims the same name) and
+    /// prompts whose name another prompt claims, as `tool NAME` and `prompt NAME`.
+    #[serde(default)]
+    pub withheld: Vec<String>,
 }
 
 impl Status {
@@ -79,7 +84,9 @@ impl Status {
             .into_iter()
             .map(|view| {
                 let status = statuses.iter().find(|s| s.server == view.name);
+                let withheld = withheld(supervisor, &view);
                 ServerRow {
+                    withheld,
                     tools: supervisor.registry().server_tools(&view.name).len(),
                     breaker: status.map(|s| s.breaker),
                     failures: status.map(|s| s.failures),
@@ -106,6 +113,33 @@ impl Status {
             servers,
         }
     }
+}
+
+/// What of a live server's offer agents cannot see although its filters allow it.
+fn withheld(supervisor: &Supervisor, view: &crate::supervisor::ServerView) -> Vec<String> {
+    if !matches!(view.state, ServerState::Connected | ServerState::Healthy) {
+        return Vec::new();
+    }
+    let spec = supervisor.specs().into_iter().find(|s| s.name == view.name);
+    let filters = spec.and_then(|spec| {
+        tether_policy::registry::Filters::compile(&spec.include, &spec.exclude).ok()
+    });
+    let published = supervisor.registry().server_originals(&view.name);
+    let mut withheld: Vec<String> = view
+        .offered
+        .iter()
+        .filter(|tool| filters.as_ref().is_none_or(|f| f.allows(tool)))
+        .filter(|tool| !published.contains(*tool))
+        .map(|tool| format!("tool {tool}"))
+        .collect();
+    let catalog = supervisor.catalog().view();
+    withheld.extend(
+        catalog
+            .collided_prompts(&view.name)
+            .iter()
+            .map(|prompt| format!("prompt {prompt}")),
+    );
+    withheld
 }
 
 impl RunningPolicy {

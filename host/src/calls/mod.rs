@@ -53,6 +53,15 @@ pub trait CallObserver: Send + Sync {
     fn observe(&self, server: &str, result: CallResultKind, duration: Duration);
 }
 
+/// Calls sent again because their first try provably never ran (refused by the server before
+/// running, or never written), since start.
+static RESENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Calls sent again because their first try provably never ran, since start.
+pub fn resent_calls() -> u64 {
+    RESENT.load(Ordering::Relaxed)
+}
+
 /// What is left of a call's deadline after the longest hold: enough to be answered at all.
 const MIN_CALL_TIME: Duration = Duration::from_millis(100);
 
@@ -64,11 +73,20 @@ enum Unadmitted {
     Undecided(PolicyError),
 }
 
-/// A call that could not even be routed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// A call that could not be routed, or that its server refused as a request.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CallError {
     #[error("unknown tool {0:?}")]
     UnknownTool(String),
+    /// The server answered with a JSON-RPC error (unknown tool, invalid arguments, a missing
+    /// client capability, ...): a client gets it as the server gave it.
+    #[error("server {server:?} refused the call: {}", error.message)]
+    Rejected {
+        /// The server.
+        server: String,
+        /// Its error, code and data as it sent them.
+        error: rmcp::model::ErrorData,
+    },
 }
 
 impl Supervisor {
@@ -79,9 +97,16 @@ impl Supervisor {
         advertised: &str,
         arguments: Option<JsonObject>,
     ) -> Result<CallToolResult, CallError> {
-        self.call_tool_in(advertised, arguments, CallContext::default())
+        match self
+            .call_tool_in(advertised, arguments, CallContext::default())
             .await
-            .map(|response| complete(advertised, response))
+        {
+            Ok(response) => Ok(complete(advertised, response)),
+            Err(CallError::Rejected { server, error }) => {
+                Ok(answer(&server, Err(CallFailure::Protocol(error)), false))
+            }
+            Err(unknown) => Err(unknown),
+        }
     }
 
     /// [`Supervisor::call_tool`] for a client that may cancel the call, wants its progress, or
@@ -114,9 +139,16 @@ impl Supervisor {
         context: CallContext,
         before_dispatch: impl std::future::Future<Output = ()>,
     ) -> Result<CallToolResult, CallError> {
-        self.call(advertised, arguments, context, before_dispatch)
+        match self
+            .call(advertised, arguments, context, before_dispatch)
             .await
-            .map(|response| complete(advertised, response))
+        {
+            Ok(response) => Ok(complete(advertised, response)),
+            Err(CallError::Rejected { server, error }) => {
+                Ok(answer(&server, Err(CallFailure::Protocol(error)), false))
+            }
+            Err(unknown) => Err(unknown),
+        }
     }
 
     async fn call(
@@ -239,6 +271,8 @@ impl Supervisor {
                 self.report_result(&server, id, &result, started);
                 id = shared.next_call_id();
                 lost_before = true;
+            } else {
+                RESENT.fetch_add(1, Ordering::Relaxed);
             }
             self.reconnect_if_current(&server, Some(&target), &sessions);
             match wait_for_fresh(
@@ -256,6 +290,10 @@ impl Supervisor {
             self.report_result(&server, id, &result, started);
         }
         Ok(match result {
+            // The server's own refusal of the request goes to the client as it sent it.
+            Err(CallFailure::Protocol(error)) => {
+                return Err(CallError::Rejected { server, error });
+            }
             Err(CallFailure::Lost(fault)) if lost_before && tries == 2 => refused(format!(
                 "The connection to server \"{server}\" was lost during the call, and again during one retry on a fresh session ({}). The tool is read-only, so retrying is safe: wait a few seconds and retry.",
                 fault_words(&fault)

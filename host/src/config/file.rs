@@ -19,6 +19,7 @@
 //! | `policy` | yes | yes | yes | per-server policy settings (an object, passed through) |
 //! | `max_message` | yes | yes | yes | largest message accepted from the server, see below |
 //! | `protocol` | yes | yes | yes | `"auto"` (default), `"2026-07-28"` or `"2025-11-25"`, see below |
+//! | `prefix` | yes | yes | yes | what agents see before the server's tool and prompt names, see below |
 //!
 //! A server has exactly one of `command` (stdio) and `url` (HTTP). `type`: `"stdio"`; `"sse"`
 //! (legacy HTTP+SSE); `"http"` is Streamable HTTP — without SSE fallback in the mcpServers and
@@ -42,10 +43,16 @@
 //! to 10 s once), `"2026-07-28"` never uses `initialize`, `"2025-11-25"` always does. Legacy
 //! SSE servers are always `"2025-11-25"`.
 //!
+//! `prefix` is a string of at most 64 characters: absent, the policy names the server's tools and
+//! prompts its own way (`<server>__<name>` with the default policy); `""` exposes the server's
+//! own names; anything else is put before each name as given. Names are still sanitised to
+//! `[A-Za-z0-9_-]` and clamped to 64 characters, and two servers that claim one name both lose
+//! it (fail closed). A policy older than contract 0.2.1 cannot be told and names as before.
+//!
 //! Top-level keys: `mcpServers` (mcpServers JSON), `servers` (VS Code JSON and TOML; may be
 //! absent in TOML), `inputs` (VS Code JSON; ignored, with a warning when non-empty),
-//! `max_message` (the default for every server) and `policy` (all formats: the global policy
-//! settings object). Unknown keys anywhere are
+//! `max_message` and `prefix` (defaults for every server) and `policy` (all formats: the global
+//! policy settings object). Unknown keys anywhere are
 //! warnings, not errors; JSON `null` counts as an absent key.
 //!
 //! Strings in `command`, `args`, `env` values, `envFile`, `cwd`, `url` and `headers` values are
@@ -403,7 +410,10 @@ const SERVER_KEYS: &[&str] = &[
     "policy",
     "max_message",
     "protocol",
+    "prefix",
 ];
+/// The longest `prefix`: a longer one leaves no room for the name itself.
+const MAX_PREFIX_LEN: usize = 64;
 /// Bounds of `max_message`: smaller answers nothing useful; larger defeats the point.
 const MIN_MAX_MESSAGE: u64 = 1 << 10;
 const MAX_MAX_MESSAGE: u64 = 1 << 30;
@@ -467,9 +477,15 @@ impl<'a> Loader<'a> {
             });
         };
         let (servers_key, top_keys): (&str, &[&str]) = match self.format {
-            Format::McpServersJson => ("mcpServers", &["mcpServers", "policy", "max_message"]),
-            Format::VsCodeJson => ("servers", &["servers", "inputs", "policy", "max_message"]),
-            Format::Toml => ("servers", &["servers", "policy", "max_message"]),
+            Format::McpServersJson => (
+                "mcpServers",
+                &["mcpServers", "policy", "max_message", "prefix"],
+            ),
+            Format::VsCodeJson => (
+                "servers",
+                &["servers", "inputs", "policy", "max_message", "prefix"],
+            ),
+            Format::Toml => ("servers", &["servers", "policy", "max_message", "prefix"]),
         };
         for (key, _) in root {
             if !top_keys.contains(&key.as_str()) {
@@ -483,6 +499,10 @@ impl<'a> Loader<'a> {
         let default_max_message = match table_get(root, "max_message") {
             Some(v) => self.size(v, Place::top("max_message"))?,
             None => ServerSpec::DEFAULT_MAX_MESSAGE,
+        };
+        let default_prefix = match table_get(root, "prefix") {
+            Some(v) => Some(self.prefix(v, Place::top("prefix"))?),
+            None => None,
         };
         if self.format == Format::VsCodeJson
             && let Some(inputs) = table_get(root, "inputs")
@@ -539,6 +559,10 @@ impl<'a> Loader<'a> {
             spec.max_message = match table_get(table, "max_message") {
                 Some(v) => self.size(v, Place::key(name, "max_message"))?,
                 None => default_max_message,
+            };
+            spec.prefix = match table_get(table, "prefix") {
+                Some(v) => Some(self.prefix(v, Place::key(name, "prefix"))?),
+                None => default_prefix.clone(),
             };
             specs.push(spec);
         }
@@ -945,6 +969,18 @@ impl<'a> Loader<'a> {
     }
 
     /// `include`/`exclude`: an array of strings, not expanded.
+    /// A `prefix`: a string of at most [`MAX_PREFIX_LEN`] characters (not expanded).
+    fn prefix(&self, value: &Raw, place: Place) -> Result<String, ConfigError> {
+        match value {
+            Raw::Str(prefix) if prefix.chars().count() <= MAX_PREFIX_LEN => Ok(prefix.clone()),
+            Raw::Str(_) => Err(self.invalid(
+                place,
+                &format!("must be at most {MAX_PREFIX_LEN} characters"),
+            )),
+            other => Err(self.wrong(place, "a string", other)),
+        }
+    }
+
     fn string_list(&self, name: &str, t: &Table, key: &str) -> Result<Vec<String>, ConfigError> {
         let place = Place::key(name, key);
         match table_get(t, key) {

@@ -12,7 +12,7 @@ use crate::policy::{ServerConfig, TransportKind};
 /// One upstream server.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerSpec {
-    /// Unique name; the prefix of its advertised tool names.
+    /// Unique name; by default the prefix of its advertised tool and prompt names.
     pub name: String,
     /// How to reach it.
     pub transport: TransportSpec,
@@ -30,6 +30,10 @@ pub struct ServerSpec {
     pub max_message: usize,
     /// Which protocol generation to speak to it.
     pub protocol: ProtocolChoice,
+    /// What to put before its tool and prompt names (config key `prefix`): `None` for the
+    /// policy's default (`<server>__` with the default policy), `""` for the server's own
+    /// names. The policy decides the names; a policy older than contract 0.2.1 ignores it.
+    pub prefix: Option<String>,
 }
 
 /// Which MCP protocol generation Tether speaks to a server (config key `protocol`).
@@ -195,6 +199,7 @@ impl ServerSpec {
             timeouts: Timeouts::default(),
             max_message: Self::DEFAULT_MAX_MESSAGE,
             protocol: ProtocolChoice::Auto,
+            prefix: None,
         }
     }
 
@@ -210,6 +215,7 @@ impl ServerSpec {
                 .as_ref()
                 .map(|v| v.to_string())
                 .unwrap_or_default(),
+            prefix: self.prefix.clone(),
         }
     }
 

@@ -89,6 +89,16 @@ impl Downstream {
         self.with_session(session, |s| s.log_level = Some(level))
     }
 
+    /// The level a legacy session set (`logging/setLevel`), if any.
+    pub(super) fn log_level(&self, session: u64) -> Option<LoggingLevel> {
+        let listeners = self.lock();
+        listeners
+            .sessions
+            .iter()
+            .find(|s| s.session == session)
+            .and_then(|s| s.log_level)
+    }
+
     fn with_session(&self, session: u64, change: impl FnOnce(&mut LegacySession)) -> bool {
         let mut listeners = self.lock();
         match listeners.sessions.iter_mut().find(|s| s.session == session) {

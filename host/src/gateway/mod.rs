@@ -9,6 +9,7 @@
 //! offers them and forwarded on its live session. Results are re-shaped only where the
 //! generations differ (`resultType`, cache hints; rmcp strips them for older clients).
 
+mod client;
 mod downstream;
 mod http;
 
@@ -20,10 +21,10 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientRequest, CompleteRequest, CompleteRequestParams,
     CompleteResult, GetPromptRequest, GetPromptRequestParams, GetPromptResponse, Implementation,
     JsonObject, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam,
-    ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse, Reference, ResultType,
-    ServerCapabilities, ServerConfig, ServerResult, SetLevelRequestParams, SubscribeRequestParams,
-    SubscriptionFilter, Tool, ToolAnnotations, UnsubscribeRequestParams,
+    ListToolsResult, MetaObject, PaginatedRequestParams, ReadResourceRequest,
+    ReadResourceRequestParams, ReadResourceResponse, Reference, ResultType, ServerCapabilities,
+    ServerConfig, ServerResult, SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
+    Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
@@ -37,7 +38,8 @@ use crate::calls::CallError;
 use crate::catalog::{self, CatalogChange, UriRoute};
 use crate::registry::Route;
 use crate::supervisor::Supervisor;
-use crate::upstream::{CallContext, CallFailure, ProgressSink, ServerEvent, Session};
+use crate::upstream::{CallContext, CallFailure, ServerEvent, Session};
+use client::{MAX_INPUT_ROUNDS, modern_client};
 use downstream::Downstream;
 
 /// Items per page of the merged prompt and resource lists.
@@ -148,26 +150,62 @@ impl Gateway {
         }
     }
 
+    /// What a request forwarded for the client of `context` takes along (see `client.rs`).
+    fn call_context(&self, server: &str, context: &RequestContext<RoleServer>) -> CallContext {
+        client::call_context(server, context, self.downstream.log_level(self.session))
+    }
+
     /// Sends `request` to `server` on its live session, for a client's request in `context`
-    /// (its cancellation follows). Errors name the server and say whether the request went out.
+    /// (its cancellation, progress and log level follow; what the server asks of the client
+    /// reaches it). Errors name the server and say whether the request went out.
     async fn forward(
         &self,
         server: &str,
         method: &str,
         request: ClientRequest,
-        context: &RequestContext<RoleServer>,
+        call: &CallContext,
     ) -> Result<ServerResult, McpError> {
         let (session, spec) = self.live_session(server, method)?;
-        let call = CallContext {
-            cancel: context.ct.clone(),
-            progress: progress_sink(context),
-            log: log_sink(server, context),
-            ..CallContext::default()
-        };
         session
-            .exchange(method, request, &spec.timeouts, &call)
+            .exchange(method, request, &spec.timeouts, call)
             .await
             .map_err(|failure| forward_error(server, method, failure))
+    }
+
+    /// [`Self::forward`] of the request `make` builds (from the input answers and request state
+    /// of a retry, `first` for the first round), answering for an older client what a
+    /// 2026-07-28 server asks of it, round after round (see `client.rs`).
+    async fn forward_answering(
+        &self,
+        server: &str,
+        method: &str,
+        first: (Option<rmcp::model::InputResponses>, Option<String>),
+        make: impl Fn(Option<rmcp::model::InputResponses>, Option<String>) -> ClientRequest,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<ServerResult, McpError> {
+        let call = self.call_context(server, context);
+        let asker = client::Client::of(context);
+        let (mut responses, mut state) = first;
+        for _ in 0..MAX_INPUT_ROUNDS {
+            match self
+                .forward(server, method, make(responses, state), &call)
+                .await?
+            {
+                ServerResult::InputRequiredResult(input)
+                    if !modern_client(context) && client::can_be_asked(&asker) =>
+                {
+                    responses = Some(client::fulfil(server, &asker, &input).await?);
+                    state = input.request_state;
+                }
+                answer => return Ok(answer),
+            }
+        }
+        Err(McpError::internal_error(
+            format!(
+                "server {server:?} kept asking the client for input: {MAX_INPUT_ROUNDS} rounds"
+            ),
+            None,
+        ))
     }
 
     /// The live session of `server`, or the error that says why there is none.
@@ -193,8 +231,9 @@ impl Gateway {
         }
     }
 
-    /// The server a resource URI goes to, or the error that says why none does.
-    fn route_uri(&self, uri: &str) -> Result<String, McpError> {
+    /// The server a resource URI goes to, or the error that says why none does, worded for a
+    /// client of 2026-07-28 (`modern`) or older.
+    fn route_uri(&self, uri: &str, modern: bool) -> Result<String, McpError> {
         match self.supervisor.catalog().view().route_uri(uri) {
             UriRoute::Server(server) => Ok(server),
             UriRoute::Ambiguous(servers) => Err(McpError::invalid_params(
@@ -204,10 +243,16 @@ impl Gateway {
                 ),
                 None,
             )),
-            UriRoute::Unknown => Err(McpError::resource_not_found(
-                format!("no visible server offers resource {uri:?}"),
-                None,
-            )),
+            // The code each generation gives "resource not found" (-32002 up to 2025-11-25,
+            // -32602 since 2026-07-28, SEP-2164), with the URI in `data` as both say.
+            UriRoute::Unknown => {
+                let message = format!("no visible server offers resource {uri:?}");
+                let data = Some(serde_json::json!({ "uri": uri }));
+                Err(match modern {
+                    true => McpError::invalid_params(message, data),
+                    false => McpError::resource_not_found(message, data),
+                })
+            }
         }
     }
 
@@ -302,43 +347,6 @@ impl Gateway {
     }
 }
 
-/// Where an upstream call's progress goes: the client's own token, on the client's session,
-/// in order, and never backwards (upstream notifications are handled concurrently).
-fn progress_sink(context: &RequestContext<RoleServer>) -> Option<ProgressSink> {
-    let token = context.meta.get_progress_token()?;
-    let peer = context.peer.clone();
-    // The forwarding task starts with the first update: most calls report no progress (rmcp
-    // clients send a token with every request).
-    let updates =
-        std::sync::OnceLock::<tokio::sync::mpsc::Sender<ProgressNotificationParam>>::new();
-    let last = std::sync::Mutex::new(f64::NEG_INFINITY);
-    Some(Arc::new(move |upstream: ProgressNotificationParam| {
-        let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
-        if upstream.progress <= *last {
-            return;
-        }
-        *last = upstream.progress;
-        let mut update = ProgressNotificationParam::new(token.clone(), upstream.progress);
-        update.total = upstream.total;
-        update.message = upstream.message;
-        let sender = updates.get_or_init(|| {
-            let (sender, mut pending) = tokio::sync::mpsc::channel(64);
-            let peer = peer.clone();
-            tokio::spawn(async move {
-                while let Some(update) = pending.recv().await {
-                    if let Err(error) = peer.notify_progress(update).await {
-                        tracing::debug!("could not pass progress on: {error}");
-                        return;
-                    }
-                }
-            });
-            sender
-        });
-        // A client too slow to take its progress misses some; the answer still comes.
-        let _ = sender.try_send(update);
-    }))
-}
-
 /// A forwarded request's failure as the client's error: the server's own error keeps its code
 /// and is attributed; anything else says what happened to the request.
 fn forward_error(server: &str, method: &str, failure: CallFailure) -> McpError {
@@ -355,38 +363,6 @@ fn forward_error(server: &str, method: &str, failure: CallFailure) -> McpError {
             None,
         ),
     }
-}
-
-/// Where the log messages of a 2026-07-28 client's call go, if its request asked for them
-/// (`_meta` `logLevel`): the call's own stream, at or above that level, marked with the server.
-/// Older clients set a level per session instead (`logging/setLevel`, see `downstream.rs`).
-#[allow(deprecated)] // logging is deprecated in 2026-07-28, but clients still opt in
-fn log_sink(
-    server: &str,
-    context: &RequestContext<RoleServer>,
-) -> Option<(rmcp::model::LoggingLevel, crate::upstream::LogSink)> {
-    if !modern_client(context) {
-        return None;
-    }
-    let level = context.meta.log_level()?;
-    let peer = context.peer.clone();
-    let (messages, mut pending) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(async move {
-        while let Some(message) = pending.recv().await {
-            if let Err(error) = peer.notify_logging_message(message).await {
-                tracing::debug!("could not pass a log message on: {error}");
-                return;
-            }
-        }
-    });
-    let server = server.to_string();
-    let sink: crate::upstream::LogSink = Arc::new(move |message| {
-        if downstream::severity(message.level) >= downstream::severity(level) {
-            // A client too slow to read its log misses some; the answer still comes.
-            let _ = messages.try_send(downstream::attributed(&server, message));
-        }
-    });
-    Some((level, sink))
 }
 
 /// Words for a failure that is not the server's own error.
@@ -406,14 +382,6 @@ fn failure_words(failure: &CallFailure) -> String {
         CallFailure::Cancelled => "cancelled by the client".into(),
         CallFailure::InputRequired(_) => "the server needs input from the user first".into(),
     }
-}
-
-/// Whether the client negotiated protocol 2026-07-28 or later (it can answer a server's
-/// request for input).
-fn modern_client(context: &RequestContext<RoleServer>) -> bool {
-    context
-        .protocol_version()
-        .is_some_and(|v| v.as_str() >= rmcp::model::ProtocolVersion::V_2026_07_28.as_str())
 }
 
 /// A server's request for input, for a forwarded `prompts/get` or `resources/read`: passed on
@@ -454,15 +422,33 @@ fn bad_cursor(error: String) -> McpError {
 }
 
 /// The MCP view of a routed tool.
+/// The MCP view of a routed tool: as its server listed it (title, annotations, output schema,
+/// icons, `_meta`), under its advertised name.
 fn tool_for_agents(route: &Route) -> Tool {
     let schema: JsonObject = serde_json::from_str(&route.tool.input_schema).unwrap_or_default();
-    let mut tool = Tool::new_with_raw(
-        route.tool.advertised.clone(),
-        route.tool.description.clone().map(Into::into),
-        schema,
-    );
-    if route.tool.read_only {
-        tool.annotations = Some(ToolAnnotations::new().read_only(true));
+    let basic = || {
+        Tool::new_with_raw(
+            route.tool.advertised.clone(),
+            route.tool.description.clone().map(Into::into),
+            schema.clone(),
+        )
+    };
+    let mut tool = match serde_json::from_str::<JsonObject>(&route.tool.extra) {
+        Ok(mut all) => {
+            all.insert("name".into(), route.tool.advertised.clone().into());
+            if let Some(description) = &route.tool.description {
+                all.insert("description".into(), description.clone().into());
+            }
+            all.insert("inputSchema".into(), schema.clone().into());
+            serde_json::from_value(serde_json::Value::Object(all)).unwrap_or_else(|_| basic())
+        }
+        Err(_) => basic(),
+    };
+    if route.tool.read_only
+        && tool.annotations.as_ref().and_then(|a| a.read_only_hint) != Some(true)
+    {
+        let annotations = tool.annotations.take().unwrap_or_default();
+        tool.annotations = Some(annotations.read_only(true));
     }
     tool
 }
@@ -514,7 +500,7 @@ impl ServerHandler for Gateway {
         Box::pin(async move {
             let accepted = context.accepted().clone();
             for uri in accepted.resource_subscriptions.iter().flatten() {
-                if let Ok(server) = self.route_uri(uri)
+                if let Ok(server) = self.route_uri(uri, true)
                     && let Err(error) = self
                         .subscribe_upstream(&server, uri, context.request_context())
                         .await
@@ -535,10 +521,20 @@ impl ServerHandler for Gateway {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        self.supervisor.startup_settled().await;
         let (_, routes) = self.supervisor.registry().snapshot();
         Ok(ListToolsResult::with_all_items(
             routes.iter().map(tool_for_agents).collect(),
         ))
+    }
+
+    /// The definition a tool call is checked against (rmcp validates the `Mcp-Param-*` headers
+    /// of a 2026-07-28 call with it, as the server itself would).
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.supervisor
+            .registry()
+            .visible_route(name)
+            .map(|route| tool_for_agents(&route))
     }
 
     async fn call_tool(
@@ -547,40 +543,70 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         Box::pin(async move {
-            let call = CallContext {
-                cancel: context.ct.clone(),
-                progress: progress_sink(&context),
-                // A retry after the server asked for input carries the answers through.
-                input_responses: request.input_responses,
-                request_state: request.request_state,
-                // Only a client that asked for log messages costs a route lookup.
-                log: context
-                    .meta
-                    .log_level()
-                    .and_then(|_| self.supervisor.registry().route_for_call(&request.name))
-                    .and_then(|route| log_sink(&route.server, &context)),
-            };
-            match self
-                .supervisor
-                .call_tool_in(&request.name, request.arguments, call)
-                .await
-            {
-                Ok(CallToolResponse::InputRequired(input)) if modern_client(&context) => {
-                    Ok(CallToolResponse::InputRequired(input))
-                }
-                Ok(response) => {
-                    let mut result = crate::calls::complete(&request.name, response);
-                    // Upstreams of the older generation send no `resultType`; 2026-07-28 clients
-                    // require it. rmcp strips "complete" again for older clients.
-                    result.result_type.get_or_insert(ResultType::COMPLETE);
-                    result.meta = own_meta(result.meta);
-                    Ok(result.into())
-                }
-                Err(CallError::UnknownTool(name)) => Err(McpError::invalid_params(
-                    format!("unknown tool {name:?}: it is not in tools/list"),
-                    None,
-                )),
+            // A tool of a server still starting is waited for (see `supervisor/startup.rs`).
+            if !self.supervisor.registry().knows(&request.name) {
+                self.supervisor.startup_settled().await;
             }
+            let modern = modern_client(&context);
+            // Only a client that asked for its call's log messages costs a route lookup.
+            let server = (modern && context.meta.log_level().is_some())
+                .then(|| self.supervisor.registry().route_for_call(&request.name))
+                .flatten()
+                .map(|route| route.server);
+            let mut call = self.call_context(server.as_deref().unwrap_or_default(), &context);
+            // A retry after the server asked for input carries the answers through.
+            call.input_responses = request.input_responses;
+            call.request_state = request.request_state;
+            // An older client is asked what a 2026-07-28 server needs, and the call retried
+            // with the answers: keep the arguments for that only when it could be asked.
+            let asker = client::Client::of(&context);
+            let retries = !modern && client::can_be_asked(&asker);
+            let mut arguments = request.arguments;
+            for round in 0..=MAX_INPUT_ROUNDS {
+                let kept = retries.then(|| arguments.clone()).flatten();
+                let response = self
+                    .supervisor
+                    .call_tool_in(&request.name, arguments, call.clone())
+                    .await;
+                let response = match response {
+                    Ok(CallToolResponse::InputRequired(input)) if modern => {
+                        return Ok(CallToolResponse::InputRequired(input));
+                    }
+                    Ok(CallToolResponse::InputRequired(input))
+                        if retries && round < MAX_INPUT_ROUNDS =>
+                    {
+                        let server = self
+                            .supervisor
+                            .registry()
+                            .route_for_call(&request.name)
+                            .map(|route| route.server)
+                            .unwrap_or_default();
+                        call.input_responses = Some(client::fulfil(&server, &asker, &input).await?);
+                        call.request_state = input.request_state;
+                        arguments = kept;
+                        continue;
+                    }
+                    Ok(response) => response,
+                    Err(CallError::UnknownTool(name)) => {
+                        return Err(McpError::invalid_params(
+                            format!("unknown tool {name:?}: it is not in tools/list"),
+                            None,
+                        ));
+                    }
+                    // The server refused the request: its error, code and data as it sent them.
+                    Err(CallError::Rejected { server, mut error }) => {
+                        error.message = format!("server {server:?}: {}", error.message).into();
+                        return Err(error);
+                    }
+                };
+                let mut result = crate::calls::complete(&request.name, response);
+                // Upstreams of the older generation send no `resultType`; 2026-07-28 clients
+                // require it. rmcp strips "complete" again for older clients.
+                result.result_type.get_or_insert(ResultType::COMPLETE);
+                result.meta = own_meta(result.meta);
+                return Ok(result.into());
+            }
+            unreachable!("the last round returns")
         })
         .await
     }
@@ -590,6 +616,7 @@ impl ServerHandler for Gateway {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
+        self.supervisor.startup_settled().await;
         let view = self.supervisor.catalog().view();
         let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (prompts, next) =
@@ -605,6 +632,15 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
         Box::pin(async move {
+            if self
+                .supervisor
+                .catalog()
+                .view()
+                .prompt(&request.name)
+                .is_none()
+            {
+                self.supervisor.startup_settled().await;
+            }
             let view = self.supervisor.catalog().view();
             let Some((server, original)) = view.prompt(&request.name) else {
                 return Err(McpError::invalid_params(
@@ -615,13 +651,17 @@ impl ServerHandler for Gateway {
                     None,
                 ));
             };
-            let mut upstream = GetPromptRequestParams::new(original);
-            upstream.arguments = request.arguments;
-            upstream.input_responses = request.input_responses;
-            upstream.request_state = request.request_state;
-            let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(upstream));
+            let arguments = request.arguments;
+            let make = |responses, state| {
+                let mut upstream = GetPromptRequestParams::new(original);
+                upstream.arguments = arguments.clone();
+                upstream.input_responses = responses;
+                upstream.request_state = state;
+                ClientRequest::GetPromptRequest(GetPromptRequest::new(upstream))
+            };
+            let first = (request.input_responses, request.request_state);
             match self
-                .forward(server, "prompts/get", request, &context)
+                .forward_answering(server, "prompts/get", first, make, &context)
                 .await?
             {
                 ServerResult::GetPromptResult(mut result) => {
@@ -643,6 +683,7 @@ impl ServerHandler for Gateway {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
+        self.supervisor.startup_settled().await;
         let view = self.supervisor.catalog().view();
         let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (resources, next) =
@@ -657,6 +698,7 @@ impl ServerHandler for Gateway {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
+        self.supervisor.startup_settled().await;
         let view = self.supervisor.catalog().view();
         let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (templates, next) =
@@ -672,13 +714,21 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         Box::pin(async move {
-            let server = self.route_uri(&request.uri)?;
-            let mut upstream = ReadResourceRequestParams::new(request.uri);
-            upstream.input_responses = request.input_responses;
-            upstream.request_state = request.request_state;
-            let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(upstream));
+            let modern = modern_client(&context);
+            if self.route_uri(&request.uri, modern).is_err() {
+                self.supervisor.startup_settled().await;
+            }
+            let server = self.route_uri(&request.uri, modern)?;
+            let uri = request.uri;
+            let make = |responses, state| {
+                let mut upstream = ReadResourceRequestParams::new(uri.clone());
+                upstream.input_responses = responses;
+                upstream.request_state = state;
+                ClientRequest::ReadResourceRequest(ReadResourceRequest::new(upstream))
+            };
+            let first = (request.input_responses, request.request_state);
             match self
-                .forward(&server, "resources/read", request, &context)
+                .forward_answering(&server, "resources/read", first, make, &context)
                 .await?
             {
                 ServerResult::ReadResourceResult(mut result) => {
@@ -720,7 +770,7 @@ impl ServerHandler for Gateway {
                 }
                 Reference::Resource(resource) => match view.template_owner(&resource.uri) {
                     Some(server) => server.to_string(),
-                    None => self.route_uri(&resource.uri)?,
+                    None => self.route_uri(&resource.uri, modern_client(&context))?,
                 },
                 #[allow(unreachable_patterns)] // a reference kind of a later revision
                 _ => {
@@ -731,8 +781,9 @@ impl ServerHandler for Gateway {
                 }
             };
             let request = ClientRequest::CompleteRequest(CompleteRequest::new(upstream));
+            let call = self.call_context(&server, &context);
             match self
-                .forward(&server, "completion/complete", request, &context)
+                .forward(&server, "completion/complete", request, &call)
                 .await?
             {
                 ServerResult::CompleteResult(mut result) => {
@@ -753,7 +804,7 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         Box::pin(async move {
-            let server = self.route_uri(&request.uri)?;
+            let server = self.route_uri(&request.uri, false)?;
             self.subscribe_upstream(&server, &request.uri, &context)
                 .await?;
             if !self.downstream.subscribe(self.session, &request.uri) {
@@ -776,7 +827,7 @@ impl ServerHandler for Gateway {
         Box::pin(async move {
             let _ = context;
             if self.downstream.unsubscribe(self.session, &request.uri)
-                && let Ok(server) = self.route_uri(&request.uri)
+                && let Ok(server) = self.route_uri(&request.uri, false)
                 && self.offers_subscriptions(&server)
                 && let Ok((session, spec)) = self.live_session(&server, "resources/unsubscribe")
             {

@@ -149,7 +149,7 @@ impl PolicyEngine {
                 PolicyPre::V0_1(v0_1::PolicyComponentPre::new(instance_pre).map_err(not_a_policy)?)
             }
             Contract::V0_2 => {
-                PolicyPre::V0_2(v0_2::PolicyComponentPre::new(instance_pre).map_err(not_a_policy)?)
+                PolicyPre::V0_2(v0_2::Pre::new(&component, instance_pre).map_err(not_a_policy)?)
             }
         };
         Ok(Arc::new(LoadedPolicy {
@@ -380,7 +380,7 @@ pub struct LoadedPolicy {
 /// A component ready to instantiate, with the bindings of its contract line.
 pub(crate) enum PolicyPre {
     V0_1(v0_1::PolicyComponentPre<StoreState>),
-    V0_2(v0_2::PolicyComponentPre<StoreState>),
+    V0_2(v0_2::Pre),
 }
 
 impl LoadedPolicy {

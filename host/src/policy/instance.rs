@@ -34,13 +34,15 @@ use wasmtime::component::ResourceTable;
 use wasmtime::{Store, StoreLimits, StoreLimitsBuilder, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+use super::bindings::v0_2::Bound;
 use super::bindings::{v0_1, v0_2};
 use super::engine::{LoadedPolicy, PolicyPre};
 use super::guest_output::GuestOutput;
 use super::ledger::Ledger;
+use super::outputs::check_prompt_names;
 use super::types::{
-    Action, Admission, CallRequest, Event, EventKind, Handover, LogLevel, Millis, PolicyInfo,
-    ServerStatus, Tool,
+    Action, Admission, CallRequest, Event, EventKind, Handover, LogLevel, Millis, NamedPrompt,
+    Naming, PolicyInfo, ServerStatus, Tool,
 };
 use super::{PolicyError, PolicyFault};
 
@@ -260,7 +262,7 @@ impl StoreState {
 /// An instance's exports, in the bindings of its contract line.
 enum Bindings {
     V0_1(v0_1::PolicyComponent),
-    V0_2(v0_2::PolicyComponent),
+    V0_2(v0_2::Bound),
 }
 
 /// A live instance of a loaded policy component, in its own sandbox with fuel and memory limits.
@@ -392,7 +394,11 @@ impl PolicyInstance {
     pub fn info(&mut self) -> Result<PolicyInfo, PolicyError> {
         self.call("info", 0, |b, s| match b {
             Bindings::V0_1(b) => b.tether_policy_policy().call_info(s).map(Into::into),
-            Bindings::V0_2(b) => b.tether_policy_policy().call_info(s).map(Into::into),
+            Bindings::V0_2(b) => b
+                .exports
+                .tether_policy_policy()
+                .call_info(s)
+                .map(Into::into),
         })
     }
 
@@ -400,7 +406,7 @@ impl PolicyInstance {
     pub fn init(&mut self, settings: &str) -> Result<(), PolicyError> {
         let answer = self.call("init", 0, |b, s| match b {
             Bindings::V0_1(b) => b.tether_policy_policy().call_init(s, settings),
-            Bindings::V0_2(b) => b.tether_policy_policy().call_init(s, settings),
+            Bindings::V0_2(b) => b.exports.tether_policy_policy().call_init(s, settings),
         })?;
         answer.map_err(|reason| self.policy.refused("the settings", reason))?;
         // `init` forgets all state.
@@ -412,7 +418,10 @@ impl PolicyInstance {
     pub fn set_settings(&mut self, settings: &str) -> Result<(), PolicyError> {
         let answer = self.call("set-settings", 0, |b, s| match b {
             Bindings::V0_1(b) => b.tether_policy_policy().call_set_settings(s, settings),
-            Bindings::V0_2(b) => b.tether_policy_policy().call_set_settings(s, settings),
+            Bindings::V0_2(b) => b
+                .exports
+                .tether_policy_policy()
+                .call_set_settings(s, settings),
         })?;
         answer.map_err(|reason| self.policy.refused("the settings", reason))
     }
@@ -435,6 +444,12 @@ impl PolicyInstance {
         event: &Event,
         lookup: &dyn Fn(&str, &str) -> Option<&'a Tool>,
     ) -> Result<Vec<Action>, PolicyError> {
+        // The operator's naming reaches a 0.2.1 policy right before the server's configuration.
+        if let EventKind::ServerConfigured(config) = &event.kind
+            && let Some(naming) = config.naming()
+        {
+            self.set_naming(&naming)?;
+        }
         let handed = handed_over(event, self.descriptions());
         let incoming = handed.map_or(0, |(_, bytes)| bytes);
         let converted = match &self.bindings {
@@ -450,7 +465,7 @@ impl PolicyInstance {
                     Answer::V0_1(b.tether_policy_policy().call_handle(s, e)?)
                 }
                 (Bindings::V0_2(b), Converted::V0_2(e)) => {
-                    Answer::V0_2(b.tether_policy_policy().call_handle(s, e)?)
+                    Answer::V0_2(b.exports.tether_policy_policy().call_handle(s, e)?)
                 }
                 _ => unreachable!("the event was converted for this instance's contract"),
             })
@@ -500,6 +515,7 @@ impl PolicyInstance {
                 .call_admit(s, &request.clone().into())
                 .map(v0_1::admission),
             Bindings::V0_2(b) => b
+                .exports
                 .tether_policy_policy()
                 .call_admit(s, &request.clone().into())
                 .map(v0_2::admission),
@@ -514,6 +530,7 @@ impl PolicyInstance {
                 .call_status(s)
                 .map(|all| all.into_iter().map(v0_1::status).collect()),
             Bindings::V0_2(b) => b
+                .exports
                 .tether_policy_policy()
                 .call_status(s, now)
                 .map(|all| all.into_iter().map(v0_2::status).collect()),
@@ -524,7 +541,7 @@ impl PolicyInstance {
     pub fn snapshot(&mut self) -> Result<Vec<u8>, PolicyError> {
         self.call("snapshot", 0, |b, s| match b {
             Bindings::V0_1(b) => b.tether_policy_policy().call_snapshot(s),
-            Bindings::V0_2(b) => b.tether_policy_policy().call_snapshot(s),
+            Bindings::V0_2(b) => b.exports.tether_policy_policy().call_snapshot(s),
         })
     }
 
@@ -548,11 +565,54 @@ impl PolicyInstance {
         let incoming = snapshot.len().max(held.total());
         let answer = self.call("restore", incoming, |b, s| match b {
             Bindings::V0_1(b) => b.tether_policy_policy().call_restore(s, snapshot),
-            Bindings::V0_2(b) => b.tether_policy_policy().call_restore(s, snapshot),
+            Bindings::V0_2(b) => b.exports.tether_policy_policy().call_restore(s, snapshot),
         })?;
         answer.map_err(|reason| self.policy.refused("the saved state", reason))?;
         self.held = held;
         Ok(())
+    }
+
+    /// Whether this policy names tools and prompts as the operator asks (contract 0.2.1).
+    pub fn takes_naming(&self) -> bool {
+        matches!(&self.bindings, Bindings::V0_2(b) if b.naming.is_some())
+    }
+
+    /// Tells a 0.2.1 policy the operator's naming of a server; older policies ignore it.
+    pub fn set_naming(&mut self, naming: &Naming) -> Result<(), PolicyError> {
+        if !self.takes_naming() {
+            return Ok(());
+        }
+        self.call("set-naming", 0, |b, s| match b {
+            Bindings::V0_2(Bound {
+                naming: Some(funcs),
+                ..
+            }) => funcs.set(s, naming),
+            _ => unreachable!("checked above"),
+        })
+    }
+
+    /// The names a 0.2.1 policy gives a server's prompts (checked: usable, unique, and only of
+    /// the `originals` asked about); `None` from an older policy, which cannot be asked.
+    pub fn name_prompts(
+        &mut self,
+        server: &str,
+        originals: &[String],
+    ) -> Result<Option<Vec<NamedPrompt>>, PolicyError> {
+        if !self.takes_naming() {
+            return Ok(None);
+        }
+        let named = self.call("name-prompts", 0, |b, s| match b {
+            Bindings::V0_2(Bound {
+                naming: Some(funcs),
+                ..
+            }) => funcs.name_prompts(s, server, originals),
+            _ => unreachable!("checked above"),
+        })?;
+        check_prompt_names(originals, &named).map_err(|why| {
+            self.policy
+                .fault("name-prompts", PolicyFault::InvalidOutput(why))
+        })?;
+        Ok(Some(named))
     }
 
     /// Whether this policy can take over another implementation's state (contract 0.2).
@@ -574,9 +634,18 @@ impl PolicyInstance {
                     .insert(server.config.name.clone(), tool_data(&session.tools, false));
             }
         }
+        // A 0.2.1 policy hears the operator's naming of each server first.
+        for server in &handover.servers {
+            if let Some(naming) = server.config.naming() {
+                self.set_naming(&naming)?;
+            }
+        }
         let converted = v0_2::handover(handover);
         let answer = self.call("take-over", held.total(), |b, s| match b {
-            Bindings::V0_2(b) => b.tether_policy_policy().call_take_over(s, &converted),
+            Bindings::V0_2(b) => b
+                .exports
+                .tether_policy_policy()
+                .call_take_over(s, &converted),
             Bindings::V0_1(_) => Ok(Err("contract 0.1 knows no handover".into())),
         })?;
         let actions =

@@ -290,6 +290,7 @@ mod tests {
             include: vec![],
             exclude: vec![],
             settings: String::new(),
+            prefix: None,
         })
     }
 
@@ -306,6 +307,7 @@ mod tests {
             name: name.into(),
             description: Some(description.into()),
             input_schema: "{}".into(),
+            extra: String::new(),
             read_only: false,
         };
         let mut ledger = Ledger::default();

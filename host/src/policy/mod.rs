@@ -25,9 +25,9 @@ pub use runtime::{
 };
 pub use types::{
     Action, Admission, BreakerState, CallOutcome, CallReport, CallRequest, Event, EventKind, Fault,
-    Handover, Hold, LiveSession, PolicyInfo, Publication, PublishedTool, ReconnectRequest,
-    ReconnectSource, ServerConfig, ServerFault, ServerHandover, ServerState, ServerStatus,
-    ServerTools, SessionInfo, StateChange, TimerFired, Tool, TransportKind, Wake,
+    Handover, Hold, LiveSession, NamedPrompt, Naming, PolicyInfo, Publication, PublishedTool,
+    ReconnectRequest, ReconnectSource, ServerConfig, ServerFault, ServerHandover, ServerState,
+    ServerStatus, ServerTools, SessionInfo, StateChange, TimerFired, Tool, TransportKind, Wake,
 };
 
 /// What stopped a guest call.

@@ -151,3 +151,38 @@ pub(crate) fn check_take_over(actions: &[Action], ledger: &Ledger) -> Result<(),
         None => Ok(()),
     }
 }
+
+/// Refuses prompt names no correct policy gives (contract 0.2.1 `name-prompts`): unusable or
+/// duplicate advertised names, and originals it was not asked about or named twice.
+pub(crate) fn check_prompt_names(
+    originals: &[String],
+    named: &[super::types::NamedPrompt],
+) -> Result<(), String> {
+    let asked: std::collections::HashSet<&str> = originals.iter().map(String::as_str).collect();
+    let mut advertised = std::collections::HashSet::new();
+    let mut seen = std::collections::HashSet::new();
+    for prompt in named {
+        if !valid_tool_name(&prompt.advertised) {
+            return Err(format!(
+                "named a prompt with an unusable name {:?}",
+                truncate(&prompt.advertised)
+            ));
+        }
+        if !asked.contains(prompt.original.as_str()) {
+            return Err(format!(
+                "named a prompt it was not asked about: {:?}",
+                truncate(&prompt.original)
+            ));
+        }
+        if !seen.insert(prompt.original.as_str()) {
+            return Err(format!(
+                "named prompt {:?} twice",
+                truncate(&prompt.original)
+            ));
+        }
+        if !advertised.insert(prompt.advertised.as_str()) {
+            return Err(format!("gave two prompts the name {}", prompt.advertised));
+        }
+    }
+    Ok(())
+}

@@ -43,8 +43,8 @@ use super::ledger::Ledger;
 use super::outputs::{check_actions, check_take_over, decide_admission, decide_event};
 use super::record::{Divergence, Record, Recorder, event_name, redact_actions};
 use super::types::{
-    Action, Admission, BreakerState, CallRequest, Event, EventKind, Millis, PolicyInfo,
-    ServerConfig, ServerState, ServerStatus,
+    Action, Admission, BreakerState, CallRequest, Event, EventKind, Millis, NamedPrompt,
+    PolicyInfo, ServerConfig, ServerState, ServerStatus,
 };
 use super::{PolicyError, PolicyFault};
 
@@ -393,6 +393,23 @@ impl PolicyRuntime {
         self.decide_reply(Input::Admit(request), Output::into_admission)
     }
 
+    /// The names agents see for a server's prompts, as a contract 0.2.1 policy gives them;
+    /// `None` from an older policy, which cannot be asked (the host then names them by the
+    /// default rule). Changes no state.
+    pub fn name_prompts(
+        &self,
+        server: String,
+        originals: Vec<String>,
+    ) -> Reply<Option<Vec<NamedPrompt>>> {
+        self.decide_reply(
+            Input::NamePrompts { server, originals },
+            |output| match output {
+                Output::Prompts(named) => named,
+                _ => unreachable!("a naming request yields names"),
+            },
+        )
+    }
+
     /// Every server's status as the policy sees it, at the host's time (see
     /// [`Self::set_clock`]; without a clock, at the latest event's time).
     pub fn status(&self) -> Reply<Vec<ServerStatus>> {
@@ -573,6 +590,10 @@ enum Input {
     Admit(CallRequest),
     Settings(String),
     Status(Millis),
+    NamePrompts {
+        server: String,
+        originals: Vec<String>,
+    },
 }
 
 /// Events handing over more tool data than this are decided on the policy thread: a decision
@@ -589,7 +610,7 @@ impl Input {
 
     /// Whether the input can change the policy's state (and so belongs in the replay journal).
     fn changes_state(&self) -> bool {
-        !matches!(self, Input::Status(_))
+        !matches!(self, Input::Status(_) | Input::NamePrompts { .. })
     }
 }
 
@@ -597,6 +618,7 @@ enum Output {
     Actions(Vec<Action>),
     Admission(Admission),
     Status(Vec<ServerStatus>),
+    Prompts(Option<Vec<NamedPrompt>>),
     Done,
 }
 
@@ -762,6 +784,9 @@ impl Worker {
                 Output::Done
             }
             Input::Status(now) => Output::Status(instance.status(*now)?),
+            Input::NamePrompts { server, originals } => {
+                Output::Prompts(instance.name_prompts(server, originals)?)
+            }
         })
     }
 

@@ -83,6 +83,11 @@ pub struct Tool {
     pub input_schema: String,
     /// Annotated `readOnlyHint`: safe to retry on a fresh session.
     pub read_only: bool,
+    /// The rest of the tool as the server listed it (title, annotations, output schema, icons,
+    /// `_meta`), a JSON object, empty when there was nothing else: agents get it as it was.
+    /// The host keeps it; no policy is handed it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub extra: String,
 }
 
 /// A server as configured by the operator.
@@ -98,6 +103,39 @@ pub struct ServerConfig {
     pub exclude: Vec<String>,
     /// Per-server overrides of the policy settings, as a JSON object (empty string: none).
     pub settings: String,
+    /// The operator's prefix for the server's tool and prompt names (`None`: the policy's
+    /// default; `""`: the server's own names). Contract 0.2.1 hears it through `set-naming`
+    /// before `server-configured`; older policies never do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+}
+
+impl ServerConfig {
+    /// The operator's naming of this server, when there is one to tell the policy.
+    pub fn naming(&self) -> Option<Naming> {
+        self.prefix.as_ref().map(|prefix| Naming {
+            server: self.name.clone(),
+            prefix: Some(prefix.clone()),
+        })
+    }
+}
+
+/// How the operator wants one server's tools and prompts named (contract 0.2.1 `naming`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Naming {
+    /// The server concerned.
+    pub server: String,
+    /// Put before each name: `None` for the policy's default, `""` for the server's own names.
+    pub prefix: Option<String>,
+}
+
+/// A prompt as agents see it (contract 0.2.1 `named-prompt`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamedPrompt {
+    /// The name agents see.
+    pub advertised: String,
+    /// The prompt's name on its server.
+    pub original: String,
 }
 
 /// A fresh session.
@@ -256,6 +294,9 @@ pub struct PublishedTool {
     pub input_schema: String,
     /// Whether it is annotated read-only (safe to retry on a fresh session).
     pub read_only: bool,
+    /// The rest of its definition (see [`Tool::extra`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub extra: String,
 }
 
 /// The complete set of tools a server may now show to agents (replaces any earlier set).

@@ -36,6 +36,7 @@ use crate::upstream::{ServerEvent, Session};
 
 mod connector;
 mod lifecycle;
+mod startup;
 mod task;
 
 // The seam between supervision and sessions: public for Tether's own tests (a fake connector
@@ -96,6 +97,8 @@ pub struct ServerView {
     pub reconnects: u64,
     /// Times the server was parked.
     pub parks: u64,
+    /// The names of the tools its latest session offers (what the policy publishes from).
+    pub offered: Vec<String>,
 }
 
 /// What a reload changed, by server name.
@@ -156,6 +159,8 @@ pub(crate) struct Shared {
     /// Set once shutdown starts: new calls are refused.
     pub(crate) draining: AtomicBool,
     pub(crate) call_observer: std::sync::RwLock<Option<Arc<dyn crate::calls::CallObserver>>>,
+    /// The first answer's wait for the servers configured at start.
+    startup: Arc<startup::Startup>,
 }
 
 /// A server's current session (possibly dead), a receiver for its replacements, and its spec.
@@ -210,8 +215,21 @@ impl Supervisor {
             idle: tokio::sync::Notify::new(),
             draining: AtomicBool::new(false),
             call_observer: std::sync::RwLock::new(None),
+            startup: Arc::default(),
         });
         Self { shared }
+    }
+
+    /// From now until `wait` has passed, lists and calls wait for the first attempt of every
+    /// server added meanwhile (see `startup.rs`).
+    pub fn begin_startup(&self, wait: Duration) {
+        self.shared.startup.begin(wait);
+    }
+
+    /// Waits until the servers configured at start have connected or failed their first
+    /// attempt, within the startup wait; returns at once after it.
+    pub async fn startup_settled(&self) {
+        self.shared.startup.settled().await;
     }
 
     /// The tools agents can see and where each call goes.
@@ -282,6 +300,7 @@ impl Supervisor {
             last_fault: None,
             reconnects: 0,
             parks: 0,
+            offered: Vec::new(),
         }));
         let task = ServerTask {
             spec: spec.clone(),
@@ -293,8 +312,17 @@ impl Supervisor {
             view: view.clone(),
             catalog: self.shared.catalog.clone(),
             events: self.shared.events.clone(),
+            startup: self.shared.startup.clone(),
         };
+        self.shared.startup.track(&spec.name);
         let config = spec.policy_config();
+        if config.prefix.is_some() && !takes_naming(&self.shared.policy) {
+            tracing::warn!(
+                server = %config.name,
+                contract = %self.shared.policy.running().contract,
+                "`prefix` is ignored: the running policy is older than contract 0.2.1 and names the server's tools its own way"
+            );
+        }
         let refused = view.clone();
         let handle = ServerHandle {
             spec,
@@ -334,6 +362,7 @@ impl Supervisor {
             handle
         };
         stop(handle).await;
+        self.shared.startup.settle(name);
         // Unless a server of that name was added meanwhile: its tools are its own.
         let _membership = self.shared.membership();
         let present = self
@@ -387,7 +416,17 @@ impl Supervisor {
             }
             let _ = answer.send(result);
         });
-        answered.await.unwrap_or(Err(PolicyError::Stopped))
+        let report = answered.await.unwrap_or(Err(PolicyError::Stopped))?;
+        self.rename_prompts().await;
+        Ok(report)
+    }
+
+    /// Asks the (new) policy to name every server's prompts again.
+    async fn rename_prompts(&self) {
+        for (server, offer) in self.shared.catalog.offers() {
+            let names = prompt_names(&self.shared.policy, &server, &offer).await;
+            self.shared.catalog.rename_prompts(&server, names);
+        }
     }
 
     /// Promotes the shadow policy (see [`PolicyRuntime::shadow_blocking`]): a swap to it, as
@@ -401,7 +440,9 @@ impl Supervisor {
             }
             let _ = answer.send(result);
         });
-        answered.await.unwrap_or(Err(PolicyError::Stopped))
+        let report = answered.await.unwrap_or(Err(PolicyError::Stopped))?;
+        self.rename_prompts().await;
+        Ok(report)
     }
 
     /// The policy's view of every server.
@@ -579,6 +620,10 @@ impl Shared {
     fn state_changed(&self, change: StateChange) {
         let up = matches!(change.state, ServerState::Connected | ServerState::Healthy);
         self.catalog.set_live(&change.server, up);
+        // A server the policy will not connect now needs no waiting for.
+        if matches!(change.state, ServerState::Parked | ServerState::Stopped) {
+            self.startup.settle(&change.server);
+        }
         let servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(handle) = servers.get(&change.server) {
             let mut view = handle.view.lock().unwrap_or_else(|e| e.into_inner());
@@ -609,13 +654,60 @@ impl Shared {
     }
 }
 
+/// Whether the running policy hears the operator's naming (contract 0.2.1 or later).
+fn takes_naming(policy: &PolicyRuntime) -> bool {
+    let naming = semver::Version::new(0, 2, 1);
+    semver::Version::parse(&policy.running().contract)
+        .is_ok_and(|version| version.major == 0 && version.minor == 2 && version >= naming)
+}
+
+/// The names agents see for a server's prompts, as the policy gives them (contract 0.2.1); a
+/// policy that cannot be asked (older contracts) or cannot answer gets the default rule, as
+/// contract 0.2.0 named them. Empty without prompts.
+pub(crate) async fn prompt_names(
+    policy: &PolicyRuntime,
+    server: &str,
+    catalog: &crate::catalog::ServerCatalog,
+) -> std::collections::HashMap<String, String> {
+    let originals = catalog.prompt_originals();
+    if originals.is_empty() {
+        return Default::default();
+    }
+    let named = match policy
+        .name_prompts(server.to_string(), originals.clone())
+        .await
+    {
+        Ok(Some(named)) => {
+            return named
+                .into_iter()
+                .map(|n| (n.original, n.advertised))
+                .collect();
+        }
+        Ok(None) => originals,
+        Err(error) => {
+            tracing::warn!(
+                server,
+                "the policy could not name the prompts ({error}); using the default names"
+            );
+            originals
+        }
+    };
+    named
+        .into_iter()
+        .map(|original| {
+            let advertised = tether_policy::naming::advertised_name(server, &original);
+            (original, advertised)
+        })
+        .collect()
+}
+
 /// Feeds events to the policy runtime, stamped with the host's time when the policy takes
 /// them, and executes their actions as soon as they are decided: in decision order (the
 /// runtime runs each decision's callback before deciding the next input), with no task in
 /// between.
 #[derive(Clone)]
 pub(crate) struct Feeder {
-    policy: PolicyRuntime,
+    pub(crate) policy: PolicyRuntime,
     pub(crate) clock: Clock,
     shared: std::sync::Weak<Shared>,
 }
@@ -635,11 +727,12 @@ impl Feeder {
     }
 
     /// Like `feed`, and runs `decided` with the outcome as soon as the policy has decided,
-    /// before its actions run and before any later input is decided.
-    pub(crate) fn feed_then(
+    /// before its actions run and before any later input is decided. What `decided` returns
+    /// is dropped once the actions ran.
+    pub(crate) fn feed_then<Held: Send + 'static>(
         &self,
         kind: EventKind,
-        decided: impl FnOnce(Result<(), String>) + Send + 'static,
+        decided: impl FnOnce(Result<(), String>) -> Held + Send + 'static,
     ) {
         let clock = self.clock;
         let shared = self.shared.clone();
@@ -649,7 +742,7 @@ impl Feeder {
                 kind,
             },
             move |outcome| {
-                decided(outcome.as_ref().map(|_| ()).map_err(ToString::to_string));
+                let held = decided(outcome.as_ref().map(|_| ()).map_err(ToString::to_string));
                 match outcome {
                     Ok(actions) => {
                         if let Some(shared) = shared.upgrade() {
@@ -659,6 +752,7 @@ impl Feeder {
                     // The runtime already contained and reported the fault; nothing to run.
                     Err(error) => tracing::error!("the policy could not handle an event: {error}"),
                 }
+                drop(held);
             },
         );
     }

@@ -13,6 +13,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::connector::{Attempt, Connector, Link, OpenRequest, Opened};
 use super::lifecycle::{Effect, Input, Lifecycle};
+use super::startup::Startup;
 use super::{Feeder, ServerView};
 use crate::catalog::{Catalog, ServerCatalog};
 use crate::config::{ServerSpec, Timeouts};
@@ -49,6 +50,9 @@ pub(crate) struct ServerTask {
     pub(crate) view: Arc<Mutex<ServerView>>,
     pub(crate) catalog: Arc<Catalog>,
     pub(crate) events: broadcast::Sender<ServerEvent>,
+    /// The startup wait, told when this server's first attempt settled: when it connected and
+    /// the policy's decision ran, or when it failed.
+    pub(crate) startup: Arc<Startup>,
 }
 
 /// The task's IO state: what is open and what is in flight.
@@ -139,7 +143,11 @@ impl ServerTask {
                 result = poll_option(&mut io.catalog) => {
                     io.catalog = None;
                     match result {
-                        Ok(catalog) => self.catalog.set(&name, catalog),
+                        Ok(mut catalog) => {
+                            catalog.prompt_names =
+                                super::prompt_names(&self.feeder.policy, &name, &catalog).await;
+                            self.catalog.set(&name, catalog)
+                        }
                         // The last lists stay; the session's end, if it ended, comes separately.
                         Err(fault) => tracing::warn!(server = %name, "refreshing prompts and resources failed: {fault}"),
                     }
@@ -177,7 +185,7 @@ impl ServerTask {
             Effect::DropAttempt => io.attempt = None,
             Effect::AdoptSession => {
                 if let Some(opened) = io.opened.take() {
-                    self.adopt(opened, io);
+                    self.adopt(opened, io).await;
                 }
             }
             Effect::StartKeepalive => {
@@ -210,12 +218,19 @@ impl ServerTask {
     /// Tells the policy; a fault it carries is what operators see as the last fault.
     fn feed(&self, kind: EventKind) {
         match &kind {
-            EventKind::ConnectFailed(f)
-            | EventKind::Disconnected(f)
-            | EventKind::KeepaliveFailed(f) => {
+            EventKind::ConnectFailed(f) => {
+                self.view().last_fault = Some(f.fault.to_string());
+                // Settled once the policy's decision about the failure ran.
+                let (startup, server) = (self.startup.clone(), self.spec.name.clone());
+                self.feeder
+                    .feed_then(kind, move |_| Settled { startup, server });
+                return;
+            }
+            EventKind::Disconnected(f) | EventKind::KeepaliveFailed(f) => {
                 self.view().last_fault = Some(f.fault.to_string());
             }
-            EventKind::ToolsChanged(_) => {
+            EventKind::ToolsChanged(change) => {
+                self.view().offered = change.tools.iter().map(|t| t.name.clone()).collect();
                 let view = self.view.clone();
                 let server = self.spec.name.clone();
                 self.feeder.feed_or(kind, move |reason| {
@@ -231,18 +246,21 @@ impl ServerTask {
     }
 
     /// Takes the opened session as the server's and tells the policy it is `connected`.
-    fn adopt(&self, opened: Opened, io: &mut Io) {
+    async fn adopt(&self, opened: Opened, io: &mut Io) {
         let Opened {
             link,
             tools,
-            catalog,
+            mut catalog,
         } = opened;
+        catalog.prompt_names =
+            super::prompt_names(&self.feeder.policy, &self.spec.name, &catalog).await;
         // Stored before the policy hears of the session: publishing the server shows it.
         self.catalog.set(&self.spec.name, catalog);
         {
             let mut view = self.view();
             view.pid = link.pid();
             view.transport = link.transport();
+            view.offered = tools.iter().map(|t| t.name.clone()).collect();
         }
         let info = SessionInfo {
             server: self.spec.name.clone(),
@@ -252,26 +270,34 @@ impl ServerTask {
         io.link = Some(link.clone());
         let refused = self.own_commands.clone();
         let calls_see = self.session_tx.clone();
+        // Settled once the policy's decision about the session (its publication) has run.
+        let settle = Settled {
+            startup: self.startup.clone(),
+            server: self.spec.name.clone(),
+        };
         // Calls see the session once the policy has heard of it, and before its publication
         // runs: a call that waited for it is admitted by a policy that knows it, and a call to
         // a published tool finds it.
         self.feeder
-            .feed_then(EventKind::Connected(info), move |outcome| match outcome {
-                // Unless it ended meanwhile (the task then cleared it).
-                Ok(()) => {
-                    calls_see.send_if_modified(|current| {
-                        let alive = link.is_alive();
-                        if alive {
-                            *current = link.session();
+            .feed_then(EventKind::Connected(info), move |outcome| {
+                match outcome {
+                    // Unless it ended meanwhile (the task then cleared it).
+                    Ok(()) => {
+                        calls_see.send_if_modified(|current| {
+                            let alive = link.is_alive();
+                            if alive {
+                                *current = link.session();
+                            }
+                            alive
+                        });
+                    }
+                    Err(reason) => {
+                        if let Some(commands) = refused.upgrade() {
+                            let _ = commands.send(Command::PolicyRefusedSession(reason));
                         }
-                        alive
-                    });
-                }
-                Err(reason) => {
-                    if let Some(commands) = refused.upgrade() {
-                        let _ = commands.send(Command::PolicyRefusedSession(reason));
                     }
                 }
+                settle
             });
     }
 
@@ -284,6 +310,19 @@ impl ServerTask {
             self.view().pid = None;
             old.close(self.spec.timeouts.stop_grace).await;
         }
+    }
+}
+
+/// Tells the startup wait that a server's first attempt settled, when dropped (after the
+/// policy's decision about it ran).
+struct Settled {
+    startup: Arc<Startup>,
+    server: String,
+}
+
+impl Drop for Settled {
+    fn drop(&mut self) {
+        self.startup.settle(&self.server);
     }
 }
 

@@ -7,16 +7,25 @@
 //! and counted ([`dropped_notifications`]). List changes always pass: the supervisor coalesces
 //! them (one refresh in flight, one pending). It also corrects the one answer to a
 //! `server/discover` probe that rmcp misreads (see [`super::generation`]).
+//!
+//! It is where a client's request and what the server sends for it meet ([`Routes`]): a request
+//! leaving with a route is registered before it is written; progress for it is handed to its
+//! client here, in arrival order and before the answer that follows it (rmcp would handle each
+//! notification on a task of its own, in no particular order, after the answer); and each
+//! server-to-client request is tagged with the request it belongs to.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use rmcp::RoleClient;
-use rmcp::model::{JsonRpcMessage, ServerNotification};
-use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::model::{GetExtensions, GetMeta, JsonRpcMessage, ServerNotification};
+use rmcp::service::{InboundStreamOrigin, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 
 use super::SessionEnd;
+use crate::upstream::route::{Belongs, RouteTag, Routes};
 
 /// Notifications a session may burst before the rate applies.
 const BURST: f64 = 200.0;
@@ -67,6 +76,7 @@ impl TokenBucket {
 pub struct Guarded<T> {
     inner: T,
     end: SessionEnd,
+    routes: Option<Arc<Routes>>,
     bucket: TokenBucket,
     /// When the last "dropping" warning was logged (one per burst, not one per message).
     warned: Option<Instant>,
@@ -77,8 +87,58 @@ impl<T> Guarded<T> {
         Self {
             inner,
             end,
+            routes: None,
             bucket: TokenBucket::new(BURST, RATE, Instant::now()),
             warned: None,
+        }
+    }
+
+    /// Routes what the server sends for a client's request to that request (see [`Routes`]).
+    pub fn with_routes(mut self, routes: Arc<Routes>) -> Self {
+        self.routes = Some(routes);
+        self
+    }
+
+    /// Registers a request that leaves with a route, before it is written.
+    fn leaving(&self, item: &TxJsonRpcMessage<RoleClient>) {
+        let (Some(routes), JsonRpcMessage::Request(request)) = (&self.routes, item) else {
+            return;
+        };
+        if let Some(RouteTag(route)) = request.request.extensions().get::<RouteTag>() {
+            let token = request.request.get_meta().get_progress_token();
+            routes.register(request.id.clone(), token, route.clone());
+        }
+    }
+
+    /// Hands progress to its request's client and tags server requests with their request;
+    /// forgets a request once its answer is here.
+    fn arriving(&self, message: &mut RxJsonRpcMessage<RoleClient>) {
+        let Some(routes) = &self.routes else {
+            return;
+        };
+        match message {
+            JsonRpcMessage::Notification(notification) => {
+                if let ServerNotification::ProgressNotification(progress) =
+                    &notification.notification
+                {
+                    routes.progress(&progress.params);
+                }
+            }
+            JsonRpcMessage::Request(request) => {
+                let origin = request
+                    .request
+                    .extensions()
+                    .get::<InboundStreamOrigin>()
+                    .cloned();
+                let belongs: Belongs = routes.owner(origin.as_ref());
+                request.request.extensions_mut().insert(belongs);
+            }
+            JsonRpcMessage::Response(response) => routes.unregister(&response.id),
+            JsonRpcMessage::Error(error) => {
+                if let Some(id) = &error.id {
+                    routes.unregister(id);
+                }
+            }
         }
     }
 
@@ -120,6 +180,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Guarded<T> {
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.leaving(&item);
         self.inner.send(item)
     }
 
@@ -132,6 +193,9 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Guarded<T> {
             };
             let mut message = message;
             super::generation::legacy_only_rejection(&mut message);
+            // Progress handed to its client still reaches rmcp (it resets the call's timer),
+            // within the rate; the client has it either way.
+            self.arriving(&mut message);
             if self.admit(&message) {
                 return Some(message);
             }

@@ -37,6 +37,7 @@ use url::Url;
 
 pub use super::SessionEnd;
 use super::{Fault, gate::Guarded, limit, sse::SseTransport};
+use crate::upstream::route::Routes;
 
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
@@ -54,6 +55,8 @@ pub struct HttpOptions {
     pub max_message: usize,
     /// How Streamable HTTP sessions open (legacy SSE always uses `initialize`).
     pub lifecycle: rmcp::ClientLifecycleMode,
+    /// Where what the server sends for a client's request goes (see [`Routes`]).
+    pub routes: Option<Arc<Routes>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +79,9 @@ pub enum HttpError {
     /// Refused, reset, DNS, TLS, or the connection broke mid-answer.
     #[error("{0}")]
     Unreachable(String),
+    /// No connection could be made: whatever was to be sent was not.
+    #[error("cannot connect: {0}")]
+    CannotConnect(String),
     #[error("HTTP {0}")]
     Status(u16),
     /// Legacy SSE: the message endpoint answered 404 (Streamable HTTP uses rmcp's own variant).
@@ -91,6 +97,12 @@ pub enum HttpError {
     /// forever, so it fails the request instead.
     #[error("the server answered with a JSON-RPC {} that names no pending request", describe_code(*.0))]
     Uncorrelated(Option<i32>),
+    /// Legacy SSE: an event over `max_message` came before the stream named its endpoint.
+    #[error(
+        "its event stream sent a message larger than max_message ({}) before naming its endpoint",
+        limit::describe_size(*limit as u64)
+    )]
+    TooLarge { limit: usize },
     #[error("{0}")]
     Other(String),
 }
@@ -113,7 +125,7 @@ impl HttpError {
         if error.is_timeout() {
             Self::Unreachable(format!("timed out: {cause}"))
         } else if error.is_connect() {
-            Self::Unreachable(format!("cannot connect: {cause}"))
+            Self::CannotConnect(cause)
         } else if error.is_body() || error.is_decode() {
             Self::Unreachable(format!("the connection broke during the answer: {cause}"))
         } else {
@@ -134,6 +146,7 @@ impl HttpError {
     fn handshake_failure(&self, url: &Endpoint) -> Failure {
         let fault = match self {
             Self::Unreachable(cause) => Fault::TransportClosed(format!("{url}: {cause}")),
+            Self::CannotConnect(_) => Fault::TransportClosed(format!("{url}: {self}")),
             Self::Status(code @ (401 | 403)) => Fault::AuthRequired(*code),
             Self::Status(code @ (408 | 425 | 429)) | Self::Status(code @ 500..) => {
                 Fault::HandshakeFailed(format!("{url} answered the handshake with HTTP {code}"))
@@ -157,6 +170,7 @@ impl HttpError {
             Self::SessionExpired | Self::Other(_) => {
                 Fault::HandshakeFailed(format!("{url}: {self} during the handshake"))
             }
+            Self::TooLarge { .. } => Fault::HandshakeFailed(format!("{url}: {self}")),
         };
         Failure::new(fault)
     }
@@ -189,6 +203,31 @@ pub fn classify_service_error(error: &ServiceError) -> Option<Fault> {
             "the session closed before the answer arrived".into(),
         )),
         _ => None,
+    }
+}
+
+/// Whether a request that failed with `error` provably never ran: the server refused it before
+/// running it (HTTP 404 for a session it forgot, a 400 or an id-less error naming none of our
+/// requests), or no connection could be made to send it. Such a request is safe to send again
+/// on a fresh session, whatever it does.
+pub fn not_delivered(error: &ServiceError) -> bool {
+    let ServiceError::TransportSend(error) = error else {
+        return false;
+    };
+    let refused = |error: &HttpError| {
+        matches!(
+            error,
+            HttpError::SessionExpired
+                | HttpError::CannotConnect(_)
+                | HttpError::Status(400 | 404)
+                | HttpError::Uncorrelated(Some(_))
+        )
+    };
+    match find_http_error(error.error.as_ref()) {
+        Some(Found::Streamable(StreamableHttpError::SessionExpired)) => true,
+        Some(Found::Streamable(StreamableHttpError::Client(error))) => refused(error),
+        Some(Found::Plain(error)) => refused(error),
+        _ => false,
     }
 }
 
@@ -433,10 +472,13 @@ async fn streamable<H: ClientHandler>(
         .max_json_response_size(opts.max_message)
         .max_sse_event_size(opts.max_message);
     config.retry_config = Arc::new(StreamRetry { end: end.clone() });
-    let transport = Guarded::new(
+    let mut transport = Guarded::new(
         StreamableHttpClientTransport::with_client(client, config),
         end.clone(),
     );
+    if let Some(routes) = &opts.routes {
+        transport = transport.with_routes(routes.clone());
+    }
     let opening = handler.serve_with_lifecycle(transport, opts.lifecycle.clone());
     let service = match tokio::time::timeout(opts.connect_timeout, opening).await {
         Err(_) => return Err(Failure::new(Fault::HandshakeTimedOut)),
@@ -469,8 +511,12 @@ async fn legacy<H: ClientHandler>(
         )
         .await
         .map_err(|error| error.handshake_failure(url))?;
+        let mut transport = Guarded::new(transport, end.clone());
+        if let Some(routes) = &opts.routes {
+            transport = transport.with_routes(routes.clone());
+        }
         handler
-            .serve(Guarded::new(transport, end.clone()))
+            .serve(transport)
             .await
             .map_err(|error| init_failure(&error, url))
     };

@@ -65,6 +65,32 @@ pub enum Framing {
     SseEvents,
 }
 
+/// Raised when a frame crosses the limit, for a reader that waits on one frame in particular
+/// (legacy SSE's `endpoint` event) and must not wait for a frame that will never come.
+#[derive(Debug, Default)]
+pub struct Oversized {
+    seen: std::sync::atomic::AtomicBool,
+    raised: tokio::sync::Notify,
+}
+
+impl Oversized {
+    fn raise(&self) {
+        self.seen.store(true, Ordering::SeqCst);
+        self.raised.notify_waiters();
+    }
+
+    /// Resolves once a frame crossed the limit.
+    pub async fn seen(&self) {
+        loop {
+            let raised = self.raised.notified();
+            if self.seen.load(Ordering::SeqCst) {
+                return;
+            }
+            raised.await;
+        }
+    }
+}
+
 /// See the module documentation. Feed it bytes in order; it appends what to pass on.
 #[derive(Debug)]
 pub struct FrameLimiter {
@@ -82,6 +108,8 @@ pub struct FrameLimiter {
     prev: u8,
     /// SSE: whether the current line is empty so far.
     line_empty: bool,
+    /// Told when a frame crosses the limit.
+    oversized: std::sync::Arc<Oversized>,
 }
 
 impl FrameLimiter {
@@ -95,6 +123,7 @@ impl FrameLimiter {
             answered: false,
             prev: b'\n',
             line_empty: true,
+            oversized: Default::default(),
         }
     }
 
@@ -160,6 +189,7 @@ impl FrameLimiter {
             let mut tail = Vec::new();
             keep_tail(&mut tail, piece);
             self.tail = Some(tail);
+            self.oversized.raise();
             // With the id at its start, the waiting call fails now, not when (if ever) it ends.
             if let Head::Answer(Some(id)) = read_head(&self.head) {
                 self.answered = true;
@@ -379,6 +409,11 @@ impl<S> BoundedEvents<S> {
             inner,
             limiter: FrameLimiter::new(Framing::SseEvents, limit),
         }
+    }
+
+    /// Told when an event crosses the limit.
+    pub fn oversized(&self) -> std::sync::Arc<Oversized> {
+        self.limiter.oversized.clone()
     }
 }
 

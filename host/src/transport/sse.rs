@@ -76,9 +76,16 @@ impl SseTransport {
         // Events are bounded before they are parsed: an event without end cannot grow past
         // `max_message`, and an oversized answer fails its request (see `limit`).
         let body = BoundedEvents::new(response.bytes_stream().boxed(), max_message);
+        let oversized = body.oversized();
         let mut events: Events = SseStream::from_bytes_stream(body).boxed();
         let endpoint = loop {
-            match events.next().await {
+            let next = tokio::select! {
+                next = events.next() => next,
+                // An event over the limit is dropped to its end, which may never come: the
+                // endpoint cannot be read past it.
+                () = oversized.seen() => return Err(HttpError::TooLarge { limit: max_message }),
+            };
+            match next {
                 None => {
                     return Err(HttpError::Unreachable(
                         "the event stream ended before naming its endpoint".into(),

@@ -46,11 +46,9 @@ pub(super) fn filter(
         .resources
         .as_ref()
         .and_then(|r| on(r.list_changed));
-    let subscribes = capabilities
-        .resources
-        .as_ref()
-        .is_some_and(|r| r.subscribe == Some(true));
-    if subscribes && !uris.is_empty() {
+    // A 2026-07-28 server takes resource subscriptions on this stream whether or not it
+    // declares `resources.subscribe`; one that does not honour them never sends an update.
+    if capabilities.resources.is_some() && !uris.is_empty() {
         filter.resource_subscriptions = Some(uris.iter().cloned().collect());
     }
     (filter != SubscriptionFilter::new()).then_some(filter)

@@ -3,23 +3,25 @@
 //! gateway forwards), progress and cancellation, noticing its end and closing it.
 
 mod listen;
+pub mod route;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 #[allow(deprecated)] // sampling and logging types: see the handler
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientRequest, CreateMessageRequestParams, CreateMessageResult, DiscoverRequest,
-    DiscoverRequestParams, ErrorCode, ErrorData, Implementation, InputRequiredResult,
-    InputResponses, JsonObject, ListPromptsRequest, ListResourceTemplatesRequest,
-    ListResourcesRequest, ListToolsRequest, LoggingMessageNotificationParam,
-    PaginatedRequestParams, PingRequest, ProgressNotificationParam, ProgressToken, ProtocolVersion,
-    ResourceUpdatedNotificationParam, ServerCapabilities, ServerResult, SubscribeRequest,
-    SubscribeRequestParams, UnsubscribeRequest, UnsubscribeRequestParams,
+    ClientRequest, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
+    CreateMessageResult, CustomRequest, ElicitRequest, ElicitRequestParams, ElicitResult,
+    ErrorCode, ErrorData, GetExtensions, Implementation, InputRequiredResult, InputResponses,
+    JsonObject, ListPromptsRequest, ListResourceTemplatesRequest, ListResourcesRequest,
+    ListRootsRequest, ListRootsResult, ListToolsRequest, LoggingMessageNotificationParam,
+    PaginatedRequestParams, PingRequest, ProtocolVersion, ResourceUpdatedNotificationParam,
+    ServerCapabilities, ServerRequest, ServerResult, SubscribeRequest, SubscribeRequestParams,
+    UnsubscribeRequest, UnsubscribeRequestParams,
 };
 use rmcp::service::{
     ClientInitializeError, NotificationContext, PeerRequestOptions, RequestContext, RunningService,
@@ -40,6 +42,8 @@ use crate::transport::generation::{self, Generation};
 use crate::transport::http::{self, HttpFlavor, HttpOptions};
 use crate::transport::limit::{self, BoundedReader};
 use crate::transport::stdio::{self, ChildProcess};
+use route::{Belongs, RouteTag, Routes};
+pub use route::{CallRoute, ClientAsk, ProgressForward};
 
 /// Which of a server's lists it said changed, coalesced: however many notices arrive while a
 /// refresh runs, one more refresh of each list follows.
@@ -96,103 +100,92 @@ pub enum ServerEvent {
     },
 }
 
-/// Receives an upstream call's progress, already in the caller's terms.
-pub type ProgressSink = Arc<dyn Fn(ProgressNotificationParam) + Send + Sync>;
-
 /// Receives the log messages that belong to an upstream call (see [`CallContext::log`]).
 #[allow(deprecated)] // logging is deprecated in 2026-07-28 but clients still opt in
 pub type LogSink = Arc<dyn Fn(LoggingMessageNotificationParam) + Send + Sync>;
 
 /// What a caller gives a request besides its parameters: a way to cancel it, where its
-/// progress goes if it asked, and for a retry after a server's request for input, the answers
-/// and the server's request state.
+/// progress goes if it asked, the client the server may ask for input during it, and for a
+/// retry after a server's request for input, the answers and the server's request state.
 #[derive(Clone, Default)]
 pub struct CallContext {
     /// Cancelled when the caller gives up (`notifications/cancelled`, a closed stream).
     pub cancel: CancellationToken,
-    pub progress: Option<ProgressSink>,
+    pub progress: Option<Arc<dyn ProgressForward>>,
     pub input_responses: Option<InputResponses>,
     pub request_state: Option<String>,
-    /// A 2026-07-28 caller that asked for log messages (`_meta` `logLevel`): the level is
-    /// passed on to the server, and the server's messages during the call go to the sink.
+    /// The level of log messages the caller wants (a 2026-07-28 caller's `_meta` `logLevel`,
+    /// or an older client's `logging/setLevel`): passed on to a 2026-07-28 server, which logs
+    /// only when asked.
     #[allow(deprecated)]
-    pub log: Option<(rmcp::model::LoggingLevel, LogSink)>,
-}
-
-/// Progress sinks of the requests in flight, by the progress token sent upstream.
-#[derive(Default)]
-struct InFlight {
-    progress: Mutex<HashMap<ProgressToken, ProgressSink>>,
-    /// The calls in flight, with the log sink of those whose caller asked for log messages.
-    calls: Mutex<Vec<(u64, Option<LogSink>)>>,
-    next_call: std::sync::atomic::AtomicU64,
-}
-
-impl InFlight {
-    /// Where a log message from the server goes: upstream notifications name no request, so
-    /// a message belongs to a call only when that call is the only one in flight.
-    fn log_sink(&self) -> Option<LogSink> {
-        match &self.calls.lock().unwrap_or_else(|e| e.into_inner())[..] {
-            [(_, sink)] => sink.clone(),
-            _ => None,
-        }
-    }
-}
-
-/// Counts a call in flight (with its log sink) until it ends, however it ends.
-struct CallRoute<'a> {
-    in_flight: &'a InFlight,
-    id: u64,
-}
-
-impl<'a> CallRoute<'a> {
-    fn enter(in_flight: &'a InFlight, log: Option<LogSink>) -> Self {
-        let id = in_flight.next_call.fetch_add(1, Ordering::Relaxed);
-        in_flight
-            .calls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((id, log));
-        Self { in_flight, id }
-    }
-}
-
-impl Drop for CallRoute<'_> {
-    fn drop(&mut self) {
-        self.in_flight
-            .calls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|(id, _)| *id != self.id);
-    }
-}
-
-/// Unregisters a request's progress sink when the request ends, however it ends.
-struct ProgressRoute<'a> {
-    in_flight: &'a InFlight,
-    token: Option<ProgressToken>,
-}
-
-impl Drop for ProgressRoute<'_> {
-    fn drop(&mut self) {
-        if let Some(token) = self.token.take() {
-            self.in_flight
-                .progress
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&token);
-        }
-    }
+    pub log_level: Option<rmcp::model::LoggingLevel>,
+    /// A 2026-07-28 caller's own stream for the server's log messages during the call.
+    pub log: Option<LogSink>,
+    /// The client, for what the server asks of it during the call (sampling, elicitation,
+    /// roots); its capabilities go to a 2026-07-28 server with the request.
+    pub client: Option<Arc<dyn ClientAsk>>,
 }
 
 /// The client side of a session: tells the supervisor of list changes, the gateway of events,
-/// and each request's caller of its progress.
+/// and passes what the server asks of a client to the client whose request it belongs to.
 #[derive(Clone)]
 pub struct UpstreamHandler {
     server: Arc<str>,
     changes: Arc<ListChanges>,
     events: broadcast::Sender<ServerEvent>,
-    in_flight: Arc<InFlight>,
+    routes: Arc<Routes>,
+}
+
+impl UpstreamHandler {
+    /// The client a server-to-client request is for, if it can be asked for `what`.
+    fn client_for(
+        &self,
+        context: &RequestContext<RoleClient>,
+        what: &str,
+        declared: impl Fn(&rmcp::model::ClientCapabilities) -> bool,
+    ) -> Result<Arc<dyn ClientAsk>, ErrorData> {
+        let refuse = |why: String| {
+            tracing::debug!(server = %self.server, "refusing the server's {what} request: {why}");
+            Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!("{what} through Tether is refused: {why}"),
+                None,
+            ))
+        };
+        let client = match context.extensions.get::<Belongs>() {
+            Some(Belongs::To(route)) => route.client.clone(),
+            Some(Belongs::Nowhere(why)) => {
+                return refuse(format!("{why}, so no client can answer it"));
+            }
+            None => None,
+        };
+        let Some(client) = client else {
+            return refuse("no client's request is waiting for it".into());
+        };
+        if !declared(&client.capabilities()) {
+            return refuse(format!("the client did not declare the {what} capability"));
+        }
+        Ok(client)
+    }
+
+    /// Asks the client `request` on the server's behalf.
+    async fn ask_client(
+        &self,
+        context: &RequestContext<RoleClient>,
+        what: &str,
+        declared: impl Fn(&rmcp::model::ClientCapabilities) -> bool,
+        request: ServerRequest,
+    ) -> Result<ClientResult, ErrorData> {
+        let client = self.client_for(context, what, declared)?;
+        tokio::select! {
+            answer = client.ask(request) => answer,
+            // The server gave up (it sent notifications/cancelled for its request).
+            () = context.ct.cancelled() => Err(ErrorData::internal_error(
+                format!("the server cancelled its {what} request"),
+                None,
+            )),
+        }
+    }
 }
 
 impl ClientHandler for UpstreamHandler {
@@ -227,7 +220,7 @@ impl ClientHandler for UpstreamHandler {
     ) {
         // A 2026-07-28 client asked for the log messages of its call; older clients get the
         // server's messages by their session's level.
-        if let Some(sink) = self.in_flight.log_sink() {
+        if let Some(sink) = self.routes.log_sink() {
             sink(message.clone());
         }
         let _ = self.events.send(ServerEvent::Log {
@@ -236,36 +229,58 @@ impl ClientHandler for UpstreamHandler {
         });
     }
 
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        let sink = self
-            .in_flight
-            .progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&params.progress_token)
-            .cloned();
-        if let Some(sink) = sink {
-            sink(params);
-        }
-    }
+    // Progress is handed to its client by the transport (`transport::gate`), in order.
 
-    /// Tether has no model to sample from and does not pass sampling on to its clients:
-    /// the server gets a clear refusal instead of waiting for an answer.
+    /// Passed on to the client whose request it came with (see [`route`]).
     #[allow(deprecated)] // sampling is deprecated (SEP-2577), but servers still ask for it
     async fn create_message(
         &self,
-        _params: CreateMessageRequestParams,
-        _context: RequestContext<RoleClient>,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
-        Err(ErrorData::new(
-            ErrorCode::METHOD_NOT_FOUND,
-            "sampling/createMessage is not supported through Tether: it has no model to sample from",
-            None,
-        ))
+        let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
+        match self
+            .ask_client(&context, "sampling", |c| c.sampling.is_some(), request)
+            .await?
+        {
+            ClientResult::CreateMessageResult(result) => Ok(*result),
+            _ => Err(wrong_answer("sampling/createMessage")),
+        }
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+        match self
+            .ask_client(
+                &context,
+                "elicitation",
+                |c| c.elicitation.is_some(),
+                request,
+            )
+            .await?
+        {
+            ClientResult::ElicitResult(result) => Ok(result),
+            _ => Err(wrong_answer("elicitation/create")),
+        }
+    }
+
+    #[allow(deprecated)] // roots: deprecated by SEP-2577, still asked for
+    async fn list_roots(
+        &self,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        let request = ServerRequest::ListRootsRequest(ListRootsRequest::default());
+        match self
+            .ask_client(&context, "roots", |c| c.roots.is_some(), request)
+            .await?
+        {
+            ClientResult::ListRootsResult(result) => Ok(result),
+            _ => Err(wrong_answer("roots/list")),
+        }
     }
 
     fn get_info(&self) -> rmcp::model::ClientConfig {
@@ -273,7 +288,46 @@ impl ClientHandler for UpstreamHandler {
         info.client_info = Implementation::new("tether", env!("CARGO_PKG_VERSION"));
         // What `initialize` offers; 2026-07-28 is negotiated by `server/discover`.
         info.protocol_version = ProtocolVersion::V_2025_11_25;
+        // What Tether passes on to its clients; each request is checked against what its own
+        // client declared (and a 2026-07-28 server is told that client's capabilities).
+        info.capabilities = passed_on_capabilities();
         info
+    }
+}
+
+/// What Tether can pass on to a client, as it declares it upstream: sampling (with tools),
+/// elicitation (form and URL) and roots.
+#[allow(deprecated)] // sampling and roots: deprecated by SEP-2577, still asked for
+pub(crate) fn passed_on_capabilities() -> rmcp::model::ClientCapabilities {
+    let mut capabilities = rmcp::model::ClientCapabilities::default();
+    let mut sampling = rmcp::model::SamplingCapability::default();
+    sampling.tools = Some(JsonObject::new());
+    capabilities.sampling = Some(sampling);
+    let mut elicitation = rmcp::model::ElicitationCapability::default();
+    elicitation.form = Some(Default::default());
+    elicitation.url = Some(Default::default());
+    capabilities.elicitation = Some(elicitation);
+    capabilities.roots = Some(rmcp::model::RootsCapabilities::default());
+    capabilities
+}
+
+fn wrong_answer(method: &str) -> ErrorData {
+    ErrorData::internal_error(
+        format!("the client gave an answer of the wrong kind to {method}"),
+        None,
+    )
+}
+
+/// Forgets a request's route when its exchange ends, however it ends (the transport also does
+/// when the answer arrives).
+struct Unroute<'a> {
+    routes: &'a Routes,
+    id: rmcp::model::RequestId,
+}
+
+impl Drop for Unroute<'_> {
+    fn drop(&mut self) {
+        self.routes.unregister(&self.id);
     }
 }
 
@@ -312,7 +366,7 @@ pub struct Session {
     /// the session; 401/403: credentials revoked).
     end: SessionEnd,
     max_message: usize,
-    in_flight: Arc<InFlight>,
+    routes: Arc<Routes>,
     generation: Generation,
     /// Resource URIs clients want updates of; a 2026-07-28 session listens for them.
     resource_uris: watch::Sender<BTreeSet<String>>,
@@ -337,12 +391,12 @@ impl Session {
         events: broadcast::Sender<ServerEvent>,
         log_dir: &Path,
     ) -> Result<Session, Fault> {
-        let in_flight = Arc::new(InFlight::default());
+        let routes = Arc::new(Routes::default());
         let handler = UpstreamHandler {
             server: spec.name.as_str().into(),
             changes: changes.clone(),
             events: events.clone(),
-            in_flight: in_flight.clone(),
+            routes: routes.clone(),
         };
         let lifecycle = generation::lifecycle(spec.protocol, remembered.generation);
         let deadline = spec.timeouts.connect;
@@ -361,7 +415,7 @@ impl Session {
                 let reader = BoundedReader::lines(stdout, spec.max_message);
                 let transport = AsyncRwTransport::new_client(reader, stdin)
                     .with_max_line_length(spec.max_message.saturating_add(2));
-                let transport = Guarded::new(transport, end.clone());
+                let transport = Guarded::new(transport, end.clone()).with_routes(routes.clone());
                 let opening = handler.serve_with_lifecycle(transport, lifecycle);
                 match tokio::time::timeout(deadline, opening).await {
                     Ok(Ok(service)) => (service, Some(process), TransportKind::Stdio),
@@ -404,7 +458,7 @@ impl Session {
                     (None, false) => Some(HttpFlavor::Streamable),
                     (None, true) => None,
                 };
-                let options = http_options(headers, spec, lifecycle);
+                let options = http_options(headers, spec, lifecycle, &routes);
                 let session =
                     http::connect_session(url, wanted, &options, || handler.clone()).await?;
                 remembered.flavor = Some(session.flavor);
@@ -416,7 +470,12 @@ impl Session {
                 (session.service, None, kind)
             }
             TransportSpec::Sse { url, headers } => {
-                let options = http_options(headers, spec, rmcp::ClientLifecycleMode::Initialize);
+                let options = http_options(
+                    headers,
+                    spec,
+                    rmcp::ClientLifecycleMode::Initialize,
+                    &routes,
+                );
                 let session =
                     http::connect_session(url, Some(HttpFlavor::Sse), &options, || handler.clone())
                         .await?;
@@ -427,7 +486,7 @@ impl Session {
         let mut session = Self::from_service(&spec.name, service, process, transport);
         session.end = end;
         session.max_message = spec.max_message;
-        session.in_flight = in_flight;
+        session.routes = routes;
         remembered.generation = Some(session.generation);
         if session.generation == Generation::Modern {
             listen::spawn(listen::Listener {
@@ -478,7 +537,7 @@ impl Session {
             ping_unsupported: AtomicBool::new(false),
             end: SessionEnd::new(),
             max_message: ServerSpec::DEFAULT_MAX_MESSAGE,
-            in_flight: Arc::default(),
+            routes: Arc::default(),
             generation,
             resource_uris: watch::channel(BTreeSet::new()).0,
         }
@@ -508,11 +567,13 @@ impl Session {
             .unwrap_or_default()
     }
 
-    /// Whether the server offers resource subscriptions.
+    /// Whether the server offers resource subscriptions: `resources.subscribe` (2025-11-25 and
+    /// older); on 2026-07-28 any server with resources takes them on its `subscriptions/listen`
+    /// stream, where one it does not honour is simply never updated.
     pub fn offers_resource_subscriptions(&self) -> bool {
         self.capabilities()
             .resources
-            .is_some_and(|r| r.subscribe == Some(true))
+            .is_some_and(|r| r.subscribe == Some(true) || self.generation == Generation::Modern)
     }
 
     /// Asks the server for updates of `uri` (`wanted`), or to stop them: `resources/subscribe`
@@ -665,13 +726,16 @@ impl Session {
     /// 2026-07-28, which has no ping, `server/discover` (sent as is, never from a cache).
     pub async fn keepalive(&self, timeouts: &Timeouts) -> Result<(), Fault> {
         if self.generation == Generation::Modern {
-            let discover =
-                ClientRequest::DiscoverRequest(DiscoverRequest::new(DiscoverRequestParams {}));
+            // As a plain request: rmcp's Streamable HTTP client makes a typed `server/discover`
+            // wait for every request in flight (it may change the protocol version), so one
+            // long request — a `subscriptions/listen` stream answered as JSON — would stall
+            // the keepalive and every request after it.
+            let discover = ClientRequest::CustomRequest(CustomRequest::new(
+                "server/discover",
+                Some(serde_json::json!({})),
+            ));
             return match self.request(discover, timeouts.keepalive_deadline).await {
-                Ok(ServerResult::DiscoverResult(_)) => Ok(()),
-                Ok(_) => Err(Fault::KeepaliveFailed(
-                    "unexpected answer to server/discover".into(),
-                )),
+                Ok(_) => Ok(()),
                 Err(error) => Err(Fault::KeepaliveFailed(describe_service_error(&error))),
             };
         }
@@ -731,7 +795,7 @@ impl Session {
     pub async fn exchange(
         &self,
         method: &str,
-        request: ClientRequest,
+        mut request: ClientRequest,
         timeouts: &Timeouts,
         context: &CallContext,
     ) -> Result<ServerResult, CallFailure> {
@@ -741,12 +805,24 @@ impl Session {
         let mut options = PeerRequestOptions::with_timeout(timeouts.call);
         options.reset_timeout_on_progress = true;
         options.max_total_timeout = Some(timeouts.call_max);
-        if let Some((level, _)) = &context.log {
+        if self.generation == Generation::Modern {
+            // A 2026-07-28 server decides by what the caller can do and wants (per request).
             let mut meta = rmcp::model::RequestMetaObject::new();
-            meta.set_log_level(*level);
+            if let Some(level) = context.log_level {
+                meta.set_log_level(level);
+            }
+            if let Some(client) = &context.client {
+                meta.set_client_capabilities(client.capabilities());
+            }
             options.meta = Some(meta);
         }
-        let _call = CallRoute::enter(&self.in_flight, context.log.clone().map(|(_, sink)| sink));
+        // Registered by the transport as the request leaves (see `route`).
+        let route = Arc::new(CallRoute {
+            progress: context.progress.clone(),
+            log: context.log.clone(),
+            client: context.client.clone(),
+        });
+        request.extensions_mut().insert(RouteTag(route));
         let handle = match self.peer.send_request_with_option(request, options).await {
             Ok(handle) => handle,
             Err(error) => {
@@ -755,18 +831,9 @@ impl Session {
                 ));
             }
         };
-        // rmcp picks the token; progress that comes before this line is lost (the server has
-        // had no time to do any work yet).
-        let _progress = ProgressRoute {
-            in_flight: &self.in_flight,
-            token: context.progress.clone().map(|sink| {
-                self.in_flight
-                    .progress
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(handle.progress_token.clone(), sink);
-                handle.progress_token.clone()
-            }),
+        let _route = Unroute {
+            routes: &self.routes,
+            id: handle.id.clone(),
         };
         let (peer, id) = (handle.peer.clone(), handle.id.clone());
         let answer = tokio::select! {
@@ -782,6 +849,10 @@ impl Session {
                 return Err(CallFailure::Cancelled);
             }
         };
+        // Progress the server sent before its answer reaches the client before the answer.
+        if let Some(progress) = &context.progress {
+            progress.flush().await;
+        }
         match answer {
             Ok(result) => Ok(result),
             Err(ServiceError::McpError(error)) => {
@@ -799,7 +870,21 @@ impl Session {
                     _ => Err(CallFailure::TimedOut(timeout)),
                 }
             }
+            // Refused before it ran, or never written (a stdio pipe that broke on the write):
+            // it certainly did not run.
+            Err(error) if self.never_ran(&error) => Err(CallFailure::NotSent(
+                self.request_fault(method, error).await,
+            )),
             Err(error) => Err(CallFailure::Lost(self.request_fault(method, error).await)),
+        }
+    }
+
+    /// Whether a request that failed with `error` provably never ran (see
+    /// [`http::not_delivered`]); on stdio, a request whose write failed.
+    fn never_ran(&self, error: &ServiceError) -> bool {
+        match self.transport {
+            TransportKind::Stdio => matches!(error, ServiceError::TransportSend(_)),
+            _ => http::not_delivered(error),
         }
     }
 
@@ -965,6 +1050,7 @@ fn http_options(
     headers: &std::collections::BTreeMap<String, String>,
     spec: &ServerSpec,
     lifecycle: rmcp::ClientLifecycleMode,
+    routes: &Arc<Routes>,
 ) -> HttpOptions {
     HttpOptions {
         headers: headers.clone(),
@@ -972,6 +1058,7 @@ fn http_options(
         request_timeout: spec.timeouts.keepalive_deadline,
         max_message: spec.max_message,
         lifecycle,
+        routes: Some(routes.clone()),
     }
 }
 
@@ -1019,16 +1106,31 @@ impl ToolPage {
     }
 }
 
-/// The policy's view of an rmcp tool.
+/// The host's view of an rmcp tool: what the policy reads (name, read-only) and what agents
+/// get (everything else, as the server listed it).
 pub fn tool_from_rmcp(tool: rmcp::model::Tool) -> Tool {
+    let read_only = tool
+        .annotations
+        .as_ref()
+        .and_then(|a| a.read_only_hint)
+        .unwrap_or(false);
+    let extra = match serde_json::to_value(&tool) {
+        Ok(serde_json::Value::Object(mut all)) => {
+            for key in ["name", "description", "inputSchema"] {
+                all.remove(key);
+            }
+            match all.is_empty() {
+                true => String::new(),
+                false => serde_json::Value::Object(all).to_string(),
+            }
+        }
+        _ => String::new(),
+    };
     Tool {
-        read_only: tool
-            .annotations
-            .as_ref()
-            .and_then(|a| a.read_only_hint)
-            .unwrap_or(false),
+        read_only,
         name: tool.name.into_owned(),
         description: tool.description.map(|d| d.into_owned()),
         input_schema: serde_json::Value::Object((*tool.input_schema).clone()).to_string(),
+        extra,
     }
 }

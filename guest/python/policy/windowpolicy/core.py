@@ -89,7 +89,12 @@ class Server:
         "b_reason": str,
         # publication: [[advertised, original, read_only, revision], ...] or None (nothing shown)
         "published": (list, type(None)),
+        # the operator's prefix the shown names follow (None: the default naming)
+        "named_by": (str, type(None)),
     }
+
+    # Fields a snapshot of an older build lacks, with the value they had then.
+    ADDED = {"named_by": None}
 
     __slots__ = tuple(FIELDS)
 
@@ -126,12 +131,15 @@ class Server:
         self.b_probe_reconnect = False
         self.b_reason = ""
         self.published = None
+        self.named_by = None
 
     def to_json(self):
         return {field: getattr(self, field) for field in self.FIELDS}
 
     @classmethod
     def from_json(cls, data):
+        if isinstance(data, dict):
+            data = {**cls.ADDED, **data}
         if not isinstance(data, dict) or sorted(data) != sorted(cls.FIELDS):
             raise PolicyError("a server record does not have the expected fields")
         server = cls.__new__(cls)
@@ -200,8 +208,9 @@ def _tools(tools):
 
 
 class Policy:
-    """The state machine. `handle`, `admit`, `status`, `snapshot`, `restore`, `take_over`
-    mirror the WIT functions; `take_logs` drains what it wants logged."""
+    """The state machine. `handle`, `admit`, `status`, `snapshot`, `restore`, `take_over`,
+    `set_naming`, `name_prompts` mirror the WIT functions; `take_logs` drains what it wants
+    logged."""
 
     def __init__(self, settings_json=""):
         try:
@@ -210,6 +219,9 @@ class Policy:
             raise PolicyError(str(e)) from None
         self.servers = {}
         self.owners = {}
+        # The operator's prefix per server (contract 0.2.1); a server without one is named by
+        # default. Apart from `servers`: it may come before the server's configuration.
+        self.namings = {}
         self.now = 0
         self.next_token = 0
         self.logs = []
@@ -330,6 +342,36 @@ class Policy:
             )
         return out
 
+    def set_naming(self, name, prefix):
+        """The operator's naming of server `name`: a prefix (`""`: the server's own names), or
+        None for the default. Takes effect at the server's next publication (the host follows
+        with `server-configured`, which republishes a live server)."""
+        if prefix is None:
+            self.namings.pop(name, None)
+        else:
+            self.namings[name] = prefix
+        how = "by default" if prefix is None else f"with the prefix {prefix!r}"
+        self._log("debug", f"server {name!r}: tools and prompts named {how}")
+
+    def name_prompts(self, name, originals):
+        """The names agents see for server `name`'s prompts, as [(advertised, original)], by the
+        rule of its tools. A pure query: nothing here changes the state. Each original once;
+        where two map to one name, the later in sorted order gets an alternative, so a prompt's
+        name does not depend on the order the server lists them in."""
+        prefix = self.namings.get(name)
+        unique = list(dict.fromkeys(originals))
+        chosen = {}
+        used = set()
+        for orig in sorted(unique):
+            adv = naming.advertised_name(name, orig, prefix)
+            n = 0
+            while adv in used:
+                n += 1
+                adv = naming.alternative_name(name, orig, n, prefix)
+            chosen[orig] = adv
+            used.add(adv)
+        return [(chosen[orig], orig) for orig in unique]
+
     def snapshot(self):
         data = {
             "format": SNAPSHOT_FORMAT,
@@ -338,6 +380,7 @@ class Policy:
             "now": self.now,
             "next_token": self.next_token,
             "servers": [self.servers[n].to_json() for n in sorted(self.servers)],
+            "namings": self.namings,
         }
         return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
@@ -370,6 +413,12 @@ class Policy:
             policy.servers = {}
             policy.owners = {}
             policy.logs = []
+            # A snapshot of a build before contract 0.2.1 has no namings: every server by default.
+            policy.namings = data.get("namings", {})
+            if not isinstance(policy.namings, dict) or not all(
+                isinstance(p, str) for p in policy.namings.values()
+            ):
+                raise PolicyError("the snapshot's namings are damaged")
             for record in data["servers"]:
                 server = Server.from_json(record)
                 if server.name in policy.servers:
@@ -453,6 +502,7 @@ class Policy:
         server.config_error = error
 
     def _on_removed(self, name, out):
+        self.namings.pop(name, None)  # the naming ends with the server, known or not
         server = self.servers.get(name)
         if server is None:
             self._log("debug", f"ignoring the removal of unknown server {name!r}")
@@ -773,7 +823,10 @@ class Policy:
     def _plan(self, server):
         """What the server would publish now: [[advertised, original, read_only, revision]]."""
         tools = sorted(t for t in server.tools if naming.allowed(server.include, server.exclude, t[0]))
-        previous = {orig: adv for adv, orig, _ro, _rev in server.published or []}
+        prefix = self.namings.get(server.name)
+        # Shown names are kept only under the naming they were given by: a new naming renames.
+        shown = server.published if server.named_by == prefix else None
+        previous = {orig: adv for adv, orig, _ro, _rev in shown or []}
         chosen = {}
         used = set()
 
@@ -789,11 +842,11 @@ class Policy:
         for orig, _ro, _rev in tools:
             if orig in chosen:
                 continue
-            adv = naming.advertised_name(server.name, orig)
+            adv = naming.advertised_name(server.name, orig, prefix)
             n = 0
             while not free(adv):
                 n += 1
-                adv = naming.alternative_name(server.name, orig, n)
+                adv = naming.alternative_name(server.name, orig, n, prefix)
             if n:
                 self._log("warn", f"server {server.name!r}: tool {orig!r} is published as {adv!r} (name taken)")
             chosen[orig] = adv
@@ -804,6 +857,7 @@ class Policy:
         if not server.live:
             return
         plan = self._plan(server)
+        server.named_by = self.namings.get(server.name)
         if server.published is not None and plan == server.published:
             return
         self._release(server)

@@ -1,9 +1,11 @@
-"""Advertised tool names and include/exclude globs.
+"""Advertised tool (and prompt) names and include/exclude globs.
 
 Names follow Tether's convention, `<server>__<tool>` sanitised to `[A-Za-z0-9_-]` and clamped to
 64 characters with a stable hash suffix, so that a swap between this policy and the default one
-does not rename any tool an agent sees. Collisions (two tools, of one server or of two, mapping
-to one name) are resolved by giving the newcomer a hashed alternative, never by hiding a tool.
+does not rename any tool an agent sees. An operator's prefix (contract 0.2.1 `set-naming`)
+replaces `<server>__`: `""` gives the server's own names, `"x-"` gives `x-<tool>`, sanitised and
+clamped alike. Collisions (two tools, of one server or of two, mapping to one name) are resolved
+by giving the newcomer a hashed alternative, never by hiding a tool.
 """
 
 import re
@@ -39,19 +41,27 @@ def sanitize(text):
     return _DISALLOWED.sub("_", text)
 
 
-def advertised_name(server, tool):
-    """The name agents see for `tool` of `server` (the default policy's, for the same input)."""
-    full = sanitize(f"{server}__{tool}")
-    if len(full) <= MAX_LEN:
+def _text(server, tool, prefix):
+    """What a name is made of: the operator's prefix, or by default `<server>__`, and the name."""
+    return f"{server}__{tool}" if prefix is None else prefix + tool
+
+
+def advertised_name(server, tool, prefix=None):
+    """The name agents see for `tool` of `server` (the default policy's, for the same input),
+    under the operator's `prefix` (None: the default naming)."""
+    full = sanitize(_text(server, tool, prefix))
+    if 1 <= len(full) <= MAX_LEN:
         return full
+    # Too long, or empty (prefix "" and a name ""): the hash makes it a usable name. It hashes
+    # the server and the tool, never the prefix: the server already tells two servers apart.
     suffix = _fold32(fnv64(f"{server}\0{tool}"))
     return f"{full[:MAX_LEN - _HASH_HEX - 1]}_{suffix:08x}"
 
 
-def alternative_name(server, tool, n):
+def alternative_name(server, tool, n, prefix=None):
     """The `n`th (1, 2, ...) alternative for a name that is taken: the sanitised name, clamped,
     with `_` and 8 hex digits of a hash of the unsanitised names and `n`."""
-    full = sanitize(f"{server}__{tool}")
+    full = sanitize(_text(server, tool, prefix))
     suffix = _fold32(fnv64(f"{server}\0{tool}\0{n}"))
     return f"{full[:MAX_LEN - _HASH_HEX - 1]}_{suffix:08x}"
 

@@ -1,4 +1,4 @@
-// A starting point for a Tether policy in JavaScript (contract tether:policy@0.2.0).
+// A starting point for a Tether policy in JavaScript (contract tether:policy@0.2.1).
 //
 // Build: ./build.sh policy.wasm     Check: tether policy check policy.wasm
 //
@@ -12,7 +12,7 @@
 // strings, option<T> is T or undefined, u64 is a BigInt, list<u8> a Uint8Array. A function
 // returning result<_, string> returns for ok and throws the error string.
 
-import { log } from 'tether:policy/log@0.2.0';
+import { log } from 'tether:policy/log@0.2.1';
 
 // ----- settings: a JSON object; unknown keys are refused -----
 // (These are the policy's own settings, given to init and setSettings. A server's per-server
@@ -43,12 +43,16 @@ function parseSettings(text) {
   return settings;
 }
 
-// ----- tool names agents can use: [A-Za-z0-9_-]{1,64}, unique across servers -----
+// ----- tool (and prompt) names agents can use: [A-Za-z0-9_-]{1,64}, unique across servers -----
+// By default `<server>__<tool>`; the operator may give a server a prefix instead (set-naming):
+// "" for the server's own names, "x-" for `x-<tool>`.
 
 const sanitize = (text) => text.replace(/[^A-Za-z0-9_-]/g, '_');
 
 function advertise(server, tool, taken) {
-  const base = `${sanitize(server)}__${sanitize(tool)}`.slice(0, 64);
+  const prefix = state.namings.get(server);
+  const text = prefix === undefined ? `${server}__${tool}` : `${prefix}${tool}`;
+  const base = sanitize(text).slice(0, 64) || '_'; // prefix "" and a tool named "": still a name
   let name = base;
   for (let n = 2; taken.has(name); n += 1) name = `${base.slice(0, 64 - String(n).length - 1)}_${n}`;
   return name;
@@ -68,7 +72,8 @@ let settings = DEFAULTS;
 let state = fresh();
 
 function fresh() {
-  return { now: 0, nextToken: 0, servers: new Map() };
+  // namings: server -> the operator's prefix (set-naming); it may come before the server does.
+  return { now: 0, nextToken: 0, servers: new Map(), namings: new Map() };
 }
 
 function newServer(config, now) {
@@ -193,6 +198,7 @@ function handle(kind, out) {
   }
   // Every other event names one server.
   const server = typeof val === 'string' ? val : val.server;
+  if (tag === 'server-removed') state.namings.delete(server); // the naming ends with the server
   const s = state.servers.get(server);
   if (!s) return;
   switch (tag) {
@@ -348,8 +354,10 @@ export const policy = {
   },
 
   snapshot() {
-    const servers = [...state.servers].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-    const saved = { format: SNAPSHOT_FORMAT, settings, state: { now: state.now, nextToken: state.nextToken, servers } };
+    const byName = ([a], [b]) => (a < b ? -1 : a > b ? 1 : 0);
+    const servers = [...state.servers].sort(byName);
+    const namings = [...state.namings].sort(byName);
+    const saved = { format: SNAPSHOT_FORMAT, settings, state: { now: state.now, nextToken: state.nextToken, servers, namings } };
     return new TextEncoder().encode(JSON.stringify(saved));
   },
 
@@ -375,6 +383,10 @@ export const policy = {
     if (st === null || typeof st !== 'object' || !whole(st.now) || !whole(st.nextToken) || !Array.isArray(st.servers)) {
       throw 'damaged snapshot: its state is not { now, nextToken, servers }';
     }
+    // A snapshot of before contract 0.2.1 has no namings.
+    const namings = st.namings ?? [];
+    const pair = (p) => Array.isArray(p) && p.length === 2 && typeof p[0] === 'string' && typeof p[1] === 'string';
+    if (!Array.isArray(namings) || !namings.every(pair)) throw 'damaged snapshot: namings are not [server, prefix] pairs';
     const servers = new Map();
     for (const entry of st.servers) {
       const [name, s] = Array.isArray(entry) ? entry : [];
@@ -385,7 +397,7 @@ export const policy = {
       servers.set(name, s);
     }
     settings = restored;
-    state = { now: st.now, nextToken: st.nextToken, servers };
+    state = { now: st.now, nextToken: st.nextToken, servers, namings: new Map(namings) };
   },
 
   /** Adopts another policy's servers: keeps live sessions (never connects them), re-arms timers. */
@@ -416,5 +428,22 @@ export const policy = {
     }
     log('info', `took over ${handover.servers.length} servers from ${handover.previous.name}`);
     return out;
+  },
+
+  /** The operator's prefix for a server's names (undefined: the default); the host follows with
+   * `server-configured`, which republishes a live server under the new names. */
+  setNaming(naming) {
+    if (naming.prefix === undefined) state.namings.delete(naming.server);
+    else state.namings.set(naming.server, naming.prefix);
+  },
+
+  /** The names agents see for a server's prompts, by the rule of its tools; changes nothing. */
+  namePrompts(server, originals) {
+    const taken = new Set();
+    return [...new Set(originals)].map((original) => {
+      const advertised = advertise(server, original, taken);
+      taken.add(advertised);
+      return { advertised, original };
+    });
   },
 };

@@ -1,4 +1,4 @@
-"""A starter Tether policy in Python (contract tether:policy@0.2.0, see wit/policy.wit).
+"""A starter Tether policy in Python (contract tether:policy@0.2.1, see wit/policy.wit).
 
 RENAME THIS POLICY FIRST: set NAME below to a name of your own. Tether treats two components
 with the same name as one implementation and moves state between them by snapshot (`restore`),
@@ -13,8 +13,9 @@ time and executes the actions it returns. Rules of the sandbox:
   order of a set of strings); sort instead;
 - componentize-py creates a `Policy` object per call: keep state in module globals (STATE).
 
-What this starter does: connect on configuration; publish `<server>__<tool>` names (made valid
-and unique); retry with exponential backoff; park (tools withdrawn, slow self-probe) after
+What this starter does: connect on configuration; publish `<server>__<tool>` names, or
+`<prefix><tool>` when the operator gave the server a prefix (`set-naming`; "" for the server's
+own names), made valid and unique, and name prompts by the same rule; retry with exponential backoff; park (tools withdrawn, slow self-probe) after
 `max_failures` failures without a proven session or at once on a permanent fault; a circuit
 breaker on consecutive transport failures of calls, with one half-open probe. Build with
 `bash build.sh policy.wasm`, check with `tether policy check policy.wasm`: it passes the
@@ -49,7 +50,8 @@ DEFAULTS = {
 
 PERMANENT = (t.Fault_SpawnFailed, t.Fault_AuthRequired, t.Fault_NotMcpEndpoint)
 
-STATE = {"settings": dict(DEFAULTS), "now": 0, "token": 0, "servers": {}}
+# "namings": the operator's prefix per server (set-naming); it may come before the server does.
+STATE = {"settings": dict(DEFAULTS), "now": 0, "token": 0, "servers": {}, "namings": {}}
 
 
 def check_settings(values):
@@ -93,12 +95,26 @@ def fnv32(text):
 
 
 def tool_name(server, tool, n=0):
-    """`server__tool` with invalid characters replaced, at most 64 characters; `n` > 0 gives
-    an alternative (for a name that is taken)."""
-    name = "".join(c if c.isascii() and (c.isalnum() or c in "_-") else "_" for c in f"{server}__{tool}")
-    if len(name) <= 64 and n == 0:
+    """`server__tool` (or the operator's `<prefix><tool>`) with invalid characters replaced, 1 to
+    64 characters; `n` > 0 gives an alternative (for a name that is taken)."""
+    prefix = STATE["namings"].get(server)
+    text = f"{server}__{tool}" if prefix is None else prefix + tool
+    name = "".join(c if c.isascii() and (c.isalnum() or c in "_-") else "_" for c in text)
+    if 1 <= len(name) <= 64 and n == 0:
         return name
     return f"{name[:55]}_{fnv32(f'{server}/{tool}/{n}'):08x}"
+
+
+def name_prompts(server, originals):
+    """The names agents see for a server's prompts, by the rule of its tools; changes nothing."""
+    taken, out = set(), []
+    for prompt in dict.fromkeys(originals):  # each once, in order
+        n = 0
+        while tool_name(server, prompt, n) in taken:
+            n += 1
+        taken.add(tool_name(server, prompt, n))
+        out.append(t.NamedPrompt(advertised=tool_name(server, prompt, n), original=prompt))
+    return out
 
 
 def plan(name, srv):
@@ -201,6 +217,8 @@ def on_event(kind, out):
     # Every other event names one server.
     value = kind.value
     name = value if isinstance(value, str) else value.server
+    if isinstance(kind, t.EventKind_ServerRemoved):
+        STATE["namings"].pop(name, None)  # the operator's naming ends with the server
     srv = servers.get(name)
     if srv is None or srv["state"] == "STOPPED":
         return
@@ -326,8 +344,12 @@ def check_snapshot(state):
     """Validates a decoded snapshot (raises Err saying what is wrong) and returns the state."""
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise Err(f"not a snapshot of this policy (expected format {FORMAT!r})")
-    if sorted(state) != ["format", "now", "servers", "settings", "token"]:
+    state = {"namings": {}, **state}  # a snapshot of before contract 0.2.1 has no namings
+    if sorted(state) != ["format", "namings", "now", "servers", "settings", "token"]:
         raise Err(f"snapshot has unexpected keys: {sorted(state)}")
+    namings = state["namings"]
+    if not isinstance(namings, dict) or not all(isinstance(p, str) for p in namings.values()):
+        raise Err("snapshot 'namings' must map servers to prefixes")
     if not isinstance(state["settings"], dict) or sorted(state["settings"]) != sorted(DEFAULTS):
         raise Err("snapshot settings must name every setting")
     settings = check_settings(state["settings"])
@@ -344,7 +366,8 @@ def check_snapshot(state):
                 raise Err(f"snapshot server {name!r}: field {field!r} has the wrong type")
         if srv["state"] not in t.ServerState.__members__:
             raise Err(f"snapshot server {name!r}: unknown state {srv['state']!r}")
-    return {"settings": settings, "now": state["now"], "token": state["token"], "servers": state["servers"]}
+    return {"settings": settings, "now": state["now"], "token": state["token"], "servers": state["servers"],
+            "namings": namings}
 
 
 class Policy(exports.Policy):
@@ -356,7 +379,7 @@ class Policy(exports.Policy):
     def init(self, settings):
         parsed = parse_settings(settings)  # first: a refused init leaves the state as it was
         STATE.clear()
-        STATE.update(settings=parsed, now=0, token=0, servers={})
+        STATE.update(settings=parsed, now=0, token=0, servers={}, namings={})
 
     def set_settings(self, settings):
         STATE["settings"] = parse_settings(settings)
@@ -396,3 +419,14 @@ class Policy(exports.Policy):
             adopt(h, out)
         log.log(log.Level.INFO, f"took over {len(handover.servers)} servers from {handover.previous.name}")
         return out
+
+    def set_naming(self, naming):
+        # The operator's prefix for a server's names (None: the default); the host follows with
+        # `server-configured`, which republishes a live server under the new names.
+        if naming.prefix is None:
+            STATE["namings"].pop(naming.server, None)
+        else:
+            STATE["namings"][naming.server] = naming.prefix
+
+    def name_prompts(self, server, originals):
+        return name_prompts(server, originals)

@@ -705,6 +705,40 @@ fn the_protocol_generation_may_be_pinned_per_server() {
 }
 
 #[test]
+fn a_prefix_names_a_servers_tools_and_a_top_level_prefix_is_every_servers_default() {
+    let config = toml(
+        "prefix = \"all-\"\n\
+         [servers.a]\ncommand = \"x\"\n\
+         [servers.b]\ncommand = \"x\"\nprefix = \"\"\n\
+         [servers.c]\ncommand = \"x\"\nprefix = \"c.\"\n",
+    )
+    .unwrap();
+    let prefixes: Vec<Option<&str>> = config.servers.iter().map(|s| s.prefix.as_deref()).collect();
+    assert_eq!(prefixes, [Some("all-"), Some(""), Some("c.")]);
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    let config =
+        json(r#"{"mcpServers": {"s": {"command": "x", "prefix": ""}, "t": {"command": "x"}}}"#)
+            .unwrap();
+    let prefixes: Vec<Option<&str>> = config.servers.iter().map(|s| s.prefix.as_deref()).collect();
+    assert_eq!(prefixes, [Some(""), None]);
+    assert_eq!(
+        config.servers[0].policy_config().prefix.as_deref(),
+        Some("")
+    );
+    let config =
+        vscode(r#"{"servers": {"s": {"type": "stdio", "command": "x", "prefix": "v_"}}}"#).unwrap();
+    assert_eq!(only(&config).prefix.as_deref(), Some("v_"));
+    for value in ["1", "true", &format!("\"{}\"", "p".repeat(65))] {
+        let err = json_err(&format!(
+            r#"{{"mcpServers": {{"s": {{"command": "x", "prefix": {value}}}}}}}"#
+        ));
+        assert_names(&err, JSON_FILE, Some("s"), Some("prefix"));
+    }
+    let err = toml_err("prefix = 3\n[servers.a]\ncommand = \"x\"\n");
+    assert_names(&err, TOML_FILE, None, Some("prefix"));
+}
+
+#[test]
 fn error_both_command_and_url() {
     let err = json_err(r#"{"mcpServers": {"s": {"command": "x", "url": "http://h/"}}}"#);
     assert!(matches!(err, ConfigError::Transport { .. }), "{err:?}");

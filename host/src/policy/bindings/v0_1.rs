@@ -36,18 +36,23 @@ fn call_outcome(outcome: host::CallOutcome) -> Option<wit::CallOutcome> {
     })
 }
 
-/// A 0.1 policy publishes the descriptions it was given; `lookup` is not needed.
+/// A 0.1 policy publishes the descriptions it was given; the host adds the rest of the
+/// definition (title, annotations, ...), which 0.1 never carried, where it knows the tool.
 fn published_tool<'a>(
-    _server: &str,
+    server: &str,
     t: wit::PublishedTool,
-    _lookup: &dyn Fn(&str, &str) -> Option<&'a host::Tool>,
+    lookup: &dyn Fn(&str, &str) -> Option<&'a host::Tool>,
 ) -> Result<host::PublishedTool, String> {
+    let extra = lookup(server, &t.original)
+        .map(|known| known.extra.clone())
+        .unwrap_or_default();
     Ok(host::PublishedTool {
         advertised: t.advertised,
         original: t.original,
         description: t.description,
         input_schema: t.input_schema,
         read_only: t.read_only,
+        extra,
     })
 }
 

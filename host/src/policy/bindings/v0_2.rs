@@ -1,13 +1,20 @@
-//! Contract `tether:policy@0.2.x` (`wit/0.2`): tools as names and revisions (the host keeps
-//! descriptions and schemas and adds them to publications), `take-over` of another
-//! implementation's state, held calls, the `cancelled` outcome, `status` at the host's time.
+//! Contract `tether:policy@0.2.x`: tools as names and revisions (the host keeps descriptions
+//! and schemas and adds them to publications), `take-over` of another implementation's state,
+//! held calls, the `cancelled` outcome, `status` at the host's time.
+//!
+//! The bindings are generated from the line as first published (`wit/0.2.0`), so every 0.2.x
+//! component loads; what a later minor adds is looked up by name when the component has it
+//! (0.2.1: `set-naming` and `name-prompts`, [`Naming`]), and a component without it is
+//! named as 0.2.0 was.
 
 wasmtime::component::bindgen!({
-    path: "../wit/0.2",
+    path: "../wit/0.2.0",
     world: "policy-component",
 });
 
 use sha2::{Digest, Sha256};
+use wasmtime::Store;
+use wasmtime::component::{Component, ComponentExportIndex, ComponentType, Lift, Lower, TypedFunc};
 
 use self::tether::policy::log::Level as LogLevel;
 use self::tether::policy::types as wit;
@@ -16,6 +23,120 @@ use crate::policy::types as host;
 
 /// The contract version these bindings were generated from.
 pub const VERSION: &str = "0.2.0";
+
+/// The newest minor of the line this host knows (what `wit/0.2` declares).
+pub const NEWEST: &str = "0.2.1";
+
+/// A component of the 0.2 line ready to instantiate: the 0.2.0 exports, and where a later
+/// minor's additions are, if it has them.
+pub(crate) struct Pre {
+    exports: PolicyComponentPre<StoreState>,
+    naming: Option<NamingIndices>,
+}
+
+/// An instance's 0.2 exports.
+pub(crate) struct Bound {
+    pub(crate) exports: PolicyComponent,
+    pub(crate) naming: Option<Naming>,
+}
+
+/// Where 0.2.1's `set-naming` and `name-prompts` are in a component.
+struct NamingIndices {
+    set_naming: ComponentExportIndex,
+    name_prompts: ComponentExportIndex,
+}
+
+/// 0.2.1's `naming` record, as the host lowers it.
+#[derive(ComponentType, Lower)]
+#[component(record)]
+struct WitNaming {
+    server: String,
+    prefix: Option<String>,
+}
+
+/// 0.2.1's `named-prompt` record, as the host lifts it.
+#[derive(ComponentType, Lift)]
+#[component(record)]
+struct WitNamedPrompt {
+    advertised: String,
+    original: String,
+}
+
+/// 0.2.1's naming functions of one instance.
+pub(crate) struct Naming {
+    set_naming: TypedFunc<(WitNaming,), ()>,
+    name_prompts: TypedFunc<(String, Vec<String>), (Vec<WitNamedPrompt>,)>,
+}
+
+impl Pre {
+    pub(crate) fn new(
+        component: &Component,
+        instance_pre: wasmtime::component::InstancePre<StoreState>,
+    ) -> wasmtime::Result<Self> {
+        // Found by semver: a 0.2.2 component's `policy@0.2.2` answers for 0.2.1.
+        let naming = component
+            .get_export_index(None, format!("tether:policy/policy@{NEWEST}").as_str())
+            .and_then(|policy| {
+                Some(NamingIndices {
+                    set_naming: component.get_export_index(Some(&policy), "set-naming")?,
+                    name_prompts: component.get_export_index(Some(&policy), "name-prompts")?,
+                })
+            });
+        Ok(Self {
+            exports: PolicyComponentPre::new(instance_pre)?,
+            naming,
+        })
+    }
+
+    pub(crate) fn instantiate(&self, store: &mut Store<StoreState>) -> wasmtime::Result<Bound> {
+        let instance = self.exports.instance_pre().instantiate(&mut *store)?;
+        let exports = PolicyComponent::new(&mut *store, &instance)?;
+        let naming = match &self.naming {
+            Some(at) => Some(Naming {
+                set_naming: instance.get_typed_func(&mut *store, at.set_naming)?,
+                name_prompts: instance.get_typed_func(&mut *store, at.name_prompts)?,
+            }),
+            None => None,
+        };
+        Ok(Bound { exports, naming })
+    }
+}
+
+impl Naming {
+    /// `set-naming(naming)`.
+    pub(crate) fn set(
+        &self,
+        store: &mut Store<StoreState>,
+        naming: &host::Naming,
+    ) -> wasmtime::Result<()> {
+        self.set_naming.call(
+            store,
+            (WitNaming {
+                server: naming.server.clone(),
+                prefix: naming.prefix.clone(),
+            },),
+        )
+    }
+
+    /// `name-prompts(server, originals)`.
+    pub(crate) fn name_prompts(
+        &self,
+        store: &mut Store<StoreState>,
+        server: &str,
+        originals: &[String],
+    ) -> wasmtime::Result<Vec<host::NamedPrompt>> {
+        let (named,) = self
+            .name_prompts
+            .call(store, (server.to_string(), originals.to_vec()))?;
+        Ok(named
+            .into_iter()
+            .map(|n| host::NamedPrompt {
+                advertised: n.advertised,
+                original: n.original,
+            })
+            .collect())
+    }
+}
 
 super::unchanged_types!();
 
@@ -26,6 +147,12 @@ pub fn revision(tool: &host::Tool) -> u64 {
     hasher.update([0]);
     hasher.update(&tool.input_schema);
     hasher.update([u8::from(tool.description.is_some())]);
+    // What else agents read (a title, annotations, an output schema): its change republishes
+    // too. Nothing is added for a tool without it, so such tools keep their revisions.
+    if !tool.extra.is_empty() {
+        hasher.update([0]);
+        hasher.update(&tool.extra);
+    }
     let digest = hasher.finalize();
     u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"))
 }
@@ -65,6 +192,7 @@ fn published_tool<'a>(
         advertised: t.advertised,
         description: known.description.clone(),
         input_schema: known.input_schema.clone(),
+        extra: known.extra.clone(),
         original: t.original,
         read_only: t.read_only,
     })

@@ -15,7 +15,7 @@ use crate::policy::outputs::{
 };
 use crate::policy::types::{
     Action, Admission, CallOutcome, CallReport, CallRequest, Event, EventKind, Handover,
-    ServerStatus, TimerFired,
+    NamedPrompt, Naming, ServerStatus, TimerFired,
 };
 use crate::policy::{LoadedPolicy, PolicyFault};
 
@@ -42,6 +42,14 @@ enum Line<'a> {
     TakeOver {
         handover: wire::Handover<'a>,
         actions: Vec<wire::Action<'a>>,
+    },
+    SetNaming {
+        naming: &'a Naming,
+    },
+    NamePrompts {
+        server: &'a str,
+        originals: &'a [String],
+        named: &'a [NamedPrompt],
     },
 }
 
@@ -78,6 +86,7 @@ pub struct Interpreter {
     actions: Vec<Action>,
     admission: Option<Admission>,
     status: Vec<ServerStatus>,
+    prompt_names: Vec<NamedPrompt>,
     transcript: String,
     /// Calls into the policy so far, and the latest, for failure messages.
     step: usize,
@@ -102,6 +111,7 @@ impl Interpreter {
             actions: Vec::new(),
             admission: None,
             status: Vec::new(),
+            prompt_names: Vec::new(),
             transcript: String::new(),
             step: 0,
             last: "start".into(),
@@ -115,6 +125,15 @@ impl Interpreter {
         self.steps(steps)
             .map(|_| ())
             .map_err(|why| format!("at step {} ({}): {why}", self.step, self.last))
+    }
+
+    /// Whether the component implements contract version `since` (what a scenario's `since`
+    /// names): 0.2.1 adds `set-naming` and `name-prompts`.
+    pub fn implements(&self, since: &str) -> bool {
+        match since {
+            "0.2.1" => self.instance.takes_naming(),
+            _ => false,
+        }
     }
 
     /// The transcript so far: one JSON line per call into the policy.
@@ -187,11 +206,30 @@ impl Interpreter {
                 record(&mut self.transcript, &line);
             }
             Step::SnapshotRestore => self.snapshot_restore()?,
-            Step::TakeOver { handover } => {
+            Step::TakeOver { handover, namings } => {
                 if !self.instance.can_take_over() {
                     return Ok(Flow::End);
                 }
-                self.take_over(handover)?;
+                self.take_over(handover, namings.as_deref().unwrap_or_default())?;
+            }
+            Step::SetNaming { naming } => {
+                self.called(format!("set the naming of {}", naming.server));
+                self.set_naming(naming)?;
+            }
+            Step::NamePrompts { server, originals } => {
+                self.called(format!("name the prompts of {server}"));
+                let named = self
+                    .instance
+                    .name_prompts(server, originals)
+                    .map_err(|e| e.to_string())?
+                    .ok_or("the policy has no name-prompts (contract 0.2.0)")?;
+                let line = Line::NamePrompts {
+                    server,
+                    originals,
+                    named: &named,
+                };
+                record(&mut self.transcript, &line);
+                self.prompt_names = named;
             }
             Step::Twice { steps } => return self.twice(steps),
             Step::Repeat {
@@ -329,7 +367,18 @@ impl Interpreter {
         Ok(())
     }
 
-    fn take_over(&mut self, handover: &Handover) -> Result<(), String> {
+    fn set_naming(&mut self, naming: &Naming) -> Result<(), String> {
+        if !self.instance.takes_naming() {
+            return Err("the policy has no set-naming (contract 0.2.0)".into());
+        }
+        self.instance
+            .set_naming(naming)
+            .map_err(|e| e.to_string())?;
+        record(&mut self.transcript, &Line::SetNaming { naming });
+        Ok(())
+    }
+
+    fn take_over(&mut self, handover: &Handover, namings: &[Naming]) -> Result<(), String> {
         self.called(format!("take over from {}", handover.previous.name));
         self.instance = fresh(&self.policy, &self.settings)?;
         record(
@@ -338,6 +387,11 @@ impl Interpreter {
                 settings: &self.settings,
             },
         );
+        if self.instance.takes_naming() {
+            for naming in namings {
+                self.set_naming(naming)?;
+            }
+        }
         self.ledger.note_handover(handover);
         let ledger = &self.ledger;
         let actions = self
@@ -420,6 +474,33 @@ impl Interpreter {
                     })
                 })
             }
+            Predicate::PublishesAdvertised { server, names } => {
+                self.publication(server).is_some_and(|tools| {
+                    let published: std::collections::BTreeSet<(&str, &str)> = tools
+                        .iter()
+                        .map(|t| (t.original.as_str(), t.advertised.as_str()))
+                        .collect();
+                    published.len() == tools.len()
+                        && published
+                            == names
+                                .iter()
+                                .map(|(o, a)| (o.as_str(), a.as_str()))
+                                .collect()
+                })
+            }
+            Predicate::NamesPrompts(names) => {
+                let named: std::collections::BTreeSet<(&str, &str)> = self
+                    .prompt_names
+                    .iter()
+                    .map(|n| (n.original.as_str(), n.advertised.as_str()))
+                    .collect();
+                named.len() == self.prompt_names.len()
+                    && named
+                        == names
+                            .iter()
+                            .map(|(o, a)| (o.as_str(), a.as_str()))
+                            .collect()
+            }
             Predicate::TimerArmed(server) => self.host.wakes.contains_key(server),
             Predicate::TimerNotInThePast(server) => self
                 .host
@@ -477,6 +558,9 @@ impl Interpreter {
             },
             Predicate::Lists(_) | Predicate::State { .. } => {
                 format!("the status was {}", json(&wire::statuses(&self.status)))
+            }
+            Predicate::NamesPrompts(_) => {
+                format!("the prompt names were {}", json(&self.prompt_names))
             }
             Predicate::TimerArmed(_) | Predicate::TimerNotInThePast(_) => {
                 format!("at {} the timers were {:?}", self.host.now, self.host.wakes)

@@ -36,8 +36,11 @@ pub struct ScenarioResult {
     pub name: &'static str,
     /// Which promise it checks.
     pub level: Level,
-    /// `None` when it passed; otherwise what differed.
+    /// `None` when it passed (or did not apply); otherwise what differed.
     pub failure: Option<String>,
+    /// False when it checks what the component's contract version lacks (its `since`): it
+    /// passes without running, and has no transcript.
+    pub applicable: bool,
     /// Every call into the policy and its answer, one JSON line each (`docs/CONFORMANCE.md`).
     #[serde(skip)]
     pub transcript: String,
@@ -85,10 +88,17 @@ pub fn run(
         .into_iter()
         .map(|scenario| {
             let mut transcript = String::new();
+            let mut applicable = true;
             let failure = policy
                 .clone()
                 .and_then(|policy| {
                     let mut interpreter = Interpreter::start(&policy, settings)?;
+                    if let Some(since) = scenario.since
+                        && !interpreter.implements(since)
+                    {
+                        applicable = false;
+                        return Ok(());
+                    }
                     let outcome = interpreter.run(&scenario.steps);
                     transcript = interpreter.transcript().to_string();
                     outcome
@@ -98,6 +108,7 @@ pub fn run(
                 name: scenario.name,
                 level: scenario.level,
                 failure,
+                applicable,
                 transcript,
             }
         })
@@ -129,7 +140,7 @@ pub fn exported() -> Vec<(String, String)> {
 /// Writes each result's transcript into `dir` as `NAME.jsonl`.
 pub fn write_transcripts(dir: &Path, results: &[ScenarioResult]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    for result in results {
+    for result in results.iter().filter(|r| r.applicable) {
         std::fs::write(
             dir.join(format!("{}.jsonl", result.name)),
             &result.transcript,
@@ -236,6 +247,7 @@ mod interpreter_tests {
                 include: vec![],
                 exclude: vec![],
                 settings: String::new(),
+                prefix: None,
             }),
         }
     }

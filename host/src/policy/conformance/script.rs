@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::wire;
-use crate::policy::types::{CallOutcome, EventKind, Handover, ServerState};
+use crate::policy::types::{CallOutcome, EventKind, Handover, Naming, ServerState};
 
 /// Which promise a scenario checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -26,6 +26,9 @@ pub struct Scenario {
     pub level: Level,
     /// What it checks, in a sentence.
     pub summary: &'static str,
+    /// The contract version that added what it checks; a component without that version's
+    /// functions passes it without running it (not applicable).
+    pub since: Option<&'static str>,
     /// What the host does.
     pub steps: Vec<Step>,
 }
@@ -91,6 +94,20 @@ pub enum Step {
         /// What the host hands over.
         #[serde(serialize_with = "wire::with::handover")]
         handover: Handover,
+        /// The operator's naming of servers, given (contract 0.2.1) before the handover.
+        namings: Option<Vec<Naming>>,
+    },
+    /// Tell the policy the operator's naming of a server (contract 0.2.1).
+    SetNaming {
+        /// The naming.
+        naming: Naming,
+    },
+    /// Ask the policy to name a server's prompts (contract 0.2.1).
+    NamePrompts {
+        /// The server.
+        server: String,
+        /// The prompts' names on the server.
+        originals: Vec<String>,
     },
     /// Run the steps, then again in a fresh instance (given only `init`; the host's own state
     /// as before the block): the transcripts must be equal. Meant for a scenario's start.
@@ -149,6 +166,16 @@ pub enum Predicate {
     },
     /// The server's last publication's advertised names are usable and unique.
     PublishesUsableNames(String),
+    /// The server's last publication in the latest actions is exactly these pairs of original
+    /// and advertised names.
+    PublishesAdvertised {
+        /// The server.
+        server: String,
+        /// `[original, advertised]` pairs, as a set.
+        names: Vec<(String, String)>,
+    },
+    /// The latest prompt names are exactly these pairs of original and advertised names.
+    NamesPrompts(Vec<(String, String)>),
     /// A timer is armed for the server.
     TimerArmed(String),
     /// The server's timer is not in the past.

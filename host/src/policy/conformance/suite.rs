@@ -4,7 +4,7 @@
 
 use super::script::{AdmissionCase, Level, Predicate, Scenario, Step};
 use crate::policy::types::{
-    BreakerState, CallOutcome, EventKind, Fault, Handover, LiveSession, PolicyInfo,
+    BreakerState, CallOutcome, EventKind, Fault, Handover, LiveSession, Naming, PolicyInfo,
     ReconnectRequest, ReconnectSource, ServerConfig, ServerFault, ServerHandover, ServerState,
     ServerTools, SessionInfo, Tool, TransportKind,
 };
@@ -23,6 +23,7 @@ pub fn scenarios() -> Vec<Scenario> {
         name,
         level,
         summary,
+        since: None,
         steps,
     };
     vec![
@@ -80,6 +81,13 @@ pub fn scenarios() -> Vec<Scenario> {
             "A handover from another implementation is adopted without reconnecting live sessions.",
             takes_over_another_policy_keeping_sessions(),
         ),
+        Scenario {
+            name: "names-follow-the-operators-naming",
+            level: Contract,
+            summary: "Tools and prompts are named as the operator asked: a server's own names, or a prefix.",
+            since: Some("0.2.1"),
+            steps: names_follow_the_operators_naming(),
+        },
         scenario(
             "configured-server-connects",
             Invariant,
@@ -179,6 +187,7 @@ fn config(server: &str, include: &[&str], exclude: &[&str]) -> ServerConfig {
         include: include.iter().map(|s| s.to_string()).collect(),
         exclude: exclude.iter().map(|s| s.to_string()).collect(),
         settings: String::new(),
+        prefix: None,
     }
 }
 
@@ -191,6 +200,7 @@ fn tool(name: &str) -> Tool {
         name: name.into(),
         description: Some(format!("the {name} tool")),
         input_schema: r#"{"type":"object"}"#.into(),
+        extra: String::new(),
         read_only: false,
     }
 }
@@ -618,7 +628,10 @@ fn takes_over_another_policy_keeping_sessions() -> Vec<Step> {
         },
     };
     vec![
-        Step::TakeOver { handover },
+        Step::TakeOver {
+            handover,
+            namings: None,
+        },
         expect(
             not(connects("alpha")),
             "alpha's session is live: the handover must not connect it again",
@@ -640,6 +653,114 @@ fn takes_over_another_policy_keeping_sessions() -> Vec<Step> {
         expect(
             admission(AdmissionCase::Allow),
             "a kept session must allow calls",
+        ),
+    ]
+}
+
+fn naming(server: &str, prefix: &str) -> Naming {
+    Naming {
+        server: server.into(),
+        prefix: Some(prefix.into()),
+    }
+}
+
+fn pairs(names: &[(&str, &str)]) -> Vec<(String, String)> {
+    names
+        .iter()
+        .map(|(original, advertised)| (original.to_string(), advertised.to_string()))
+        .collect()
+}
+
+fn publishes_advertised(server: &str, names: &[(&str, &str)]) -> Predicate {
+    Predicate::PublishesAdvertised {
+        server: server.into(),
+        names: pairs(names),
+    }
+}
+
+fn name_prompts(server: &str, originals: &[&str]) -> Step {
+    Step::NamePrompts {
+        server: server.into(),
+        originals: originals.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn names_follow_the_operators_naming() -> Vec<Step> {
+    let own = "with prefix \"\" the server's own (usable) names must be published";
+    let prefixed = "with prefix \"x-\" each name must be published as x-<name>";
+    let handover = Handover {
+        now: 1_000,
+        servers: vec![ServerHandover {
+            config: config("beta", &[], &[]),
+            session: Some(LiveSession {
+                server_info: "conformance 1.0".into(),
+                tools: tools(&["read_file", "list"]),
+                proven: true,
+            }),
+            connecting: false,
+            state: ServerState::Healthy,
+            breaker: BreakerState::Closed,
+            breaker_until: None,
+            failures: 0,
+            breaker_failures: 0,
+            tool_errors: 0,
+            last_fault: None,
+            since: 990,
+            next_attempt_at: None,
+        }],
+        previous: PolicyInfo {
+            name: "tether-default".into(),
+            version: "0.2.1".into(),
+        },
+    };
+    vec![
+        Step::SetNaming {
+            naming: naming("beta", ""),
+        },
+        configure("beta"),
+        Step::SetNaming {
+            naming: naming("gamma", "x-"),
+        },
+        configure("gamma"),
+        connected("beta", &["read_file", "write_file"]),
+        expect(
+            publishes_advertised(
+                "beta",
+                &[("read_file", "read_file"), ("write_file", "write_file")],
+            ),
+            own,
+        ),
+        connected("gamma", &["read"]),
+        expect(
+            publishes_advertised("gamma", &[("read", "x-read")]),
+            prefixed,
+        ),
+        name_prompts("beta", &["summarize", "review"]),
+        expect(
+            Predicate::NamesPrompts(pairs(&[("summarize", "summarize"), ("review", "review")])),
+            "prompts must be named by the rule of the server's tools (its own names)",
+        ),
+        name_prompts("gamma", &["summarize"]),
+        expect(
+            Predicate::NamesPrompts(pairs(&[("summarize", "x-summarize")])),
+            "prompts must be named by the rule of the server's tools (prefix x-)",
+        ),
+        Step::SnapshotRestore,
+        event(EventKind::ToolsChanged(ServerTools {
+            server: "beta".into(),
+            tools: tools(&["read_file", "list"]),
+        })),
+        expect(
+            publishes_advertised("beta", &[("read_file", "read_file"), ("list", "list")]),
+            "the naming must survive snapshot and restore",
+        ),
+        Step::TakeOver {
+            handover,
+            namings: Some(vec![naming("beta", "")]),
+        },
+        expect(
+            publishes_advertised("beta", &[("read_file", "read_file"), ("list", "list")]),
+            "a policy taking over must name a live server's tools as the operator asked",
         ),
     ]
 }

@@ -176,6 +176,14 @@ impl PolicyLogic for Hostile {
     fn take_logs(&mut self) -> Vec<(model::LogLevel, String)> {
         self.0.take_logs()
     }
+
+    fn set_naming(&mut self, naming: model::Naming) {
+        self.0.set_naming(naming)
+    }
+
+    fn name_prompts(&self, server: &str, originals: &[String]) -> Vec<model::NamedPrompt> {
+        self.0.name_prompts(server, originals)
+    }
 }
 
 tether_policy::export_policy_logic!(Hostile);

@@ -107,6 +107,7 @@ fn sse_options() -> HttpOptions {
         request_timeout: Duration::from_secs(30),
         max_message: tether::config::ServerSpec::DEFAULT_MAX_MESSAGE,
         lifecycle: tether::transport::generation::lifecycle(Default::default(), None),
+        routes: None,
     }
 }
 

@@ -1,12 +1,13 @@
-//! A starter Tether policy in Rust (contract tether:policy@0.2.0, see wit/policy.wit).
+//! A starter Tether policy in Rust (contract tether:policy@0.2.1, see wit/policy.wit).
 //!
 //! A policy is a pure, deterministic state machine: the host feeds it events stamped with its
 //! time and executes the actions it returns. Rules of the sandbox: no clocks (time comes in the
 //! events), no randomness (derive it from the inputs if you need it), no files, network or
 //! environment; iterate in a fixed order (`BTreeMap`, never `HashMap`).
 //!
-//! What it does: connect on configuration; publish `<server>__<tool>` names (made valid and
-//! unique); retry with exponential backoff; park (tools withdrawn, slow self-probe) after
+//! What it does: connect on configuration; publish `<server>__<tool>` names, or
+//! `<prefix><tool>` when the operator gave the server a prefix (`set-naming`; "" for the
+//! server's own names), made valid and unique, and name prompts by the same rule; retry with exponential backoff; park (tools withdrawn, slow self-probe) after
 //! `max_failures` failures without a proven session, or at once on a permanent fault; a circuit
 //! breaker on transport failures of calls, with one half-open probe; hold calls while an attempt
 //! is in flight. A server's own `settings` are ignored (yours to add). Build with `./build.sh
@@ -106,6 +107,10 @@ struct State {
     now: u64,   // the latest host time seen
     token: u64, // the last timer token given out
     servers: BTreeMap<String, Server>,
+    // The operator's prefix per server (`set-naming`); it may come before the server does.
+    // (Absent from a snapshot taken before contract 0.2.1: none then.)
+    #[serde(default)]
+    namings: BTreeMap<String, String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -212,15 +217,20 @@ fn glob(pattern: &str, text: &str) -> bool {
     p[i..].iter().all(|&c| c == '*')
 }
 
-/// `server__tool` with invalid characters replaced, at most 64 characters; `n` > 0 gives an
-/// alternative (for a name that is taken), with a hash that is the same in every build.
-fn advertised_name(server: &str, tool: &str, n: u32) -> String {
+/// `server__tool` (or the operator's `<prefix><tool>`) with invalid characters replaced, 1 to
+/// 64 characters; `n` > 0 gives an alternative (for a name that is taken), with a hash that is
+/// the same in every build.
+fn advertised_name(prefix: Option<&str>, server: &str, tool: &str, n: u32) -> String {
     let valid = |c: char| c.is_ascii_alphanumeric() || c == '-';
-    let name: String = format!("{server}__{tool}")
+    let text = match prefix {
+        Some(prefix) => format!("{prefix}{tool}"),
+        None => format!("{server}__{tool}"),
+    };
+    let name: String = text
         .chars()
         .map(|c| if valid(c) { c } else { '_' })
         .collect();
-    if name.len() <= 64 && n == 0 {
+    if (1..=64).contains(&name.len()) && n == 0 {
         return name;
     }
     let fnv1a = |h: u32, b: u8| (h ^ b as u32).wrapping_mul(0x0100_0193);
@@ -243,9 +253,10 @@ impl State {
         let mut tools: Vec<&Tool> = srv.tools.iter().filter(|t| srv.visible(&t.name)).collect();
         tools.sort_by(|a, b| a.name.cmp(&b.name)); // the order of the list does not matter
         tools.dedup_by(|a, b| a.name == b.name);
+        let prefix = self.namings.get(&srv.config.name).map(String::as_str);
         let mut shown = Vec::new();
         for tool in tools {
-            let mut names = (0..).map(|n| advertised_name(&srv.config.name, &tool.name, n));
+            let mut names = (0..).map(|n| advertised_name(prefix, &srv.config.name, &tool.name, n));
             let advertised = names.find(|a| !taken.contains(a)).expect("a free name");
             taken.insert(advertised.clone());
             shown.push((advertised, tool.clone()));
@@ -263,6 +274,25 @@ impl State {
             }));
             srv.published = Some(shown);
         }
+    }
+
+    /// The names agents see for a server's prompts, by the rule of its tools (changes nothing).
+    fn name_prompts(&self, server: &str, originals: Vec<String>) -> Vec<NamedPrompt> {
+        let prefix = self.namings.get(server).map(String::as_str);
+        let (mut seen, mut taken, mut named) = (BTreeSet::new(), BTreeSet::new(), Vec::new());
+        for original in originals {
+            if !seen.insert(original.clone()) {
+                continue; // each prompt once
+            }
+            let mut names = (0..).map(|n| advertised_name(prefix, server, &original, n));
+            let advertised = names.find(|a| !taken.contains(a)).expect("a free name");
+            taken.insert(advertised.clone());
+            named.push(NamedPrompt {
+                advertised,
+                original,
+            });
+        }
+        named
     }
 
     fn arm(&mut self, srv: &mut Server, at: u64, out: &mut Vec<Action>) {
@@ -331,6 +361,9 @@ impl State {
             E::Timer(t) => t.server.clone(),
             E::ReconnectRequested(r) => r.server.clone(),
         };
+        if let E::ServerRemoved(_) = &kind {
+            self.namings.remove(&name); // the operator's naming ends with the server
+        }
         let known = self
             .servers
             .get(&name)
@@ -598,6 +631,19 @@ impl Guest for Policy {
 
     fn take_over(handover: Handover) -> Result<Vec<Action>, String> {
         with(|state| state.take_over(handover))
+    }
+
+    // The operator's prefix for a server's names (`None`: the default); the host follows with
+    // `server-configured`, which republishes a live server under the new names.
+    fn set_naming(naming: Naming) {
+        with(|state| match naming.prefix {
+            Some(prefix) => state.namings.insert(naming.server, prefix),
+            None => state.namings.remove(&naming.server),
+        });
+    }
+
+    fn name_prompts(server: String, originals: Vec<String>) -> Vec<NamedPrompt> {
+        with(|state| state.name_prompts(&server, originals))
     }
 }
 

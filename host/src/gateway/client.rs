@@ -1,0 +1,280 @@
+//! The client a request came from, as an upstream sees it through Tether: where the request's
+//! progress and log messages go, what the client can do, and the requests an upstream makes of
+//! it during the request (sampling, elicitation, roots).
+//!
+//! Both ways of asking are carried across generations. A server of 2025-11-25 or older sends
+//! its request to Tether, which passes it to the client on the stream of the client's request.
+//! A 2026-07-28 server answers with a request for input (`InputRequiredResult`) instead: a
+//! 2026-07-28 client gets it as is; an older client is asked each request the old way, and
+//! Tether sends the answers back to the server with the retry ([`fulfil`]).
+
+#![allow(deprecated)] // sampling, roots and logging: deprecated by SEP-2577, still in use
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use rmcp::model::{
+    ClientCapabilities, ClientResult, ErrorData, InputRequest, InputRequiredResult, InputResponses,
+    LoggingLevel, ProgressNotificationParam, ProgressToken, RequestId, ServerRequest,
+};
+use rmcp::service::{OriginatingRequestId, RequestContext};
+use rmcp::{ErrorData as McpError, Peer, RoleServer};
+use tokio::sync::{mpsc, oneshot};
+
+use super::downstream;
+use crate::upstream::{CallContext, ClientAsk, LogSink, ProgressForward};
+
+/// Most rounds of requests for input one call may take (each answered, then retried).
+pub(super) const MAX_INPUT_ROUNDS: usize = 10;
+
+/// Whether the client negotiated protocol 2026-07-28 or later (it answers a server's requests
+/// for input as `InputRequiredResult`, and takes no requests from a server).
+pub(super) fn modern_client(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|v| v.as_str() >= rmcp::model::ProtocolVersion::V_2026_07_28.as_str())
+}
+
+/// What a forwarded request takes along from the client's request: its cancellation,
+/// progress, log level (`log_level`: a 2026-07-28 request's own, else what the client's session
+/// set), its own log stream (2026-07-28), and the client itself.
+pub(super) fn call_context(
+    server: &str,
+    context: &RequestContext<RoleServer>,
+    log_level: Option<LoggingLevel>,
+) -> CallContext {
+    let modern = modern_client(context);
+    let log_level = if modern {
+        context.meta.log_level()
+    } else {
+        log_level
+    };
+    CallContext {
+        cancel: context.ct.clone(),
+        progress: Forwarder::for_request(context),
+        input_responses: None,
+        request_state: None,
+        log_level,
+        log: log_level
+            .filter(|_| modern)
+            .map(|level| log_sink(server, level, context)),
+        client: Some(Arc::new(Client::of(context))),
+    }
+}
+
+/// Where a 2026-07-28 client's call's log messages go: the call's own stream, at or above the
+/// level it asked for, marked with the server.
+fn log_sink(server: &str, level: LoggingLevel, context: &RequestContext<RoleServer>) -> LogSink {
+    let peer = context.peer.clone();
+    let (messages, mut pending) = mpsc::channel(64);
+    tokio::spawn(async move {
+        while let Some(message) = pending.recv().await {
+            if let Err(error) = peer.notify_logging_message(message).await {
+                tracing::debug!("could not pass a log message on: {error}");
+                return;
+            }
+        }
+    });
+    let server = server.to_string();
+    Arc::new(move |message| {
+        if downstream::severity(message.level) >= downstream::severity(level) {
+            // A client too slow to read its log misses some; the answer still comes.
+            let _ = messages.try_send(downstream::attributed(&server, message));
+        }
+    })
+}
+
+enum Item {
+    Update(ProgressNotificationParam),
+    Flush(oneshot::Sender<()>),
+}
+
+/// Passes an upstream request's progress to its client under the client's own token, in the
+/// order it came, never backwards; [`ProgressForward::flush`] lets the answer wait for it.
+pub(super) struct Forwarder {
+    token: ProgressToken,
+    items: mpsc::Sender<Item>,
+    last: std::sync::Mutex<f64>,
+}
+
+impl Forwarder {
+    /// A forwarder when the client's request asked for progress (it carries a token).
+    fn for_request(context: &RequestContext<RoleServer>) -> Option<Arc<dyn ProgressForward>> {
+        let token = context.meta.get_progress_token()?;
+        let peer = context.peer.clone();
+        let (items, mut pending) = mpsc::channel(64);
+        tokio::spawn(async move {
+            let mut broken = false;
+            while let Some(item) = pending.recv().await {
+                match item {
+                    Item::Update(update) if !broken => {
+                        if let Err(error) = peer.notify_progress(update).await {
+                            tracing::debug!("could not pass progress on: {error}");
+                            broken = true;
+                        }
+                    }
+                    Item::Update(_) => {}
+                    Item::Flush(done) => {
+                        let _ = done.send(());
+                    }
+                }
+            }
+        });
+        Some(Arc::new(Forwarder {
+            token,
+            items,
+            last: std::sync::Mutex::new(f64::NEG_INFINITY),
+        }))
+    }
+}
+
+impl ProgressForward for Forwarder {
+    fn forward(&self, upstream: ProgressNotificationParam) {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if upstream.progress <= *last {
+            return;
+        }
+        *last = upstream.progress;
+        let mut update = ProgressNotificationParam::new(self.token.clone(), upstream.progress);
+        update.total = upstream.total;
+        update.message = upstream.message;
+        // A client too slow to take its progress misses some; the answer still comes.
+        let _ = self.items.try_send(Item::Update(update));
+    }
+
+    fn flush(&self) -> BoxFuture<'static, ()> {
+        let items = self.items.clone();
+        Box::pin(async move {
+            let (done, flushed) = oneshot::channel();
+            if items.send(Item::Flush(done)).await.is_ok() {
+                let _ = flushed.await;
+            }
+        })
+    }
+}
+
+/// The client of one request.
+pub(super) struct Client {
+    peer: Peer<RoleServer>,
+    request: RequestId,
+    capabilities: ClientCapabilities,
+    modern: bool,
+}
+
+impl Client {
+    pub(super) fn of(context: &RequestContext<RoleServer>) -> Self {
+        Self {
+            peer: context.peer.clone(),
+            request: context.id.clone(),
+            capabilities: context.client_capabilities().unwrap_or_default(),
+            modern: modern_client(context),
+        }
+    }
+}
+
+impl ClientAsk for Client {
+    fn capabilities(&self) -> ClientCapabilities {
+        self.capabilities.clone()
+    }
+
+    fn ask(
+        &self,
+        mut request: ServerRequest,
+    ) -> BoxFuture<'static, Result<ClientResult, ErrorData>> {
+        if self.modern {
+            return Box::pin(async {
+                Err(ErrorData::new(
+                    rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                    "the client speaks protocol 2026-07-28, which takes no requests from servers (only requests for input as a call's result); Tether does not relay this one",
+                    None,
+                ))
+            });
+        }
+        // On the stream of the client's own request (Streamable HTTP): rmcp routes a request
+        // that names the request it belongs to there.
+        rmcp::model::GetExtensions::extensions_mut(&mut request)
+            .insert(OriginatingRequestId(self.request.clone()));
+        let peer = self.peer.clone();
+        Box::pin(async move {
+            peer.send_request(request)
+                .await
+                .map_err(|error| match error {
+                    rmcp::ServiceError::McpError(error) => error,
+                    other => ErrorData::internal_error(
+                        format!("the client did not answer: {other}"),
+                        None,
+                    ),
+                })
+        })
+    }
+}
+
+/// Whether an older client could answer any request for input (it declared sampling,
+/// elicitation or roots).
+pub(super) fn can_be_asked(client: &Client) -> bool {
+    let declared = &client.capabilities;
+    !client.modern
+        && (declared.sampling.is_some()
+            || declared.elicitation.is_some()
+            || declared.roots.is_some())
+}
+
+/// Answers a 2026-07-28 server's requests for input by asking an older client each of them the
+/// old way; the answers, keyed as the server asked, go back with the retry.
+pub(super) async fn fulfil(
+    server: &str,
+    client: &Client,
+    input: &InputRequiredResult,
+) -> Result<InputResponses, McpError> {
+    let mut responses = InputResponses::new();
+    for (key, request) in input.input_requests.iter().flatten() {
+        let (what, declared, request) = match request.clone() {
+            InputRequest::CreateMessage(request) => (
+                "sampling",
+                client.capabilities.sampling.is_some(),
+                ServerRequest::CreateMessageRequest(request),
+            ),
+            InputRequest::Elicitation(request) => (
+                "elicitation",
+                client.capabilities.elicitation.is_some(),
+                ServerRequest::ElicitRequest(request),
+            ),
+            InputRequest::ListRoots(request) => (
+                "roots",
+                client.capabilities.roots.is_some(),
+                ServerRequest::ListRootsRequest(request),
+            ),
+            #[allow(unreachable_patterns)] // a kind of a later revision
+            _ => {
+                return Err(McpError::invalid_request(
+                    format!(
+                        "server {server:?} asked the client for input of a kind Tether does not know"
+                    ),
+                    None,
+                ));
+            }
+        };
+        if !declared {
+            return Err(McpError::invalid_request(
+                format!(
+                    "server {server:?} needs {what} from the client, which did not declare that capability"
+                ),
+                None,
+            ));
+        }
+        let answer = client.ask(request).await.map_err(|error| {
+            McpError::internal_error(
+                format!(
+                    "server {server:?} asked the client for {what}, which failed: {}",
+                    error.message
+                ),
+                None,
+            )
+        })?;
+        let answer = serde_json::to_value(answer).map_err(|error| {
+            McpError::internal_error(format!("the client's {what} answer: {error}"), None)
+        })?;
+        responses.insert(key.clone(), answer);
+    }
+    Ok(responses)
+}

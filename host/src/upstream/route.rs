@@ -1,0 +1,218 @@
+//! Which client request an upstream message belongs to.
+//!
+//! A request Tether sends upstream for a client carries its [`CallRoute`] in the request's
+//! extensions ([`RouteTag`]). The session's transport ([`crate::transport::gate`]) registers it
+//! as the request leaves — by request id and by the progress token rmcp gave it — so nothing the
+//! server sends for it can arrive first; it hands the server's progress to the route in arrival
+//! order, on the transport's own task, before the answer that follows it; and it tags each
+//! server-to-client request (sampling, elicitation, roots) with the route it belongs to: the
+//! request whose stream carried it (Streamable HTTP), or, where the wire names none (stdio,
+//! legacy SSE), the only request in flight.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use rmcp::model::{
+    ClientCapabilities, ClientResult, ErrorData, ProgressNotificationParam, ProgressToken,
+    RequestId, ServerRequest,
+};
+use rmcp::service::InboundStreamOrigin;
+
+use super::LogSink;
+
+/// Receives an upstream request's progress, already in its client's terms; `flush` resolves once
+/// everything received so far has been passed on.
+pub trait ProgressForward: Send + Sync {
+    /// Takes one update (never blocks; a client too slow to take its progress misses some).
+    fn forward(&self, update: ProgressNotificationParam);
+    /// Resolves once every update taken so far went out to the client.
+    fn flush(&self) -> BoxFuture<'static, ()>;
+}
+
+/// The client a request came from, for what the server asks of it during that request.
+pub trait ClientAsk: Send + Sync {
+    /// What the client declared it can do (for 2026-07-28 clients, on this request).
+    fn capabilities(&self) -> ClientCapabilities;
+    /// Sends `request` to the client (on its request's stream where the transport has one)
+    /// and waits for its answer.
+    fn ask(&self, request: ServerRequest) -> BoxFuture<'static, Result<ClientResult, ErrorData>>;
+}
+
+/// What a request in flight upstream needs from its session.
+#[derive(Default, Clone)]
+pub struct CallRoute {
+    /// Where its progress goes, if its client asked for progress.
+    pub progress: Option<Arc<dyn ProgressForward>>,
+    /// Where log messages go while it is the only request in flight (a 2026-07-28 caller
+    /// that asked for them).
+    pub log: Option<LogSink>,
+    /// Its client, for the server's requests during it.
+    pub client: Option<Arc<dyn ClientAsk>>,
+}
+
+/// A request's route, carried in its extensions from the caller to the transport.
+#[derive(Clone)]
+pub(crate) struct RouteTag(pub Arc<CallRoute>);
+
+/// What a server-to-client request found: the route of the request it belongs to, or why none.
+#[derive(Clone)]
+pub(crate) enum Belongs {
+    To(Arc<CallRoute>),
+    Nowhere(&'static str),
+}
+
+#[derive(Default)]
+struct Table {
+    by_id: HashMap<RequestId, (Arc<CallRoute>, Option<ProgressToken>)>,
+    by_token: HashMap<ProgressToken, Arc<CallRoute>>,
+}
+
+/// The routes of one session's requests in flight.
+#[derive(Default)]
+pub struct Routes {
+    table: Mutex<Table>,
+}
+
+impl std::fmt::Debug for Routes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Routes")
+            .field("in_flight", &self.table().by_id.len())
+            .finish()
+    }
+}
+
+impl Routes {
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The request `id` (with progress `token`) leaves with `route`.
+    pub(crate) fn register(
+        &self,
+        id: RequestId,
+        token: Option<ProgressToken>,
+        route: Arc<CallRoute>,
+    ) {
+        let mut table = self.table();
+        if let Some(token) = &token {
+            table.by_token.insert(token.clone(), route.clone());
+        }
+        table.by_id.insert(id, (route, token));
+    }
+
+    /// The request `id` ended (answered, cancelled, timed out); later messages for it go nowhere.
+    pub(crate) fn unregister(&self, id: &RequestId) {
+        let mut table = self.table();
+        if let Some((_, Some(token))) = table.by_id.remove(id) {
+            table.by_token.remove(&token);
+        }
+    }
+
+    /// Passes progress on to its request's client; false when no request in flight owns it.
+    pub(crate) fn progress(&self, update: &ProgressNotificationParam) -> bool {
+        let route = self.table().by_token.get(&update.progress_token).cloned();
+        match route.and_then(|route| route.progress.clone()) {
+            Some(progress) => {
+                progress.forward(update.clone());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The request a server-to-client request belongs to: the one whose stream carried it, or
+    /// (no stream named) the only one in flight.
+    pub(crate) fn owner(&self, origin: Option<&InboundStreamOrigin>) -> Belongs {
+        let table = self.table();
+        match origin {
+            Some(InboundStreamOrigin::OutboundRequest(id)) => match table.by_id.get(id) {
+                Some((route, _)) => Belongs::To(route.clone()),
+                None => Belongs::Nowhere("the request it came with has ended"),
+            },
+            Some(InboundStreamOrigin::Unassociated) => {
+                Belongs::Nowhere("it came outside any request")
+            }
+            _ => {
+                let mut routes = table.by_id.values();
+                match (routes.next(), routes.next()) {
+                    (Some((route, _)), None) => Belongs::To(route.clone()),
+                    (None, _) => Belongs::Nowhere("no request is in flight"),
+                    (Some(_), Some(_)) => Belongs::Nowhere(
+                        "several requests are in flight and this transport does not say which one it belongs to",
+                    ),
+                }
+            }
+        }
+    }
+
+    /// Where a log message goes besides the sessions that set a level: upstream notifications
+    /// name no request, so to a 2026-07-28 caller only while its request is the only one.
+    pub(crate) fn log_sink(&self) -> Option<LogSink> {
+        let table = self.table();
+        let mut routes = table.by_id.values();
+        match (routes.next(), routes.next()) {
+            (Some((route, _)), None) => route.log.clone(),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Counter(std::sync::atomic::AtomicUsize);
+
+    impl ProgressForward for Counter {
+        fn forward(&self, _update: ProgressNotificationParam) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        fn flush(&self) -> BoxFuture<'static, ()> {
+            Box::pin(async {})
+        }
+    }
+
+    fn update(token: &str) -> ProgressNotificationParam {
+        ProgressNotificationParam::new(ProgressToken(RequestId::String(token.into())), 1.0)
+    }
+
+    fn token(token: &str) -> ProgressToken {
+        ProgressToken(RequestId::String(token.into()))
+    }
+
+    #[test]
+    fn progress_reaches_the_request_that_owns_its_token_until_it_ends() {
+        let routes = Routes::default();
+        let counter = Arc::new(Counter(Default::default()));
+        let route = Arc::new(CallRoute {
+            progress: Some(counter.clone()),
+            ..CallRoute::default()
+        });
+        routes.register(RequestId::Number(1), Some(token("a")), route);
+        assert!(routes.progress(&update("a")));
+        assert!(!routes.progress(&update("b")), "nobody owns b");
+        routes.unregister(&RequestId::Number(1));
+        assert!(!routes.progress(&update("a")), "the request ended");
+        assert_eq!(counter.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_server_request_belongs_to_its_stream_or_to_the_only_request_in_flight() {
+        let routes = Routes::default();
+        assert!(matches!(routes.owner(None), Belongs::Nowhere(_)));
+        routes.register(RequestId::Number(1), None, Arc::default());
+        assert!(matches!(routes.owner(None), Belongs::To(_)));
+        routes.register(RequestId::Number(2), None, Arc::default());
+        assert!(matches!(routes.owner(None), Belongs::Nowhere(why) if why.contains("several")));
+        let on_two = InboundStreamOrigin::OutboundRequest(RequestId::Number(2));
+        assert!(matches!(routes.owner(Some(&on_two)), Belongs::To(_)));
+        let unassociated = InboundStreamOrigin::Unassociated;
+        assert!(matches!(
+            routes.owner(Some(&unassociated)),
+            Belongs::Nowhere(_)
+        ));
+        routes.unregister(&RequestId::Number(2));
+        assert!(matches!(routes.owner(Some(&on_two)), Belongs::Nowhere(_)));
+    }
+}

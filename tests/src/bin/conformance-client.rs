@@ -1,0 +1,159 @@
+//! The client command the MCP conformance suite runs in its `client` mode, with Tether as the
+//! client under test: it puts the suite's server (the URL the suite appends as the last
+//! argument) behind `tether serve` on stdio, under the server's own names and pinned to the
+//! protocol the scenario speaks (`MCP_CONFORMANCE_PROTOCOL_VERSION`), then, as an agent would,
+//! lists the tools through Tether and calls each once with arguments made from its schema.
+//!
+//! Usage: `conformance-client --tether PATH_TO_TETHER URL`. Tether's files go to a temporary
+//! directory (or `--work DIR`). Exits 0 when every call was answered (tool errors included),
+//! 1 otherwise; what happened goes to stderr.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, JsonObject, Tool};
+use serde_json::{Value, json};
+use tokio::process::Command;
+
+/// How long one call may take (the suite's sse-retry resumes after half a second).
+const CALL_LIMIT: Duration = Duration::from_secs(20);
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let (mut tether, mut work, mut url) = (None, None, None);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--tether" => tether = args.next().map(PathBuf::from),
+            "--work" => work = args.next().map(PathBuf::from),
+            other => url = Some(other.to_string()),
+        }
+    }
+    let (Some(tether), Some(url)) = (tether, url) else {
+        eprintln!("usage: conformance-client --tether PATH [--work DIR] URL");
+        return ExitCode::from(2);
+    };
+    let scratch;
+    let work = match work {
+        Some(dir) => dir,
+        None => {
+            scratch =
+                std::env::temp_dir().join(format!("conformance-client-{}", std::process::id()));
+            scratch
+        }
+    };
+    match run(&tether, &work, &url).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("conformance-client: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(tether: &Path, work: &Path, url: &str) -> Result<(), String> {
+    std::fs::create_dir_all(work).map_err(|e| format!("creating {}: {e}", work.display()))?;
+    let protocol =
+        std::env::var("MCP_CONFORMANCE_PROTOCOL_VERSION").unwrap_or_else(|_| "2025-11-25".into());
+    let protocol = if protocol.as_str() >= "2026-07-28" {
+        "2026-07-28"
+    } else {
+        "2025-11-25"
+    };
+    let config = work.join("tether.toml");
+    let text = format!(
+        "[servers.up]\nurl = {}\ntype = \"streamable-http\"\nprefix = \"\"\nprotocol = \"{protocol}\"\n",
+        toml_string(url)
+    );
+    std::fs::write(&config, text).map_err(|e| format!("writing the config: {e}"))?;
+    let mut child = Command::new(tether)
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .arg("--state-file")
+        .arg(work.join("state.json"))
+        .arg("--log-dir")
+        .arg(work.join("logs"))
+        .args(["--startup-wait", "15s"])
+        .env("RUST_LOG", "info,tether=debug,rmcp=warn")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", tether.display()))?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let stdin = child.stdin.take().ok_or("no stdin")?;
+    let client =
+        ().serve((stdout, stdin))
+            .await
+            .map_err(|e| format!("an MCP session with tether: {e}"))?;
+    let tools = tokio::time::timeout(CALL_LIMIT, client.list_all_tools())
+        .await
+        .map_err(|_| "tools/list through tether timed out".to_string())?
+        .map_err(|e| format!("tools/list through tether: {e}"))?;
+    eprintln!(
+        "conformance-client: tools through tether: {:?}",
+        tools.iter().map(|t| t.name.as_ref()).collect::<Vec<_>>()
+    );
+    let mut failures = Vec::new();
+    for tool in &tools {
+        let mut params = CallToolRequestParams::new(tool.name.to_string());
+        params = params.with_arguments(arguments_for(tool));
+        match tokio::time::timeout(CALL_LIMIT, client.call_tool(params)).await {
+            Ok(Ok(result)) => eprintln!(
+                "conformance-client: {} answered: {}",
+                tool.name,
+                serde_json::to_string(&result.content).unwrap_or_default()
+            ),
+            Ok(Err(error)) => failures.push(format!("{}: {error}", tool.name)),
+            Err(_) => failures.push(format!("{}: no answer within {CALL_LIMIT:?}", tool.name)),
+        }
+    }
+    let _ = client.cancel().await;
+    // Stdin closed: tether shuts down on its own.
+    if tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .is_err()
+    {
+        let _ = child.kill().await;
+    }
+    match failures.is_empty() {
+        true => Ok(()),
+        false => Err(failures.join("; ")),
+    }
+}
+
+/// Arguments that satisfy a tool's schema: each required property with a value of its type.
+fn arguments_for(tool: &Tool) -> JsonObject {
+    let schema = &tool.input_schema;
+    let properties = schema.get("properties").and_then(Value::as_object);
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut arguments = JsonObject::new();
+    for name in required {
+        let kind = properties
+            .and_then(|p| p.get(name))
+            .and_then(|p| p.get("type"))
+            .and_then(Value::as_str)
+            .unwrap_or("string");
+        let value = match kind {
+            "number" | "integer" => json!(2),
+            "boolean" => json!(true),
+            "object" => json!({}),
+            "array" => json!([]),
+            _ => json!("test"),
+        };
+        arguments.insert(name.to_string(), value);
+    }
+    arguments
+}
+
+/// A TOML basic string.
+fn toml_string(text: &str) -> String {
+    Value::String(text.to_string()).to_string()
+}
