@@ -4,6 +4,7 @@
 
 mod openapi;
 mod python;
+mod relay;
 mod surface;
 
 use std::path::Path;
@@ -924,4 +925,121 @@ async fn a_2026_07_28_client_calls_tools_and_hears_list_changes_on_its_subscript
         "{notification:?}"
     );
     assert!(terminate(tether).await.success());
+}
+
+/// `tether` with its default state directory under `state_home` (`XDG_STATE_HOME`).
+fn tether_in(state_home: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tether-cli"));
+    command
+        .args(args)
+        .env("XDG_STATE_HOME", state_home)
+        .env("RUST_LOG", "tether=debug")
+        .env_remove("TETHER_MCP_TOKEN")
+        .env_remove("TETHER_ADMIN_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+/// Two agents each start their own gateway on stdio with the default flags (Claude Desktop and
+/// Claude Code, say): both run, each with its own state file; `tether gateways` lists them, the
+/// admin commands ask which one when there are several and take `--pid`; an HTTP gateway keeps
+/// its single owner, and the refusal is printed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_agents_start_their_own_gateways_on_stdio_side_by_side() {
+    let (dir, _state, config) = one_upstream();
+    let home = dir.path().join("state-home");
+    let config = config.to_str().unwrap();
+    let mut agents = Vec::new();
+    for _ in 0..2 {
+        let mut tether = tether_in(&home, &["serve", "--config", config])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tether serve starts");
+        let io = (tether.stdout.take().unwrap(), tether.stdin.take().unwrap());
+        let client = Agent::default().serve(io).await.expect("MCP over stdio");
+        wait_for_tools(&client, "the gateway serves its tools", |t| {
+            t.contains(&"up__echo".to_string())
+        })
+        .await;
+        agents.push((tether, client));
+    }
+    let pids: Vec<u32> = agents.iter().map(|(t, _)| t.id().unwrap()).collect();
+
+    let listed = tether_in(&home, &["gateways", "--json"])
+        .output()
+        .await
+        .unwrap();
+    assert!(listed.status.success());
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let mut seen: Vec<u32> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            assert_eq!(g["serves"], "stdio", "{g}");
+            g["pid"].as_u64().unwrap() as u32
+        })
+        .collect();
+    seen.sort();
+    let mut expected = pids.clone();
+    expected.sort();
+    assert_eq!(seen, expected, "{listed}");
+
+    // Two are running: the admin commands do not guess.
+    let ambiguous = tether_in(&home, &["status"]).output().await.unwrap();
+    assert_eq!(ambiguous.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&ambiguous.stderr);
+    assert!(
+        stderr.contains("2 gateways are running") && stderr.contains("--pid"),
+        "{stderr}"
+    );
+    for pid in &pids {
+        let picked = tether_in(&home, &["status", "--pid", &pid.to_string()])
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&picked.stdout);
+        assert!(picked.status.success(), "{stdout}");
+        assert!(stdout.lines().any(|l| l.starts_with("up ")), "{stdout}");
+    }
+
+    // One HTTP gateway owns the default state file; a second is refused, saying so once.
+    let http = start_http({
+        let mut command = tether_in(
+            &home,
+            &["serve", "--config", config, "--http", "127.0.0.1:0"],
+        );
+        command.stdin(Stdio::null());
+        command
+    })
+    .await;
+    let (code, stderr) = serve_to_end({
+        let mut command = tether_in(
+            &home,
+            &["serve", "--config", config, "--http", "127.0.0.1:0"],
+        );
+        command.stdin(Stdio::null());
+        command
+    })
+    .await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(
+        stderr.matches("already running").count(),
+        1,
+        "the error is printed once:\n{stderr}"
+    );
+    assert!(terminate(http.tether).await.success());
+
+    for (tether, client) in agents {
+        drop(client);
+        let _ = terminate(tether).await;
+    }
+    // Each removed its own state file on the way out.
+    let left = std::fs::read_dir(home.join("tether").join("stdio"))
+        .map(|entries| entries.flatten().count())
+        .unwrap_or(0);
+    assert_eq!(left, 0, "no stdio state file is left behind");
 }

@@ -168,3 +168,111 @@ async fn a_read_only_call_on_an_expired_session_is_retried_on_a_fresh_one() {
     host.supervisor.shutdown().await;
     server.kill().await;
 }
+
+/// A call the server refused before running it — HTTP 404 for the session it forgot when it
+/// restarted, or a 400 naming no request — provably did not run: it is sent once more on a
+/// fresh session whatever the tool does (here a tool with side effects), runs exactly once,
+/// and is counted; the agent never hears "it may or may not have run".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_refused_before_it_ran_is_sent_again_whatever_the_tool() {
+    for flags in [&[][..], &["--http-unknown-session", "400"][..]] {
+        let host = Host::fast();
+        let state = host.state_dir("web");
+        let mut server = HttpFixture::start("http", &state, "127.0.0.1:0", flags).await;
+        let addr = server.addr;
+        let mut spec = http_spec("web", format!("http://{addr}/mcp"), streamable());
+        // Sessions, which a restarted server forgets (2026-07-28 has none to forget).
+        spec.protocol = tether::config::ProtocolChoice::Legacy;
+        host.supervisor.add_server(spec).unwrap();
+        for round in 0..3 {
+            wait_until("tools visible", || {
+                host.tools("web").contains(&"web__side_effect".to_string())
+            })
+            .await;
+            server.kill().await;
+            server = HttpFixture::start("http", &state, &addr.to_string(), flags).await;
+            let resent = tether::calls::resent_calls();
+            let result = host
+                .supervisor
+                .call_tool(
+                    "web__side_effect",
+                    args(json!({"label": format!("round {round}")})),
+                )
+                .await
+                .unwrap();
+            assert_eq!(text(&result), "done", "{flags:?} round {round}: {result:?}");
+            assert_eq!(
+                state.calls_of("side_effect"),
+                round + 1,
+                "{flags:?}: each call ran exactly once"
+            );
+            assert!(tether::calls::resent_calls() > resent, "{flags:?}: counted");
+        }
+        host.supervisor.shutdown().await;
+        server.kill().await;
+    }
+}
+
+/// One call the server never answers blocks neither the other calls nor the keepalive of the
+/// same session — on 2026-07-28, where each request is its own POST, and on a 2025-11-25
+/// session, where they share one. With JSON answers, the stuck POST gets not even headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_call_blocks_neither_other_calls_nor_the_keepalive() {
+    for flags in [
+        &["--modern-only", "--json-response"][..],
+        &["--json-response"][..],
+        &[][..],
+    ] {
+        let host = Host::fast();
+        let state = host.state_dir("web");
+        let server = HttpFixture::start("http", &state, "127.0.0.1:0", flags).await;
+        let mut spec = http_spec("web", format!("http://{}/mcp", server.addr), streamable());
+        // A keepalive held behind the stuck call would fail within its deadline.
+        spec.timeouts.keepalive_interval = Duration::from_millis(100);
+        spec.timeouts.keepalive_deadline = Duration::from_millis(400);
+        spec.timeouts.call = Duration::from_secs(60);
+        host.supervisor.add_server(spec).unwrap();
+        wait_until("tools visible", || {
+            host.tools("web").contains(&"web__hang".to_string())
+        })
+        .await;
+        let mut lifecycle = host.supervisor.lifecycle();
+        let supervisor = host.supervisor.clone();
+        let stuck =
+            tokio::spawn(async move { supervisor.call_tool("web__hang", args(json!({}))).await });
+        wait_until("the server runs the stuck call", || {
+            state.calls_of("hang") == 1
+        })
+        .await;
+        // Several keepalive deadlines pass while calls keep answering.
+        let started = tokio::time::Instant::now();
+        let mut answered = 0;
+        while started.elapsed() < Duration::from_millis(1500) {
+            let answer = tokio::time::timeout(
+                Duration::from_secs(5),
+                host.supervisor
+                    .call_tool("web__echo", args(json!({"text": "still here"}))),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{flags:?}: a call waited behind the stuck one"))
+            .unwrap_or_else(|e| panic!("{flags:?}: {e}"));
+            assert_eq!(text(&answer), "still here");
+            answered += 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(answered >= 5, "{flags:?}: {answered}");
+        // The session stayed healthy throughout: no keepalive failed, nothing reconnected.
+        while let Ok(event) = lifecycle.try_recv() {
+            assert_eq!(
+                event.state,
+                tether::policy::ServerState::Healthy,
+                "{flags:?}: {event:?}"
+            );
+        }
+        assert_eq!(host.view("web").state, tether::policy::ServerState::Healthy);
+        assert!(!stuck.is_finished(), "{flags:?}: {:?}", stuck.await);
+        stuck.abort();
+        host.supervisor.shutdown().await;
+        server.kill().await;
+    }
+}

@@ -78,6 +78,9 @@ enum Unadmitted {
 pub enum CallError {
     #[error("unknown tool {0:?}")]
     UnknownTool(String),
+    /// The call stopped without an answer for a reason of the host's (its task ended).
+    #[error("the call was interrupted: {0}")]
+    Interrupted(String),
     /// The server answered with a JSON-RPC error (unknown tool, invalid arguments, a missing
     /// client capability, ...): a client gets it as the server gave it.
     #[error("server {server:?} refused the call: {}", error.message)]

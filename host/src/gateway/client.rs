@@ -21,6 +21,7 @@ use rmcp::service::{OriginatingRequestId, RequestContext};
 use rmcp::{ErrorData as McpError, Peer, RoleServer};
 use tokio::sync::{mpsc, oneshot};
 
+use super::asking::Question;
 use super::downstream;
 use crate::upstream::{CallContext, ClientAsk, LogSink, ProgressForward};
 
@@ -159,6 +160,9 @@ pub(super) struct Client {
     request: RequestId,
     capabilities: ClientCapabilities,
     modern: bool,
+    /// For a 2026-07-28 client, where a server's questions go to become a request for input
+    /// (see `asking.rs`); without it such a client cannot be asked.
+    questions: Option<mpsc::UnboundedSender<Question>>,
 }
 
 impl Client {
@@ -168,7 +172,14 @@ impl Client {
             request: context.id.clone(),
             capabilities: context.client_capabilities().unwrap_or_default(),
             modern: modern_client(context),
+            questions: None,
         }
+    }
+
+    /// This client, whose server questions go to `questions` (a 2026-07-28 client's call).
+    pub(super) fn asking(mut self, questions: mpsc::UnboundedSender<Question>) -> Self {
+        self.questions = Some(questions);
+        self
     }
 }
 
@@ -182,12 +193,27 @@ impl ClientAsk for Client {
         mut request: ServerRequest,
     ) -> BoxFuture<'static, Result<ClientResult, ErrorData>> {
         if self.modern {
-            return Box::pin(async {
-                Err(ErrorData::new(
-                    rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-                    "the client speaks protocol 2026-07-28, which takes no requests from servers (only requests for input as a call's result); Tether does not relay this one",
-                    None,
-                ))
+            // Becomes part of a request for input the call answers the client with.
+            let questions = self.questions.clone();
+            return Box::pin(async move {
+                let unasked = || {
+                    ErrorData::new(
+                        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                        "the client speaks protocol 2026-07-28, which takes requests for input only as a tool call's result",
+                        None,
+                    )
+                };
+                let questions = questions.ok_or_else(unasked)?;
+                let (answer, answered) = oneshot::channel();
+                questions
+                    .send(Question { request, answer })
+                    .map_err(|_| unasked())?;
+                answered.await.unwrap_or_else(|_| {
+                    Err(ErrorData::internal_error(
+                        "the client never answered: its call ended or waited too long",
+                        None,
+                    ))
+                })
             });
         }
         // On the stream of the client's own request (Streamable HTTP): rmcp routes a request

@@ -9,6 +9,7 @@
 //! offers them and forwarded on its live session. Results are re-shaped only where the
 //! generations differ (`resultType`, cache hints; rmcp strips them for older clients).
 
+mod asking;
 mod client;
 mod downstream;
 mod http;
@@ -55,6 +56,8 @@ pub struct Gateway {
     /// The upstream session each server's wanted URIs were last subscribed on (held weakly:
     /// the address of a dropped session is never reused while it is here).
     resubscribed: Arc<std::sync::Mutex<HashMap<String, Weak<Session>>>>,
+    /// Calls of 2026-07-28 clients waiting for answers to an older server's requests.
+    parking: Arc<asking::Parking>,
 }
 
 impl Clone for Gateway {
@@ -66,6 +69,7 @@ impl Clone for Gateway {
             sessions: self.sessions.clone(),
             session: self.sessions.fetch_add(1, Ordering::Relaxed),
             resubscribed: self.resubscribed.clone(),
+            parking: self.parking.clone(),
         }
     }
 }
@@ -85,6 +89,7 @@ impl Gateway {
             sessions: Arc::new(AtomicU64::new(1)),
             session: 0,
             resubscribed: Arc::default(),
+            parking: Arc::default(),
         };
         let announcer = gateway.clone();
         let others = async move {
@@ -147,6 +152,41 @@ impl Gateway {
                     self.downstream.log(&server, message);
                 }
             }
+        }
+    }
+
+    /// A 2026-07-28 client's call: an older server's requests during it become a request for
+    /// input, and the client's next call with the answers (and Tether's request state) goes
+    /// on with the same upstream call (see `asking.rs`).
+    async fn call_for_modern_client(
+        &self,
+        request: CallToolRequestParams,
+        mut call: CallContext,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let asking = match request.request_state.as_deref() {
+            Some(state) if asking::Parking::issued(state) => {
+                self.parking
+                    .resume(state, &request.name, request.input_responses)?
+            }
+            _ => {
+                let (questions, asked) = tokio::sync::mpsc::unbounded_channel();
+                // The upstream call may outlive this request: it is cancelled on its own token.
+                let cancel = tokio_util::sync::CancellationToken::new();
+                call.cancel = cancel.clone();
+                call.client = Some(Arc::new(client::Client::of(context).asking(questions)));
+                // A retry a 2026-07-28 server asked for carries its answers through.
+                call.input_responses = request.input_responses;
+                call.request_state = request.request_state;
+                let supervisor = self.supervisor.clone();
+                let (tool, arguments) = (request.name.to_string(), request.arguments);
+                let running = async move { supervisor.call_tool_in(&tool, arguments, call).await };
+                asking::Asking::start(running, asked, cancel, request.name.to_string())
+            }
+        };
+        match self.parking.drive(asking, &context.ct).await {
+            asking::Turn::Done(outcome) => call_answer(&request.name, outcome, true),
+            asking::Turn::Ask(input) => Ok(CallToolResponse::InputRequired(input)),
         }
     }
 
@@ -422,6 +462,45 @@ fn bad_cursor(error: String) -> McpError {
 }
 
 /// The MCP view of a routed tool.
+/// A call's outcome as its client gets it: a result (the server's own, or Tether's words for
+/// the model), the server's request for input passed on to a client that can answer it, or the
+/// server's JSON-RPC error as it sent it.
+fn call_answer(
+    advertised: &str,
+    outcome: asking::CallOutcome,
+    modern: bool,
+) -> Result<CallToolResponse, McpError> {
+    let response = match outcome {
+        Ok(CallToolResponse::InputRequired(input)) if modern => {
+            return Ok(CallToolResponse::InputRequired(input));
+        }
+        Ok(response) => response,
+        Err(CallError::UnknownTool(name)) => {
+            return Err(McpError::invalid_params(
+                format!("unknown tool {name:?}: it is not in tools/list"),
+                None,
+            ));
+        }
+        // The server refused the request: its error, code and data as it sent them.
+        Err(CallError::Rejected { server, mut error }) => {
+            error.message = format!("server {server:?}: {}", error.message).into();
+            return Err(error);
+        }
+        Err(interrupted @ CallError::Interrupted(_)) => {
+            return Err(McpError::internal_error(
+                format!("{interrupted}; it may or may not have run"),
+                None,
+            ));
+        }
+    };
+    let mut result = crate::calls::complete(advertised, response);
+    // Upstreams of the older generation send no `resultType`; 2026-07-28 clients require it.
+    // rmcp strips "complete" again for older clients.
+    result.result_type.get_or_insert(ResultType::COMPLETE);
+    result.meta = own_meta(result.meta);
+    Ok(result.into())
+}
+
 /// The MCP view of a routed tool: as its server listed it (title, annotations, output schema,
 /// icons, `_meta`), under its advertised name.
 fn tool_for_agents(route: &Route) -> Tool {
@@ -554,13 +633,16 @@ impl ServerHandler for Gateway {
                 .flatten()
                 .map(|route| route.server);
             let mut call = self.call_context(server.as_deref().unwrap_or_default(), &context);
+            if modern {
+                return self.call_for_modern_client(request, call, &context).await;
+            }
             // A retry after the server asked for input carries the answers through.
             call.input_responses = request.input_responses;
             call.request_state = request.request_state;
             // An older client is asked what a 2026-07-28 server needs, and the call retried
             // with the answers: keep the arguments for that only when it could be asked.
             let asker = client::Client::of(&context);
-            let retries = !modern && client::can_be_asked(&asker);
+            let retries = client::can_be_asked(&asker);
             let mut arguments = request.arguments;
             for round in 0..=MAX_INPUT_ROUNDS {
                 let kept = retries.then(|| arguments.clone()).flatten();
@@ -568,10 +650,7 @@ impl ServerHandler for Gateway {
                     .supervisor
                     .call_tool_in(&request.name, arguments, call.clone())
                     .await;
-                let response = match response {
-                    Ok(CallToolResponse::InputRequired(input)) if modern => {
-                        return Ok(CallToolResponse::InputRequired(input));
-                    }
+                match response {
                     Ok(CallToolResponse::InputRequired(input))
                         if retries && round < MAX_INPUT_ROUNDS =>
                     {
@@ -584,27 +663,9 @@ impl ServerHandler for Gateway {
                         call.input_responses = Some(client::fulfil(&server, &asker, &input).await?);
                         call.request_state = input.request_state;
                         arguments = kept;
-                        continue;
                     }
-                    Ok(response) => response,
-                    Err(CallError::UnknownTool(name)) => {
-                        return Err(McpError::invalid_params(
-                            format!("unknown tool {name:?}: it is not in tools/list"),
-                            None,
-                        ));
-                    }
-                    // The server refused the request: its error, code and data as it sent them.
-                    Err(CallError::Rejected { server, mut error }) => {
-                        error.message = format!("server {server:?}: {}", error.message).into();
-                        return Err(error);
-                    }
-                };
-                let mut result = crate::calls::complete(&request.name, response);
-                // Upstreams of the older generation send no `resultType`; 2026-07-28 clients
-                // require it. rmcp strips "complete" again for older clients.
-                result.result_type.get_or_insert(ResultType::COMPLETE);
-                result.meta = own_meta(result.meta);
-                return Ok(result.into());
+                    outcome => return call_answer(&request.name, outcome, false),
+                }
             }
             unreachable!("the last round returns")
         })

@@ -27,6 +27,9 @@ use rmcp::transport::Transport;
 use super::SessionEnd;
 use crate::upstream::route::{Belongs, RouteTag, Routes};
 
+/// How long requests in flight may still be answered once the session ended.
+const ANSWER_GRACE: Duration = Duration::from_secs(1);
+
 /// Notifications a session may burst before the rate applies.
 const BURST: f64 = 200.0;
 /// Notifications per second a session may send in the long run.
@@ -77,6 +80,8 @@ pub struct Guarded<T> {
     inner: T,
     end: SessionEnd,
     routes: Option<Arc<Routes>>,
+    /// Once the session ended: until when requests in flight may still be answered.
+    ending: Option<tokio::time::Instant>,
     bucket: TokenBucket,
     /// When the last "dropping" warning was logged (one per burst, not one per message).
     warned: Option<Instant>,
@@ -88,6 +93,7 @@ impl<T> Guarded<T> {
             inner,
             end,
             routes: None,
+            ending: None,
             bucket: TokenBucket::new(BURST, RATE, Instant::now()),
             warned: None,
         }
@@ -186,10 +192,29 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Guarded<T> {
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
-            let message = tokio::select! {
-                biased;
-                message = self.inner.receive() => message?,
-                () = self.end.ended() => return None,
+            let message = match self.ending {
+                None => tokio::select! {
+                    biased;
+                    message = self.inner.receive() => message?,
+                    () = self.end.ended() => {
+                        self.ending = Some(tokio::time::Instant::now() + ANSWER_GRACE);
+                        continue;
+                    }
+                },
+                // The session ended (the server forgot it, a stream broke for good): requests
+                // in flight still get their own answers for a moment — a 404 to a request
+                // proves it did not run, where the end alone proves nothing about it.
+                Some(until) => {
+                    let routes = self.routes.clone()?;
+                    tokio::select! {
+                        biased;
+                        message = tokio::time::timeout_at(until, self.inner.receive()) => match message {
+                            Ok(Some(message)) => message,
+                            _ => return None,
+                        },
+                        () = routes.idle() => return None,
+                    }
+                }
             };
             let mut message = message;
             super::generation::legacy_only_rejection(&mut message);

@@ -72,6 +72,8 @@ struct Table {
 #[derive(Default)]
 pub struct Routes {
     table: Mutex<Table>,
+    /// Told whenever a request ends.
+    ended: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for Routes {
@@ -106,6 +108,19 @@ impl Routes {
         let mut table = self.table();
         if let Some((_, Some(token))) = table.by_id.remove(id) {
             table.by_token.remove(&token);
+        }
+        drop(table);
+        self.ended.notify_waiters();
+    }
+
+    /// Resolves once no client request is in flight.
+    pub(crate) async fn idle(&self) {
+        loop {
+            let ended = self.ended.notified();
+            if self.table().by_id.is_empty() {
+                return;
+            }
+            ended.await;
         }
     }
 

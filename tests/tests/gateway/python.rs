@@ -131,3 +131,86 @@ async fn official_python_sdk_clients_of_both_generations_use_the_whole_surface()
     }
     assert!(terminate(tether).await.success());
 }
+
+/// What servers ask of a client reaches it through Tether, from servers of either generation
+/// and for clients of either generation, and its answers go back: the official SDKs (1.x on
+/// 2025-11-25, 2.x on 2026-07-28) answer a sampling and an elicitation of the conformance
+/// fixture, which asks with a request to the client on 2025-11-25 (`legacy`, pinned) and with
+/// a request for input on 2026-07-28 (`modern`). Tether relays each way across: an older
+/// client is asked the old way what a 2026-07-28 server needs, and a 2026-07-28 client gets
+/// an older server's request as a request for input, the server's call waiting meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_python_sdk_clients_answer_what_servers_of_both_generations_ask() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture =
+        crate::conformance_suite::ConformanceFixture::start(&dir.path().join("fixture.log")).await;
+    let config = json!({"mcpServers": {
+        "modern": {"url": fixture.url, "type": "http"},
+        "legacy": {"url": fixture.url, "type": "http", "protocol": "2025-11-25"},
+    }});
+    let config_path = dir.path().join("servers.json");
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let (tether, url) = serve_http(dir.path(), &config_path).await;
+    for (version, constraints, protocol) in SDKS {
+        let python = tokio::task::spawn_blocking(move || sdk_python(version, constraints))
+            .await
+            .unwrap();
+        let stdio = [
+            "stdio",
+            env!("CARGO_BIN_EXE_tether-cli"),
+            "serve",
+            "--config",
+            config_path.to_str().unwrap(),
+            "--state-file",
+            dir.path()
+                .join(format!("ask-{version}.json"))
+                .to_str()
+                .unwrap(),
+            "--log-dir",
+            dir.path().join("logs").to_str().unwrap(),
+        ]
+        .map(String::from);
+        let over_http = ["ask".into(), "http".into(), url.clone()];
+        let over_stdio: Vec<String> = std::iter::once("ask".to_string()).chain(stdio).collect();
+        for target in [&over_http[..], &over_stdio[..]] {
+            let report = run_agent(&python, target).await;
+            let context = || format!("SDK {version} via {}: {report}", target[1]);
+            assert!(report.get("failure").is_none(), "{}", context());
+            assert_eq!(report["protocol"], protocol, "{}", context());
+            for server in ["modern", "legacy"] {
+                let sampled = report["answers"][format!("{server}__test_sampling")]
+                    .as_str()
+                    .unwrap_or_default();
+                assert_eq!(
+                    sampled,
+                    "LLM response: sampled for the capital of France",
+                    "{}",
+                    context()
+                );
+                let elicited = report["answers"][format!("{server}__test_elicitation")]
+                    .as_str()
+                    .unwrap_or_default();
+                assert!(
+                    elicited.starts_with("User response: action=accept")
+                        && elicited.contains("ada@example.com"),
+                    "{}",
+                    context()
+                );
+            }
+            // Each server asked once per call, and the client saw exactly what it asked.
+            assert_eq!(
+                report["asked"]["sampling"],
+                json!(["the capital of France", "the capital of France"]),
+                "{}",
+                context()
+            );
+            assert_eq!(
+                report["asked"]["elicitation"],
+                json!(["who are you?", "who are you?"]),
+                "{}",
+                context()
+            );
+        }
+    }
+    assert!(terminate(tether).await.success());
+}

@@ -101,6 +101,13 @@ pub struct Behaviour {
     /// Exit with CODE (default 3) before serving anything.
     #[arg(long, value_name = "CODE", num_args = 0..=1, default_missing_value = "3")]
     pub crash_at_startup: Option<i32>,
+    /// Streamable HTTP: answer each request with one JSON body when it is done, not an event
+    /// stream (a long call then holds its POST without even response headers).
+    #[arg(long)]
+    pub json_response: bool,
+    /// Sleep T ms before serving anything (a server slow to start, e.g. `npx` fetching it).
+    #[arg(long, value_name = "T")]
+    pub startup_delay_ms: Option<u64>,
     /// Exit(4) once this process has executed N calls, before answering the Nth.
     #[arg(long, value_name = "N")]
     pub crash_after_calls: Option<u64>,

@@ -38,7 +38,9 @@ pub async fn serve(fixture: Arc<Fixture>, bind: SocketAddr) -> Result<(), String
         move || Ok(Handler::new(handler_fixture.clone())),
         sessions.clone(),
         // Tests may bind any address; Host checks would only get in the way.
-        StreamableHttpServerConfig::default().disable_allowed_hosts(),
+        StreamableHttpServerConfig::default()
+            .disable_allowed_hosts()
+            .with_json_response(fixture.settings().json_response),
     );
     let app = Router::new()
         .nest_service("/mcp", mcp)

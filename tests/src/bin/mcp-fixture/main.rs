@@ -57,6 +57,9 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if let Some(delay) = fixture.settings().startup_delay_ms {
+        std::thread::sleep(std::time::Duration::from_millis(delay));
+    }
     // Checked after `starts` is bumped, so tests can count failed spawns too.
     if let Some(code) = fixture.settings().crash_at_startup {
         fixture::exit(code, "crash at startup");

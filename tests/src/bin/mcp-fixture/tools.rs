@@ -24,15 +24,17 @@ const ALL_TOOLS: &[&str] = &[
     "fail",
     "env",
     "confirm",
+    "burst",
 ];
 /// How often `slow` reports progress when the request carried a progress token.
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 
 /// The tool names advertised under these settings, in a stable order.
 pub fn advertised(settings: &Behaviour) -> Vec<&'static str> {
+    // `burst` only when asked for: the default set stays what tests count on.
     let wanted = |name: &str| match &settings.tools {
         Some(list) => list.iter().any(|t| t == name),
-        None => true,
+        None => name != "burst",
     };
     ALL_TOOLS
         .iter()
@@ -75,6 +77,10 @@ pub fn definition(name: &str) -> Tool {
         "env" => (
             "Returns the server's environment as a JSON object.",
             object_schema(json!({}), &[]),
+        ),
+        "burst" => (
+            "Sends n progress notifications at once, as fast as it can, then answers.",
+            object_schema(json!({"n": {"type": "integer", "minimum": 0}}), &["n"]),
         ),
         "confirm" => (
             "Asks the client to confirm (an InputRequiredResult, 2026-07-28), then answers with the \
@@ -124,6 +130,9 @@ pub enum Call {
         ms: u64,
     },
     Hang,
+    Burst {
+        n: u64,
+    },
     ExitNow {
         code: i32,
     },
@@ -169,6 +178,12 @@ pub fn parse(name: &str, args: &JsonObject) -> Result<Call, String> {
                 .ok_or_else(|| "slow: `ms` must be a non-negative integer".to_owned())?,
         },
         "hang" => Call::Hang,
+        "burst" => Call::Burst {
+            n: args
+                .get("n")
+                .and_then(Value::as_u64)
+                .ok_or_else(|| "burst: `n` must be a non-negative integer".to_owned())?,
+        },
         "exit_now" => Call::ExitNow {
             code: args
                 .get("code")
@@ -199,6 +214,18 @@ pub async fn run(call: Call, context: &RequestContext<RoleServer>) -> CallToolRe
             text(format!("slept {ms} ms"))
         }
         Call::Hang => std::future::pending().await,
+        Call::Burst { n } => {
+            if let Some(token) = context.meta.get_progress_token() {
+                for step in 1..=n {
+                    let progress = ProgressNotificationParam::new(token.clone(), step as f64)
+                        .with_total(n as f64);
+                    if let Err(error) = context.peer.notify_progress(progress).await {
+                        eprintln!("mcp-fixture: sending progress: {error}");
+                    }
+                }
+            }
+            text(format!("sent {n} progress notifications"))
+        }
         Call::ExitNow { code } => fixture::exit(code, "exit_now tool"),
         Call::Fail => CallToolResult::error(vec![ContentBlock::text("fail tool always fails")]),
         Call::Confirm => unreachable!("the handler answers confirm"),

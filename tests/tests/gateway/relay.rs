@@ -1,0 +1,374 @@
+//! What crosses Tether between a client and an upstream, seen on the wire: every progress
+//! notification of a call, in order, before its answer, for clients and upstreams of both
+//! generations; resource subscriptions across generations; and a first answer that waits for
+//! the servers still starting (and later answers that never wait).
+
+#![allow(deprecated)] // resources/subscribe is legacy-only, and what an older client uses
+
+use std::time::{Duration, Instant};
+
+use rmcp::model::{ReadResourceRequestParams, SubscribeRequestParams};
+use rmcp::service::NotificationContext;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+use super::*;
+
+/// A raw MCP-over-HTTP client: each answer's server-sent events read in order, as sent.
+struct Wire {
+    http: reqwest::Client,
+    url: String,
+    /// The legacy session, once initialized.
+    session: Option<String>,
+    modern: bool,
+}
+
+impl Wire {
+    fn new(url: &str, modern: bool) -> Self {
+        Self {
+            http: reqwest::Client::new(),
+            url: url.to_string(),
+            session: None,
+            modern,
+        }
+    }
+
+    /// A 2025-11-25 session: `initialize`, then `notifications/initialized`.
+    async fn initialize(&mut self) {
+        let (headers, _) = self
+            .post(
+                json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                    "protocolVersion": "2025-11-25", "capabilities": {},
+                    "clientInfo": {"name": "wire", "version": "1"},
+                }}),
+            )
+            .await;
+        self.session = headers
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        assert!(self.session.is_some(), "a session id");
+        self.post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+    }
+
+    /// POSTs `message` and reads the answer to its end: every JSON-RPC message in order.
+    async fn post(&self, mut message: Value) -> (reqwest::header::HeaderMap, Vec<Value>) {
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json");
+        if self.modern {
+            let method = message["method"].as_str().unwrap_or_default().to_string();
+            let meta = json!({
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            });
+            let params = message["params"].as_object_mut().expect("params");
+            let mut merged = meta.as_object().unwrap().clone();
+            if let Some(Value::Object(own)) = params.remove("_meta") {
+                merged.extend(own);
+            }
+            params.insert("_meta".into(), Value::Object(merged));
+            request = request
+                .header("mcp-protocol-version", "2026-07-28")
+                .header("mcp-method", &method);
+            if let Some(name) = message["params"]["name"].as_str() {
+                request = request.header("mcp-name", name);
+            }
+        } else {
+            request = request.header("mcp-protocol-version", "2025-11-25");
+            if let Some(session) = &self.session {
+                request = request.header("mcp-session-id", session);
+            }
+        }
+        let response = tokio::time::timeout(PATIENCE, request.json(&message).send())
+            .await
+            .expect("an answer in time")
+            .expect("the gateway answers");
+        let headers = response.headers().clone();
+        let body = tokio::time::timeout(PATIENCE, response.text())
+            .await
+            .expect("the answer ends in time")
+            .expect("the answer's body");
+        let messages = body
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .map(str::trim)
+            .chain(body.trim().starts_with('{').then_some(body.trim()))
+            .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+            .collect();
+        (headers, messages)
+    }
+}
+
+/// Calls `tool` with a progress token and checks what came back: `n` progress notifications
+/// with the client's token, values 1..=n in order, all before the answer.
+async fn assert_every_progress_in_order(wire: &Wire, tool: &str, n: u64) {
+    let (_, messages) = wire
+        .post(
+            json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+                "name": tool, "arguments": {"n": n}, "_meta": {"progressToken": "the-client's"},
+            }}),
+        )
+        .await;
+    let answer_at = messages
+        .iter()
+        .position(|m| m["id"] == 7)
+        .unwrap_or_else(|| panic!("no answer to the call: {messages:?}"));
+    assert!(
+        messages[answer_at]["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("sent")),
+        "{:?}",
+        messages[answer_at]
+    );
+    let progress: Vec<f64> = messages[..answer_at]
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .map(|m| {
+            assert_eq!(m["params"]["progressToken"], "the-client's", "{m}");
+            m["params"]["progress"].as_f64().unwrap()
+        })
+        .collect();
+    let expected: Vec<f64> = (1..=n).map(|i| i as f64).collect();
+    assert_eq!(
+        progress, expected,
+        "{tool}: every progress notification, in order, before the answer"
+    );
+    // Nothing of this call comes after its answer.
+    assert!(
+        messages[answer_at + 1..]
+            .iter()
+            .all(|m| m["method"] != "notifications/progress"),
+        "{messages:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_progress_notification_reaches_the_client_in_order_before_the_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = |name: &str| {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let (legacy, modern) = (state("legacy"), state("modern"));
+    let config = json!({"mcpServers": {
+        "legacy": {"command": FIXTURE, "args": [
+            "--transport", "stdio", "--state-dir", legacy, "--tools", "burst",
+        ]},
+        "modern": {"command": FIXTURE, "args": [
+            "--transport", "stdio", "--state-dir", modern, "--tools", "burst", "--modern-only",
+        ]},
+    }});
+    let path = dir.path().join("servers.json");
+    std::fs::write(&path, config.to_string()).unwrap();
+    let (tether, url) = serve_http(dir.path(), &path).await;
+    let mut old_client = Wire::new(&url, false);
+    old_client.initialize().await;
+    let new_client = Wire::new(&url, true);
+    for client in [&old_client, &new_client] {
+        for tool in ["legacy__burst", "modern__burst"] {
+            // Enough that a race with the request's registration, or reordering, would show.
+            assert_every_progress_in_order(client, tool, 200).await;
+        }
+    }
+    assert!(terminate(tether).await.success());
+}
+
+/// Counts `notifications/resources/updated`.
+#[derive(Clone, Default)]
+struct Updates(Arc<Mutex<Vec<String>>>);
+
+impl ClientHandler for Updates {
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.0.lock().unwrap().push(params.uri);
+    }
+}
+
+/// A 2025-11-25 client subscribes to a resource of a server Tether reaches on 2026-07-28 (where
+/// updates come through `subscriptions/listen`), and a 2026-07-28 client listens to one of a
+/// server reached on 2025-11-25 (`resources/subscribe`): both hear the update; both read it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_and_reads_cross_generations() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture =
+        crate::conformance_suite::ConformanceFixture::start(&dir.path().join("fixture.log")).await;
+    let config = json!({"mcpServers": {
+        "modern": {"url": fixture.url, "type": "http", "protocol": "2026-07-28"},
+        "legacy": {"url": fixture.url, "type": "http", "protocol": "2025-11-25"},
+    }});
+    let path = dir.path().join("servers.json");
+    std::fs::write(&path, config.to_string()).unwrap();
+    let watched = "test://watched-resource";
+    // The fixture lists the URI twice (two servers): the old client's subscription goes to
+    // `modern`, the new one's listens through `legacy`, one server visible at a time.
+    for (visible, modern_client) in [("modern", false), ("legacy", true)] {
+        let hidden = if visible == "modern" {
+            "legacy"
+        } else {
+            "modern"
+        };
+        let mut config = config.clone();
+        config["mcpServers"][hidden]["disabled"] = json!(true);
+        std::fs::write(&path, config.to_string()).unwrap();
+        let (tether, url) = serve_http(dir.path(), &path).await;
+        let updates = Updates::default();
+        let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
+            reqwest::Client::new(),
+            rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                url.clone(),
+            ),
+        );
+        let lifecycle = if modern_client {
+            rmcp::ClientLifecycleMode::Discover {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+            }
+        } else {
+            rmcp::ClientLifecycleMode::Initialize
+        };
+        let client =
+            rmcp::ClientServiceExt::serve_with_lifecycle(updates.clone(), transport, lifecycle)
+                .await
+                .expect("a session with the gateway");
+        let read = client
+            .read_resource(ReadResourceRequestParams::new(watched))
+            .await
+            .unwrap_or_else(|e| panic!("{visible}: reading {watched}: {e}"));
+        assert!(!read.contents.is_empty(), "{visible}: {read:?}");
+        // A 2026-07-28 client hears of updates on its listen stream, an older one by callback.
+        let mut listening = None;
+        if modern_client {
+            let filter = rmcp::model::SubscriptionFilter::builder()
+                .resource_subscription(watched)
+                .build();
+            listening = Some(client.listen(filter).await.expect("listening"));
+        } else {
+            client
+                .subscribe(SubscribeRequestParams::new(watched))
+                .await
+                .expect("subscribing through Tether");
+        }
+        // The subscription reaches the upstream asynchronously: bump until an update comes.
+        let deadline = Instant::now() + PATIENCE;
+        let heard = loop {
+            client
+                .call_tool(rmcp::model::CallToolRequestParams::new(format!(
+                    "{visible}__test_update_watched_resource"
+                )))
+                .await
+                .expect("the update tool");
+            let heard = match &mut listening {
+                Some(stream) => {
+                    let mut heard = None;
+                    while let Ok(Ok(Some(notification))) =
+                        tokio::time::timeout(Duration::from_millis(300), stream.next()).await
+                    {
+                        if let rmcp::model::ServerNotification::ResourceUpdatedNotification(n) =
+                            notification
+                        {
+                            heard = Some(n.params.uri);
+                            break;
+                        }
+                    }
+                    heard
+                }
+                None => {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    updates.0.lock().unwrap().first().cloned()
+                }
+            };
+            if let Some(uri) = heard {
+                break uri;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{visible} (client modern: {modern_client}): no update reached the client"
+            );
+        };
+        assert_eq!(heard, watched);
+        let _ = client.cancel().await;
+        assert!(terminate(tether).await.success());
+    }
+}
+
+/// A client that lists once when it starts gets the tools of a server that takes a second to
+/// start (stdio and HTTP alike); a server that never answers holds that first answer only for
+/// the startup wait, and nothing after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_lists_once_at_start_gets_the_servers_still_starting() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("slow");
+    std::fs::create_dir_all(&state).unwrap();
+    let config = json!({"mcpServers": {
+        "slow": {"command": FIXTURE, "args": [
+            "--transport", "stdio", "--state-dir", state.to_str().unwrap(),
+            "--startup-delay-ms", "1200",
+        ]},
+        // Answers nothing: its first attempt lasts until the connect timeout.
+        "mute": {"command": "sleep", "args": ["3600"], "timeouts": {"connect": "60s"}},
+    }});
+    let path = dir.path().join("servers.json");
+    std::fs::write(&path, config.to_string()).unwrap();
+
+    // stdio: the agent starts the gateway and lists at once.
+    let mut tether = serve(dir.path(), &path, &["--startup-wait", "4s"], None);
+    let io = (tether.stdout.take().unwrap(), tether.stdin.take().unwrap());
+    drain_stderr(&mut tether);
+    let started = Instant::now();
+    let client = ().serve(io).await.expect("MCP over stdio");
+    let tools = client.list_all_tools().await.unwrap();
+    let first = started.elapsed();
+    assert!(
+        tools.iter().any(|t| t.name == "slow__echo"),
+        "the first list waits for the server starting: {tools:?}"
+    );
+    assert!(
+        first < Duration::from_secs(10),
+        "bounded by the wait: {first:?}"
+    );
+    // Later lists never wait, though `mute` is still on its first attempt.
+    let again = Instant::now();
+    client.list_all_tools().await.unwrap();
+    assert!(
+        again.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        again.elapsed()
+    );
+    let _ = client.cancel().await;
+    let _ = terminate(tether).await;
+
+    // HTTP: a client that connects right after the gateway announced itself.
+    let gateway = start_http(serve_command(
+        dir.path(),
+        &path,
+        &["--http", "127.0.0.1:0", "--startup-wait", "4s"],
+    ))
+    .await;
+    let client = ()
+        .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
+            gateway.url.clone(),
+        ))
+        .await
+        .expect("MCP over HTTP");
+    let tools = client.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "slow__echo"), "{tools:?}");
+    let _ = client.cancel().await;
+    assert!(terminate(gateway.tether).await.success());
+}
+
+/// Keeps reading a child's stderr so it never blocks on a full pipe.
+fn drain_stderr(child: &mut Child) {
+    if let Some(stderr) = child.stderr.take() {
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(_)) = lines.next_line().await {}
+        });
+    }
+}
