@@ -208,6 +208,20 @@ async fn a_call_refused_before_it_ran_is_sent_again_whatever_the_tool() {
             );
             assert!(tether::calls::resent_calls() > resent, "{flags:?}: counted");
         }
+        // The server is down when the call goes out (the connection is refused, or the
+        // session is already known gone): the call waits for the server and runs once.
+        server.kill().await;
+        let supervisor = host.supervisor.clone();
+        let call = tokio::spawn(async move {
+            supervisor
+                .call_tool("web__side_effect", args(json!({"label": "while down"})))
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server = HttpFixture::start("http", &state, &addr.to_string(), flags).await;
+        let result = call.await.unwrap().unwrap();
+        assert_eq!(text(&result), "done", "{flags:?} while down: {result:?}");
+        assert_eq!(state.calls_of("side_effect"), 4, "{flags:?}: ran once");
         host.supervisor.shutdown().await;
         server.kill().await;
     }

@@ -245,6 +245,70 @@ pub(super) fn can_be_asked(client: &Client) -> bool {
             || declared.roots.is_some())
 }
 
+/// One request for input of a 2026-07-28 server as an older client is asked it: what it is
+/// called, whether the client declared it, and the request the old way.
+fn as_old_request(
+    server: &str,
+    client: &Client,
+    request: &InputRequest,
+) -> Result<(&'static str, bool, ServerRequest), McpError> {
+    Ok(match request.clone() {
+        InputRequest::CreateMessage(request) => (
+            "sampling",
+            client.capabilities.sampling.is_some(),
+            ServerRequest::CreateMessageRequest(request),
+        ),
+        InputRequest::Elicitation(request) => (
+            "elicitation",
+            client.capabilities.elicitation.is_some(),
+            ServerRequest::ElicitRequest(request),
+        ),
+        InputRequest::ListRoots(request) => (
+            "roots",
+            client.capabilities.roots.is_some(),
+            ServerRequest::ListRootsRequest(request),
+        ),
+        #[allow(unreachable_patterns)] // a kind of a later revision
+        _ => {
+            return Err(McpError::invalid_request(
+                format!(
+                    "server {server:?} asked the client for input of a kind Tether does not know"
+                ),
+                None,
+            ));
+        }
+    })
+}
+
+fn undeclared(server: &str, what: &str) -> McpError {
+    McpError::invalid_request(
+        format!(
+            "server {server:?} needs {what} from the client, which did not declare that capability"
+        ),
+        None,
+    )
+}
+
+/// Why an older client cannot answer `input`: the first request it did not declare (or that
+/// Tether does not know).
+pub(super) fn unanswerable(server: &str, client: &Client, input: &InputRequiredResult) -> McpError {
+    for request in input
+        .input_requests
+        .iter()
+        .flat_map(|requests| requests.values())
+    {
+        match as_old_request(server, client, request) {
+            Err(error) => return error,
+            Ok((what, false, _)) => return undeclared(server, what),
+            Ok(_) => {}
+        }
+    }
+    McpError::invalid_request(
+        format!("server {server:?} asked the client for input it could not give"),
+        None,
+    )
+}
+
 /// Answers a 2026-07-28 server's requests for input by asking an older client each of them the
 /// old way; the answers, keyed as the server asked, go back with the retry.
 pub(super) async fn fulfil(
@@ -254,39 +318,9 @@ pub(super) async fn fulfil(
 ) -> Result<InputResponses, McpError> {
     let mut responses = InputResponses::new();
     for (key, request) in input.input_requests.iter().flatten() {
-        let (what, declared, request) = match request.clone() {
-            InputRequest::CreateMessage(request) => (
-                "sampling",
-                client.capabilities.sampling.is_some(),
-                ServerRequest::CreateMessageRequest(request),
-            ),
-            InputRequest::Elicitation(request) => (
-                "elicitation",
-                client.capabilities.elicitation.is_some(),
-                ServerRequest::ElicitRequest(request),
-            ),
-            InputRequest::ListRoots(request) => (
-                "roots",
-                client.capabilities.roots.is_some(),
-                ServerRequest::ListRootsRequest(request),
-            ),
-            #[allow(unreachable_patterns)] // a kind of a later revision
-            _ => {
-                return Err(McpError::invalid_request(
-                    format!(
-                        "server {server:?} asked the client for input of a kind Tether does not know"
-                    ),
-                    None,
-                ));
-            }
-        };
+        let (what, declared, request) = as_old_request(server, client, request)?;
         if !declared {
-            return Err(McpError::invalid_request(
-                format!(
-                    "server {server:?} needs {what} from the client, which did not declare that capability"
-                ),
-                None,
-            ));
+            return Err(undeclared(server, what));
         }
         let answer = client.ask(request).await.map_err(|error| {
             McpError::internal_error(

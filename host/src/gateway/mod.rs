@@ -425,21 +425,20 @@ fn failure_words(failure: &CallFailure) -> String {
 }
 
 /// A server's request for input, for a forwarded `prompts/get` or `resources/read`: passed on
-/// to a client that can answer it, a clear error for one that cannot.
+/// to a 2026-07-28 client; an older one that could answer was asked already
+/// ([`Gateway::forward_answering`]), so this one gets an error naming what it lacks.
 fn input_required(
     server: &str,
-    method: &str,
     input: rmcp::model::InputRequiredResult,
     context: &RequestContext<RoleServer>,
 ) -> Result<rmcp::model::InputRequiredResult, McpError> {
     if modern_client(context) {
         return Ok(input);
     }
-    Err(McpError::invalid_request(
-        format!(
-            "server {server:?} needs more input from the user to answer {method}, which a client of protocol 2026-07-28 or later can give; this client negotiated an older version"
-        ),
-        None,
+    Err(client::unanswerable(
+        server,
+        &client::Client::of(context),
+        &input,
     ))
 }
 
@@ -664,6 +663,16 @@ impl ServerHandler for Gateway {
                         call.request_state = input.request_state;
                         arguments = kept;
                     }
+                    // An older client that declared none of what a server may ask.
+                    Ok(CallToolResponse::InputRequired(input)) if !retries => {
+                        let server = self
+                            .supervisor
+                            .registry()
+                            .route_for_call(&request.name)
+                            .map(|route| route.server)
+                            .unwrap_or_default();
+                        return Err(client::unanswerable(&server, &asker, &input));
+                    }
                     outcome => return call_answer(&request.name, outcome, false),
                 }
             }
@@ -731,7 +740,7 @@ impl ServerHandler for Gateway {
                     Ok(result.into())
                 }
                 ServerResult::InputRequiredResult(input) => {
-                    input_required(server, "prompts/get", input, &context).map(Into::into)
+                    input_required(server, input, &context).map(Into::into)
                 }
                 _ => Err(unexpected(server, "prompts/get")),
             }
@@ -798,7 +807,7 @@ impl ServerHandler for Gateway {
                     Ok(result.into())
                 }
                 ServerResult::InputRequiredResult(input) => {
-                    input_required(&server, "resources/read", input, &context).map(Into::into)
+                    input_required(&server, input, &context).map(Into::into)
                 }
                 _ => Err(unexpected(&server, "resources/read")),
             }

@@ -298,6 +298,75 @@ async fn subscriptions_and_reads_cross_generations() {
     }
 }
 
+/// A client that declared neither sampling nor elicitation calls tools whose servers (of either
+/// generation) ask for them: each call ends at once with an error naming the capability the
+/// client lacks, never a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_cannot_answer_what_a_server_asks_gets_a_clear_error_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture =
+        crate::conformance_suite::ConformanceFixture::start(&dir.path().join("fixture.log")).await;
+    let config = json!({"mcpServers": {
+        "modern": {"url": fixture.url, "type": "http", "protocol": "2026-07-28"},
+        "legacy": {"url": fixture.url, "type": "http", "protocol": "2025-11-25"},
+    }});
+    let path = dir.path().join("servers.json");
+    std::fs::write(&path, config.to_string()).unwrap();
+    let (tether, url) = serve_http(dir.path(), &path).await;
+    for (modern_client, server) in [(false, "legacy"), (false, "modern"), (true, "legacy")] {
+        let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.clone());
+        let lifecycle = if modern_client {
+            rmcp::ClientLifecycleMode::Discover {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+            }
+        } else {
+            rmcp::ClientLifecycleMode::Initialize
+        };
+        // `()` declares no capability at all.
+        let client = rmcp::ClientServiceExt::serve_with_lifecycle((), transport, lifecycle)
+            .await
+            .expect("a session with the gateway");
+        for (tool, capability) in [
+            ("test_sampling", "sampling"),
+            ("test_elicitation", "elicitation"),
+        ] {
+            let name = format!("{server}__{tool}");
+            let started = Instant::now();
+            let mut params = rmcp::model::CallToolRequestParams::new(name.clone());
+            params.arguments = Some(
+                json!({"prompt": "say hi", "message": "your name?"})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            );
+            let answer = tokio::time::timeout(PATIENCE, client.call_tool(params))
+                .await
+                .unwrap_or_else(|_| panic!("{name} (client modern: {modern_client}) hung"));
+            let words = match answer {
+                Err(error) => error.to_string(),
+                Ok(result) => {
+                    assert_eq!(result.is_error, Some(true), "{name}: {result:?}");
+                    serde_json::to_string(&result.content).unwrap()
+                }
+            };
+            assert!(
+                words.contains(&format!("did not declare the {capability} capability"))
+                    || words.contains(&format!(
+                        "needs {capability} from the client, which did not declare"
+                    )),
+                "{name} (client modern: {modern_client}): {words}"
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{name}: {:?}",
+                started.elapsed()
+            );
+        }
+        let _ = client.cancel().await;
+    }
+    assert!(terminate(tether).await.success());
+}
+
 /// A client that lists once when it starts gets the tools of a server that takes a second to
 /// start (stdio and HTTP alike); a server that never answers holds that first answer only for
 /// the startup wait, and nothing after it.
