@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::admin::api::Status;
+use crate::auth::{AuthContext, Browser, MemoryTokenStore, TokenStore};
 use crate::admin::{AdminContext, AdminServer};
 use crate::config::ServerSpec;
 use crate::error::{Error, Result};
@@ -53,6 +54,8 @@ pub struct Builder {
     observer: Option<Observer>,
     admin: Option<AdminOptions>,
     startup_wait: Duration,
+    token_store: Option<Arc<dyn TokenStore>>,
+    browser: Option<Browser>,
 }
 
 /// How long lists and calls wait, at most, for the servers configured at start
@@ -129,6 +132,20 @@ impl Builder {
         self
     }
 
+    /// Where the tokens of servers that use OAuth are kept (default: in memory, for this run
+    /// only). The `tether` command keeps them in files under its state directory.
+    pub fn token_store(mut self, store: Arc<dyn TokenStore>) -> Self {
+        self.token_store = Some(store);
+        self
+    }
+
+    /// The browser a login opens when a server first demands authorization (default: none;
+    /// then only [`crate::auth::Authorizer::login`], e.g. `tether auth login`, authorizes).
+    pub fn browser(mut self, browser: Browser) -> Self {
+        self.browser = Some(browser);
+        self
+    }
+
     /// Loads the config and the policy, checks every server's settings with the policy, and
     /// starts supervising. Must run inside a multi-threaded tokio runtime.
     pub async fn start(self) -> Result<Tether> {
@@ -171,6 +188,12 @@ impl Builder {
         let log_dir = self.log_dir.unwrap_or_else(default_log_dir);
         let supervisor = Supervisor::start(policy, log_dir);
         supervisor.begin_startup(self.startup_wait);
+        let mut auth = AuthContext::new(
+            self.token_store
+                .unwrap_or_else(|| Arc::new(MemoryTokenStore::default())),
+        );
+        auth.browser = self.browser;
+        supervisor.use_authorization(Arc::new(auth));
         // Subscribed before the first server starts: the observer hears everything.
         let observer_task = self.observer.map(|observer| {
             let mut feed = Feed::new(&supervisor);
@@ -274,6 +297,8 @@ impl Tether {
             observer: None,
             admin: None,
             startup_wait: DEFAULT_STARTUP_WAIT,
+            token_store: None,
+            browser: None,
         }
     }
 

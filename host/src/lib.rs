@@ -26,6 +26,7 @@
 #![deny(missing_docs)]
 
 pub mod admin;
+pub mod auth;
 pub mod config;
 mod embed;
 mod error;

@@ -40,6 +40,7 @@ fn options() -> HttpOptions {
         max_message: tether::config::ServerSpec::DEFAULT_MAX_MESSAGE,
         lifecycle: tether::transport::generation::lifecycle(Default::default(), None),
         routes: None,
+        auth: None,
     }
 }
 

@@ -51,10 +51,53 @@ pub enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// Authorize Tether with servers that use OAuth (tokens are kept under the state
+    /// directory, shared by every gateway of this user).
+    Auth {
+        #[command(subcommand)]
+        command: AuthCommand,
+    },
     /// Work with policy components.
     Policy {
         #[command(subcommand)]
         command: PolicyCommand,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum AuthCommand {
+    /// Log in to a server: opens its authorization page in the browser (`$BROWSER`, else the
+    /// platform's opener; the URL is printed too) and waits for the redirect on loopback. The
+    /// running gateways reconnect the server when it is done.
+    Login {
+        /// The server's name in the config.
+        name: String,
+        /// The config file that names it.
+        #[arg(long)]
+        config: PathBuf,
+        /// A scope to ask for (repeatable; default: what the server names).
+        #[arg(long = "scope", value_name = "SCOPE")]
+        scopes: Vec<String>,
+        /// Do not start a browser: print the URL only.
+        #[arg(long)]
+        no_browser: bool,
+    },
+    /// Per server of the config: authorized or not, scopes, expiry (never a token).
+    Status {
+        /// The config file.
+        #[arg(long)]
+        config: PathBuf,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Forget a server's tokens; running gateways park it until the next login.
+    Logout {
+        /// The server's name in the config.
+        name: String,
+        /// The config file that names it.
+        #[arg(long)]
+        config: PathBuf,
     },
 }
 

@@ -3,6 +3,7 @@
 //! and `policy replay` run a policy component here.
 
 mod args;
+pub mod auth;
 mod client;
 mod policy;
 mod serve;
@@ -13,7 +14,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use args::{Cli, Command, PolicyCommand};
+use args::{AuthCommand, Cli, Command, PolicyCommand};
 
 /// Runs the command line: parses the arguments, runs the command, and says how it ended.
 pub fn main() -> ExitCode {
@@ -63,6 +64,16 @@ async fn admin_command(command: Command) -> ExitCode {
         Command::Events { admin } => client::events(&admin).await,
         Command::Reconnect { name, admin } => client::reconnect(&admin, &name).await,
         Command::Reload { admin } => client::reload(&admin).await,
+        Command::Auth { command } => match command {
+            AuthCommand::Login {
+                name,
+                config,
+                scopes,
+                no_browser,
+            } => auth::login(&config, &name, scopes, no_browser).await,
+            AuthCommand::Status { config, json } => auth::status(&config, json),
+            AuthCommand::Logout { name, config } => auth::logout(&config, &name).await,
+        },
         Command::Policy {
             command:
                 PolicyCommand::Swap {

@@ -126,6 +126,9 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
         });
 
     let mut builder = Tether::builder()
+        .token_store(Arc::new(tether::auth::FileTokenStore::new(
+            crate::auth::token_dir(),
+        )))
         .config_file(&args.config)
         .log_dir(&log_dir)
         .startup_wait(args.startup_wait)
@@ -145,6 +148,10 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     if let Some(record) = &args.record {
         builder = builder.record(record);
+    }
+    // A server that first demands authorization opens a login where a person can see it.
+    if let Some(browser) = tether::auth::Browser::from_env() {
+        builder = builder.browser(browser);
     }
     let tether = builder.start().await?;
     tracing::info!(logs = %log_dir.display(), "logs of stdio servers");

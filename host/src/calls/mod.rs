@@ -588,6 +588,7 @@ fn fault_words(fault: &Fault) -> String {
         Fault::ProcessExited(None) => "its process was killed".to_string(),
         Fault::SessionExpired => "the server restarted and forgot the session".to_string(),
         Fault::AuthRequired(code) => format!("it requires authorization, HTTP {code}"),
+        Fault::AuthorizationRequired(words) => words.clone(),
         _ => "the connection closed".to_string(),
     }
 }

@@ -20,6 +20,7 @@
 //! | `max_message` | yes | yes | yes | largest message accepted from the server, see below |
 //! | `protocol` | yes | yes | yes | `"auto"` (default), `"2026-07-28"` or `"2025-11-25"`, see below |
 //! | `prefix` | yes | yes | yes | what agents see before the server's tool and prompt names, see below |
+//! | `oauth` | yes | yes | yes | how to authorize with an HTTP server that demands OAuth, see below |
 //!
 //! A server has exactly one of `command` (stdio) and `url` (HTTP). `type`: `"stdio"`; `"sse"`
 //! (legacy HTTP+SSE); `"http"` is Streamable HTTP — without SSE fallback in the mcpServers and
@@ -49,6 +50,16 @@
 //! `[A-Za-z0-9_-]` and clamped to 64 characters, and two servers that claim one name both lose
 //! it (fail closed). A policy older than contract 0.2.1 cannot be told and names as before.
 //!
+//! `oauth` is a table (an object in JSON) of optional keys: `client_id` and `client_secret` (a
+//! client registered beforehand; expanded, the secret never shown), `scopes` (a list, or one
+//! string of space-separated scopes), `client_metadata_url` (an https URL used as the client ID
+//! where the authorization server supports client ID metadata documents) and `grant`
+//! (`"authorization_code"`, the default: a person logs in once with `tether auth login`; or
+//! `"client_credentials"`: machine to machine, needs `client_id` and `client_secret`). Without
+//! the table an HTTP server that answers 401 with an OAuth challenge is still authorized, with
+//! dynamic client registration. A server whose `headers` carry `Authorization` is not: its
+//! header is sent as configured, and combining it with `oauth` is an error.
+//!
 //! Top-level keys: `mcpServers` (mcpServers JSON), `servers` (VS Code JSON and TOML; may be
 //! absent in TOML), `inputs` (VS Code JSON; ignored, with a warning when non-empty),
 //! `max_message` and `prefix` (defaults for every server) and `policy` (all formats: the global
@@ -75,7 +86,7 @@ use std::time::Duration;
 
 use self::expand::{ExpandError, Vars};
 use self::raw::{Raw, SyntaxError, table_get};
-use super::{ProtocolChoice, ServerSpec, Timeouts, TransportSpec};
+use super::{Grant, OAuthConfig, ProtocolChoice, Secret, ServerSpec, Timeouts, TransportSpec};
 
 /// The servers and settings read from one config file.
 #[derive(Debug, Clone, PartialEq)]
@@ -411,6 +422,7 @@ const SERVER_KEYS: &[&str] = &[
     "max_message",
     "protocol",
     "prefix",
+    "oauth",
 ];
 /// The longest `prefix`: a longer one leaves no room for the name itself.
 const MAX_PREFIX_LEN: usize = 64;
@@ -418,7 +430,7 @@ const MAX_PREFIX_LEN: usize = 64;
 const MIN_MAX_MESSAGE: u64 = 1 << 10;
 const MAX_MAX_MESSAGE: u64 = 1 << 30;
 const STDIO_ONLY_KEYS: &[&str] = &["args", "env", "envFile", "cwd"];
-const HTTP_ONLY_KEYS: &[&str] = &["headers"];
+const HTTP_ONLY_KEYS: &[&str] = &["headers", "oauth"];
 /// Durations are capped so that deadline arithmetic on `Instant` cannot overflow.
 const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
@@ -635,6 +647,9 @@ impl<'a> Loader<'a> {
                 return Err(self.wrong(Place::key(name, "protocol"), "a string", other));
             }
         };
+        if kind != Kind::Stdio {
+            spec.oauth = self.oauth(name, t)?;
+        }
         if spec.protocol == ProtocolChoice::Modern && kind == Kind::Sse {
             return Err(self.invalid(
                 Place::key(name, "protocol"),
@@ -642,6 +657,108 @@ impl<'a> Loader<'a> {
             ));
         }
         Ok(spec)
+    }
+
+    /// The `oauth` table of an HTTP server. Its strings are expanded; the secret is never
+    /// quoted in an error.
+    fn oauth(&mut self, name: &str, t: &Table) -> Result<Option<OAuthConfig>, ConfigError> {
+        let Some(value) = table_get(t, "oauth") else {
+            return Ok(None);
+        };
+        let place = |key: &str| Place::key(name, format!("oauth.{key}"));
+        let entries = match value {
+            Raw::Table(entries) => entries,
+            other => return Err(self.wrong(Place::key(name, "oauth"), "a table", other)),
+        };
+        let mut oauth = OAuthConfig::default();
+        for (key, value) in entries {
+            if matches!(value, Raw::Null) {
+                continue;
+            }
+            match key.as_str() {
+                "client_id" => oauth.client_id = Some(self.expand_value(value, place(key))?),
+                "client_secret" => {
+                    oauth.client_secret = Some(Secret::new(self.expand_value(value, place(key))?))
+                }
+                "client_metadata_url" => {
+                    let url = self.expand_value(value, place(key))?;
+                    let https = url::Url::parse(&url).is_ok_and(|url| {
+                        url.scheme() == "https" && url.path() != "/" && url.host_str().is_some()
+                    });
+                    if !https {
+                        return Err(self.invalid(
+                            place(key),
+                            "must be an https URL with a path (the client ID metadata document)",
+                        ));
+                    }
+                    oauth.client_metadata_url = Some(url);
+                }
+                "scopes" => {
+                    oauth.scopes = match value {
+                        // "a b c", as OAuth writes scopes, or a list.
+                        Raw::Str(text) => text.split_whitespace().map(str::to_string).collect(),
+                        Raw::Array(items) => items
+                            .iter()
+                            .map(|item| match item {
+                                Raw::Str(scope) if !scope.trim().is_empty() => {
+                                    Ok(scope.trim().to_string())
+                                }
+                                other => Err(self.wrong(place(key), "a list of scopes", other)),
+                            })
+                            .collect::<Result<_, _>>()?,
+                        other => {
+                            return Err(self.wrong(place(key), "a list of scopes", other));
+                        }
+                    }
+                }
+                "grant" => {
+                    oauth.grant = match value {
+                        Raw::Str(grant) if grant == "authorization_code" => {
+                            Grant::AuthorizationCode
+                        }
+                        Raw::Str(grant) if grant == "client_credentials" => {
+                            Grant::ClientCredentials
+                        }
+                        Raw::Str(_) => {
+                            return Err(self.invalid(
+                                place(key),
+                                "must be \"authorization_code\" or \"client_credentials\"",
+                            ));
+                        }
+                        other => return Err(self.wrong(place(key), "a string", other)),
+                    }
+                }
+                _ => self.warn_at(&place(key), "unknown key (ignored)"),
+            }
+        }
+        if oauth.client_secret.is_some() && oauth.client_id.is_none() {
+            return Err(self.invalid(
+                place("client_secret"),
+                "needs `client_id`: a secret belongs to a registered client",
+            ));
+        }
+        if oauth.grant == Grant::ClientCredentials
+            && (oauth.client_id.is_none() || oauth.client_secret.is_none())
+        {
+            return Err(self.invalid(
+                place("grant"),
+                "\"client_credentials\" needs `client_id` and `client_secret`",
+            ));
+        }
+        let static_credentials = table_get(t, "headers").is_some_and(|headers| match headers {
+            Raw::Table(headers) => headers
+                .iter()
+                .any(|(header, _)| header.eq_ignore_ascii_case("authorization")),
+            _ => false,
+        });
+        if static_credentials {
+            return Err(self.invalid(
+                Place::key(name, "oauth"),
+                "cannot be combined with an `Authorization` header: Tether would send the \
+                 header's credentials instead of its tokens; keep one of them",
+            ));
+        }
+        Ok(Some(oauth))
     }
 
     /// The transport, from `type`, `command` and `url`.

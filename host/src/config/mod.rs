@@ -34,6 +34,70 @@ pub struct ServerSpec {
     /// policy's default (`<server>__` with the default policy), `""` for the server's own
     /// names. The policy decides the names; a policy older than contract 0.2.1 ignores it.
     pub prefix: Option<String>,
+    /// How to authorize with it when it demands OAuth (config table `oauth`); `None`: the
+    /// defaults (see [`ServerSpec::oauth`]).
+    pub oauth: Option<OAuthConfig>,
+}
+
+/// How Tether obtains tokens from a server's authorization server (MCP authorization,
+/// OAuth 2.1). Every field is optional: by default Tether discovers the authorization server
+/// from the server's 401, registers itself (dynamic client registration) and asks for the
+/// scopes the server names.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OAuthConfig {
+    /// A client ID registered with the authorization server beforehand.
+    pub client_id: Option<String>,
+    /// Its secret (a confidential client).
+    pub client_secret: Option<Secret>,
+    /// Scopes to ask for; empty: what the server's challenge or metadata names.
+    pub scopes: Vec<String>,
+    /// An https URL of a client ID metadata document, used as the client ID where the
+    /// authorization server supports it.
+    pub client_metadata_url: Option<String>,
+    /// How tokens are obtained.
+    pub grant: Grant,
+}
+
+/// The OAuth grant Tether uses for a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Grant {
+    /// A person logs in once in a browser (PKCE); refresh tokens keep the server connected.
+    #[default]
+    AuthorizationCode,
+    /// Machine to machine: the client ID and secret buy tokens, no browser.
+    ClientCredentials,
+}
+
+impl Grant {
+    /// The config value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Grant::AuthorizationCode => "authorization_code",
+            Grant::ClientCredentials => "client_credentials",
+        }
+    }
+}
+
+/// A secret from the config: compared and used, never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The value, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
 }
 
 /// Which MCP protocol generation Tether speaks to a server (config key `protocol`).
@@ -200,6 +264,32 @@ impl ServerSpec {
             max_message: Self::DEFAULT_MAX_MESSAGE,
             protocol: ProtocolChoice::Auto,
             prefix: None,
+            oauth: None,
+        }
+    }
+
+    /// How Tether authorizes with this server when it demands it: `None` for a stdio server
+    /// and for one whose configured headers carry its credentials (`Authorization`), which
+    /// Tether then sends as they are.
+    pub fn oauth(&self) -> Option<OAuthConfig> {
+        let headers = match &self.transport {
+            TransportSpec::Stdio { .. } => return None,
+            TransportSpec::Http { headers, .. } | TransportSpec::Sse { headers, .. } => headers,
+        };
+        if headers
+            .keys()
+            .any(|name| name.eq_ignore_ascii_case("authorization"))
+        {
+            return None;
+        }
+        Some(self.oauth.clone().unwrap_or_default())
+    }
+
+    /// The URL of an HTTP server.
+    pub fn url(&self) -> Option<&str> {
+        match &self.transport {
+            TransportSpec::Stdio { .. } => None,
+            TransportSpec::Http { url, .. } | TransportSpec::Sse { url, .. } => Some(url),
         }
     }
 

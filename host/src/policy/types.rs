@@ -35,6 +35,9 @@ pub enum Fault {
     HandshakeTimedOut,
     /// The server demanded credentials (HTTP 401/403); the payload is the status code.
     AuthRequired(u16),
+    /// The server uses OAuth and Tether holds no token it accepts: someone must log in
+    /// (`tether auth login`). The text says why and how; it never carries a secret.
+    AuthorizationRequired(String),
     /// The endpoint answered, but not as an MCP server; the text says what it answered.
     NotMcpEndpoint(String),
     /// The child process exited; the payload is its exit code, if it exited normally.
@@ -58,6 +61,7 @@ impl std::fmt::Display for Fault {
             Fault::AuthRequired(code) => {
                 write!(f, "the server requires authorization (HTTP {code})")
             }
+            Fault::AuthorizationRequired(words) => f.write_str(words),
             Fault::NotMcpEndpoint(what) => write!(f, "not an MCP endpoint: {what}"),
             Fault::ProcessExited(Some(code)) => {
                 write!(f, "the server process exited with code {code}")

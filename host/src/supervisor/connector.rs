@@ -27,6 +27,8 @@ pub struct OpenRequest {
     pub events: broadcast::Sender<ServerEvent>,
     /// Where a stdio server's stderr goes.
     pub log_dir: PathBuf,
+    /// Signs an OAuth server's requests.
+    pub auth: Option<Arc<crate::auth::Authorizer>>,
 }
 
 /// A session that opened, with what it offers.
@@ -90,11 +92,13 @@ impl Connector for Upstream {
             changes,
             events,
             log_dir,
+            auth,
         } = request;
         async move {
             let result = async {
                 let session =
-                    Session::open(&spec, &mut remembered, changes, events, &log_dir).await?;
+                    Session::open(&spec, &mut remembered, changes, events, &log_dir, auth)
+                        .await?;
                 let listed = async {
                     let tools = session.list_tools(&spec.timeouts).await?;
                     let catalog = session.list_catalog(&spec.timeouts).await?;

@@ -25,6 +25,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::auth::{AuthContext, Authorizer};
 use crate::catalog::Catalog;
 use crate::config::ServerSpec;
 use crate::policy::{
@@ -129,6 +130,8 @@ pub struct LifecycleEvent {
 
 struct ServerHandle {
     spec: ServerSpec,
+    /// Its OAuth, when it is an HTTP server that may use it.
+    auth: Option<Arc<Authorizer>>,
     commands: mpsc::UnboundedSender<Command>,
     session: watch::Receiver<Option<Arc<Session>>>,
     view: Arc<Mutex<ServerView>>,
@@ -161,6 +164,8 @@ pub(crate) struct Shared {
     pub(crate) call_observer: std::sync::RwLock<Option<Arc<dyn crate::calls::CallObserver>>>,
     /// The first answer's wait for the servers configured at start.
     startup: Arc<startup::Startup>,
+    /// Where OAuth servers' tokens are kept, and the browser (see `crate::auth`).
+    auth: std::sync::RwLock<Option<Arc<AuthContext>>>,
 }
 
 /// A server's current session (possibly dead), a receiver for its replacements, and its spec.
@@ -216,8 +221,42 @@ impl Supervisor {
             draining: AtomicBool::new(false),
             call_observer: std::sync::RwLock::new(None),
             startup: Arc::default(),
+            auth: std::sync::RwLock::new(None),
         });
         Self { shared }
+    }
+
+    /// Lets HTTP servers added from now on use OAuth with `context` (where tokens are kept,
+    /// the browser). When a login completes, its server is reconnected at once.
+    pub fn use_authorization(&self, context: Arc<AuthContext>) {
+        let mut authorized = context.authorized.subscribe();
+        *self.shared.auth.write().unwrap_or_else(|e| e.into_inner()) = Some(context);
+        let shared = Arc::downgrade(&self.shared);
+        tokio::spawn(async move {
+            loop {
+                let server = match authorized.recv().await {
+                    Ok(server) => server,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                tracing::info!(%server, "authorized: reconnecting");
+                Supervisor { shared }
+                    .request_reconnect(&server, crate::policy::ReconnectSource::Operator);
+            }
+        });
+    }
+
+    /// The OAuth of a supervised server, if it has one.
+    pub fn authorizer(&self, name: &str) -> Option<Arc<Authorizer>> {
+        self.shared
+            .servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .and_then(|handle| handle.auth.clone())
     }
 
     /// From now until `wait` has passed, lists and calls wait for the first attempt of every
@@ -302,8 +341,16 @@ impl Supervisor {
             parks: 0,
             offered: Vec::new(),
         }));
+        let auth = self
+            .shared
+            .auth
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .and_then(|context| Authorizer::for_server(&spec, context));
         let task = ServerTask {
             spec: spec.clone(),
+            auth: auth.clone(),
             connector: self.shared.connector.clone(),
             own_commands: commands.downgrade(),
             feeder: self.shared.feeder.clone(),
@@ -326,6 +373,7 @@ impl Supervisor {
         let refused = view.clone();
         let handle = ServerHandle {
             spec,
+            auth,
             commands,
             session,
             view,
@@ -482,8 +530,15 @@ impl Supervisor {
             specs.into_iter().map(|s| (s.name.clone(), s)).collect();
         let mut report = ReloadReport::default();
         for name in current.keys().filter(|n| !wanted.contains_key(*n)) {
+            let auth = self.authorizer(name);
             if self.remove_server(name).await {
                 report.removed.push(name.clone());
+                // It left the config: its tokens go with it.
+                if let Some(auth) = auth
+                    && let Err(why) = auth.forget()
+                {
+                    tracing::warn!("reload: {why}");
+                }
             }
         }
         for (name, spec) in wanted {

@@ -39,6 +39,8 @@ pub(crate) enum Command {
 /// The parts of the supervisor a server's task works with.
 pub(crate) struct ServerTask {
     pub(crate) spec: ServerSpec,
+    /// Its OAuth, if it uses it.
+    pub(crate) auth: Option<Arc<crate::auth::Authorizer>>,
     pub(crate) connector: Arc<dyn Connector>,
     /// For reports back to this task from policy callbacks; weak, so the task still ends
     /// when the supervisor drops its handle.
@@ -179,6 +181,7 @@ impl ServerTask {
                     changes: io.changes.clone(),
                     events: self.events.clone(),
                     log_dir: self.log_dir.clone(),
+                    auth: self.auth.clone(),
                 }));
                 self.view().reconnects += 1;
             }

@@ -37,6 +37,8 @@ use url::Url;
 
 pub use super::SessionEnd;
 use super::{Fault, gate::Guarded, limit, sse::SseTransport};
+use super::oauth::Signing;
+use crate::auth::Authorizer;
 use crate::upstream::route::Routes;
 
 #[derive(Debug, Clone)]
@@ -57,6 +59,8 @@ pub struct HttpOptions {
     pub lifecycle: rmcp::ClientLifecycleMode,
     /// Where what the server sends for a client's request goes (see [`Routes`]).
     pub routes: Option<Arc<Routes>>,
+    /// Signs requests for a server that uses OAuth (see `crate::auth`).
+    pub auth: Option<Arc<Authorizer>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -459,8 +463,19 @@ async fn streamable<H: ClientHandler>(
     handler: H,
 ) -> Result<HttpSession<H>, Failure> {
     let end = SessionEnd::new();
+    let http = http_client(opts)?;
+    let inner = match &opts.auth {
+        Some(authorizer) => {
+            let signer = authorizer
+                .client(http.clone())
+                .await
+                .map_err(|why| Failure::new(Fault::HandshakeFailed(why)))?;
+            Signing::signed(http, signer, authorizer.clone())
+        }
+        None => Signing::plain(http),
+    };
     let client = GuardedClient {
-        inner: http_client(opts)?,
+        inner,
         request_timeout: opts.request_timeout,
         end: end.clone(),
         stream_opened: Arc::default(),
@@ -482,7 +497,13 @@ async fn streamable<H: ClientHandler>(
     let opening = handler.serve_with_lifecycle(transport, opts.lifecycle.clone());
     let service = match tokio::time::timeout(opts.connect_timeout, opening).await {
         Err(_) => return Err(Failure::new(Fault::HandshakeTimedOut)),
-        Ok(Err(error)) => return Err(init_failure(&error, url)),
+        Ok(Err(error)) => {
+            let mut failure = init_failure(&error, url);
+            if let (Fault::AuthRequired(_), Some(authorizer)) = (&failure.fault, &opts.auth) {
+                failure.fault = Fault::AuthorizationRequired(authorizer.fault_words());
+            }
+            return Err(failure);
+        }
         Ok(Ok(service)) => service,
     };
     Ok(HttpSession {
@@ -499,7 +520,21 @@ async fn legacy<H: ClientHandler>(
 ) -> Result<HttpSession<H>, Failure> {
     let end = SessionEnd::new();
     let client = http_client(opts)?;
-    let headers = header_map(&opts.headers)?.into_iter().collect();
+    let mut headers: http::HeaderMap = header_map(&opts.headers)?.into_iter().collect();
+    // An OAuth server's token is read (refreshed if need be) when the stream opens: legacy
+    // SSE has no request of its own to refresh it on.
+    if let Some(authorizer) = &opts.auth {
+        let signer = authorizer
+            .client(client.clone())
+            .await
+            .map_err(|why| Failure::new(Fault::HandshakeFailed(why)))?;
+        if let Ok(token) = signer.get_access_token().await
+            && let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {token}"))
+        {
+            value.set_sensitive(true);
+            headers.insert(http::header::AUTHORIZATION, value);
+        }
+    }
     let handshake = async {
         let transport = SseTransport::connect(
             client,
@@ -508,9 +543,18 @@ async fn legacy<H: ClientHandler>(
             opts.request_timeout,
             opts.max_message,
             end.clone(),
+            opts.auth.clone(),
         )
-        .await
-        .map_err(|error| error.handshake_failure(url))?;
+        .await;
+        let transport = match (transport, &opts.auth) {
+            (Err(HttpError::Status(401 | 403)), Some(authorizer)) => {
+                authorizer.on_unauthorized(None).await;
+                return Err(Failure::new(Fault::AuthorizationRequired(
+                    authorizer.fault_words(),
+                )));
+            }
+            (transport, _) => transport.map_err(|error| error.handshake_failure(url))?,
+        };
         let mut transport = Guarded::new(transport, end.clone());
         if let Some(routes) = &opts.routes {
             transport = transport.with_routes(routes.clone());
@@ -630,7 +674,7 @@ impl SseRetryPolicy for StreamRetry {
 /// end it through [`SessionEnd`].
 #[derive(Clone)]
 struct GuardedClient {
-    inner: reqwest::Client,
+    inner: Signing,
     request_timeout: Duration,
     end: SessionEnd,
     /// Whether the session's GET stream ever opened: only then does a 404 to it mean the
@@ -643,10 +687,14 @@ type Rejected = StreamableHttpError<HttpError>;
 impl GuardedClient {
     /// Ends the session for failures of a session request that the session cannot survive.
     fn on_session_failure(&self, error: Rejected) -> Rejected {
+        let authorization = |code: u16| match self.inner.authorizer() {
+            Some(authorizer) => Fault::AuthorizationRequired(authorizer.fault_words()),
+            None => Fault::AuthRequired(code),
+        };
         let fault = match &error {
             StreamableHttpError::SessionExpired => Some(Fault::SessionExpired),
-            StreamableHttpError::AuthRequired(_) => Some(Fault::AuthRequired(401)),
-            StreamableHttpError::InsufficientScope(_) => Some(Fault::AuthRequired(403)),
+            StreamableHttpError::AuthRequired(_) => Some(authorization(401)),
+            StreamableHttpError::InsufficientScope(_) => Some(authorization(403)),
             StreamableHttpError::Client(HttpError::Status(code @ (401 | 403))) => {
                 Some(Fault::AuthRequired(*code))
             }
@@ -720,6 +768,8 @@ impl StreamableHttpClient for GuardedClient {
             ClientJsonRpcMessage::Request(request) => Some(request.id.clone()),
             _ => None,
         };
+        let is_call = matches!(&message, ClientJsonRpcMessage::Request(request)
+            if matches!(request.request, ClientRequest::CallToolRequest(_)));
         // A request's POST lasts as long as the call when the server answers with JSON, so
         // its deadline is the caller's (rmcp cancels the POST when the request times out or
         // is dropped). Everything else the transport sends gets `request_timeout`.
@@ -751,6 +801,14 @@ impl StreamableHttpClient for GuardedClient {
             Err(StreamableHttpError::ResponseBodyTooLarge { max_size }) if request_id.is_some() => {
                 Ok(too_large_answer(request_id.as_ref(), max_size))
             }
+            // A call the server refused for lack of scope (and no step-up got it): that call
+            // fails, saying why; the session and the server's other tools stay.
+            Err(StreamableHttpError::InsufficientScope(_))
+                if is_call
+                    && let Some(authorizer) = self.inner.authorizer() =>
+            {
+                Ok(refused_answer(request_id.as_ref(), &authorizer.fault_words()))
+            }
             Err(error) => Err(convert(error)),
             Ok(answer) => match uncorrelated(&answer, request_id.as_ref()) {
                 Some(error) => Err(StreamableHttpError::Client(error)),
@@ -758,7 +816,17 @@ impl StreamableHttpClient for GuardedClient {
             },
         };
         match result {
-            Err(error) if on_session => Err(self.on_session_failure(error)),
+            // Without a session (2026-07-28), a refused authorization still ends everything.
+            Err(error)
+                if on_session
+                    || matches!(
+                        error,
+                        StreamableHttpError::AuthRequired(_)
+                            | StreamableHttpError::InsufficientScope(_)
+                    ) =>
+            {
+                Err(self.on_session_failure(error))
+            }
             result => result,
         }
     }
@@ -887,6 +955,18 @@ fn too_large_answer(request: Option<&RequestId>, limit_bytes: usize) -> Streamab
             "message": format!("the answer is larger than the limit ({})", limit::describe_size(limit_bytes as u64)),
             "data": {"tetherTooLarge": {"size": 0, "limit": limit_bytes}},
         }
+    });
+    let message = serde_json::from_value(error).expect("a JSON-RPC error");
+    StreamableHttpPostResponse::Json(message, None)
+}
+
+/// The JSON-RPC error answering `request` that the server refused before running it (HTTP
+/// 403), with `why`.
+fn refused_answer(request: Option<&RequestId>, why: &str) -> StreamableHttpPostResponse {
+    let error = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": request,
+        "error": {"code": -32001, "message": why},
     });
     let message = serde_json::from_value(error).expect("a JSON-RPC error");
     StreamableHttpPostResponse::Json(message, None)

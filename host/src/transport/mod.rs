@@ -5,6 +5,7 @@ pub mod gate;
 pub mod generation;
 pub mod http;
 pub mod limit;
+pub(crate) mod oauth;
 pub mod sse;
 pub mod stdio;
 

@@ -5,6 +5,7 @@
 //! the session: when it ends, [`SseTransport::receive`] returns `None`, rmcp fails the pending
 //! requests, and [`SessionEnd`] says why. Events are bounded by `max_message` before parsing.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, stream::BoxStream};
@@ -18,6 +19,8 @@ use rmcp::{
 use sse_stream::{Sse, SseStream};
 use tokio::{sync::mpsc, task::JoinHandle};
 use url::Url;
+
+use crate::auth::Authorizer;
 
 use super::{
     Fault,
@@ -38,6 +41,8 @@ pub struct SseTransport {
     inbox: mpsc::Receiver<ServerJsonRpcMessage>,
     reader: JoinHandle<()>,
     end: SessionEnd,
+    /// An OAuth server's authorization: a 401 ends the session as "authorization required".
+    auth: Option<Arc<Authorizer>>,
 }
 
 impl SseTransport {
@@ -50,6 +55,7 @@ impl SseTransport {
         request_timeout: Duration,
         max_message: usize,
         end: SessionEnd,
+        auth: Option<Arc<Authorizer>>,
     ) -> Result<Self, HttpError> {
         let response = client
             .get(url.clone())
@@ -116,6 +122,7 @@ impl SseTransport {
             inbox,
             reader,
             end,
+            auth,
         })
     }
 }
@@ -186,6 +193,7 @@ impl Transport<RoleClient> for SseTransport {
             .json(&item);
         let deadline = self.request_timeout;
         let end = self.end.clone();
+        let auth = self.auth.clone();
         async move {
             let exchange = async {
                 let response = request
@@ -209,7 +217,13 @@ impl Transport<RoleClient> for SseTransport {
                     HttpError::SessionExpired
                 }
                 code @ (401 | 403) => {
-                    end.set(Fault::AuthRequired(code));
+                    match auth {
+                        Some(authorizer) => {
+                            authorizer.on_unauthorized(None).await;
+                            end.set(Fault::AuthorizationRequired(authorizer.fault_words()));
+                        }
+                        None => end.set(Fault::AuthRequired(code)),
+                    }
                     HttpError::Status(code)
                 }
                 code => HttpError::Status(code),

@@ -390,6 +390,7 @@ impl Session {
         changes: Arc<ListChanges>,
         events: broadcast::Sender<ServerEvent>,
         log_dir: &Path,
+        auth: Option<Arc<crate::auth::Authorizer>>,
     ) -> Result<Session, Fault> {
         let routes = Arc::new(Routes::default());
         let handler = UpstreamHandler {
@@ -458,7 +459,7 @@ impl Session {
                     (None, false) => Some(HttpFlavor::Streamable),
                     (None, true) => None,
                 };
-                let options = http_options(headers, spec, lifecycle, &routes);
+                let options = http_options(headers, spec, lifecycle, &routes, auth.clone());
                 let session =
                     http::connect_session(url, wanted, &options, || handler.clone()).await?;
                 remembered.flavor = Some(session.flavor);
@@ -475,6 +476,7 @@ impl Session {
                     spec,
                     rmcp::ClientLifecycleMode::Initialize,
                     &routes,
+                    auth.clone(),
                 );
                 let session =
                     http::connect_session(url, Some(HttpFlavor::Sse), &options, || handler.clone())
@@ -1009,6 +1011,10 @@ impl Session {
     }
 
     async fn request_fault(&self, what: &str, error: ServiceError) -> Fault {
+        // The transport's account of a missing authorization says what to do about it.
+        if let Some(fault @ Fault::AuthorizationRequired(_)) = self.end.fault() {
+            return fault;
+        }
         if self.transport != TransportKind::Stdio
             && let Some(fault) = http::classify_service_error(&error)
         {
@@ -1051,6 +1057,7 @@ fn http_options(
     spec: &ServerSpec,
     lifecycle: rmcp::ClientLifecycleMode,
     routes: &Arc<Routes>,
+    auth: Option<Arc<crate::auth::Authorizer>>,
 ) -> HttpOptions {
     HttpOptions {
         headers: headers.clone(),
@@ -1059,6 +1066,7 @@ fn http_options(
         max_message: spec.max_message,
         lifecycle,
         routes: Some(routes.clone()),
+        auth,
     }
 }
 

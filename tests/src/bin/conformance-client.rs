@@ -7,6 +7,11 @@
 //! Usage: `conformance-client --tether PATH_TO_TETHER URL`. Tether's files go to a temporary
 //! directory (or `--work DIR`). Exits 0 when every call was answered (tool errors included),
 //! 1 otherwise; what happened goes to stderr.
+//!
+//! Authorization scenarios: the suite's context (`MCP_CONFORMANCE_CONTEXT`) becomes the
+//! server's `oauth` table (a pre-registered client; client credentials), and the gateway's
+//! browser is this program's `browse URL` mode, which follows the authorization server's
+//! redirects back to Tether as a person's browser would.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -22,6 +27,9 @@ const CALL_LIMIT: Duration = Duration::from_secs(20);
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("browse") {
+        return browse(std::env::args().nth(2).unwrap_or_default()).await;
+    }
     let mut args = std::env::args().skip(1);
     let (mut tether, mut work, mut url) = (None, None, None);
     while let Some(arg) = args.next() {
@@ -63,10 +71,15 @@ async fn run(tether: &Path, work: &Path, url: &str) -> Result<(), String> {
         "2025-11-25"
     };
     let config = work.join("tether.toml");
-    let text = format!(
+    let mut text = format!(
         "[servers.up]\nurl = {}\ntype = \"streamable-http\"\nprefix = \"\"\nprotocol = \"{protocol}\"\n",
         toml_string(url)
     );
+    text += &oauth_table();
+    let browser = std::env::current_exe()
+        .map_err(|e| format!("finding this program: {e}"))?
+        .display()
+        .to_string();
     std::fs::write(&config, text).map_err(|e| format!("writing the config: {e}"))?;
     let mut child = Command::new(tether)
         .arg("serve")
@@ -78,6 +91,9 @@ async fn run(tether: &Path, work: &Path, url: &str) -> Result<(), String> {
         .arg(work.join("logs"))
         .args(["--startup-wait", "15s"])
         .env("RUST_LOG", "info,tether=debug,rmcp=warn")
+        // Tokens stay in this run's directory; logins go through `browse`.
+        .env("XDG_STATE_HOME", work.join("state"))
+        .env("BROWSER", format!("{browser} browse"))
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -89,10 +105,24 @@ async fn run(tether: &Path, work: &Path, url: &str) -> Result<(), String> {
         ().serve((stdout, stdin))
             .await
             .map_err(|e| format!("an MCP session with tether: {e}"))?;
-    let tools = tokio::time::timeout(CALL_LIMIT, client.list_all_tools())
-        .await
-        .map_err(|_| "tools/list through tether timed out".to_string())?
-        .map_err(|e| format!("tools/list through tether: {e}"))?;
+    // A server behind authorization shows its tools once the login is done.
+    let deadline = tokio::time::Instant::now() + CALL_LIMIT;
+    let tools = loop {
+        let tools = tokio::time::timeout(CALL_LIMIT, client.list_all_tools())
+            .await
+            .map_err(|_| "tools/list through tether timed out".to_string())?
+            .map_err(|e| format!("tools/list through tether: {e}"))?;
+        if !tools.is_empty() || tokio::time::Instant::now() > deadline {
+            break tools;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    if tools.is_empty() {
+        eprintln!(
+            "conformance-client: no tools came through tether (its logs: {})",
+            work.join("logs").display()
+        );
+    }
     eprintln!(
         "conformance-client: tools through tether: {:?}",
         tools.iter().map(|t| t.name.as_ref()).collect::<Vec<_>>()
@@ -151,6 +181,46 @@ fn arguments_for(tool: &Tool) -> JsonObject {
         arguments.insert(name.to_string(), value);
     }
     arguments
+}
+
+/// The server's `oauth` table from the scenario's context: a pre-registered client, or the
+/// client credentials grant.
+fn oauth_table() -> String {
+    let Some(context) = std::env::var("MCP_CONFORMANCE_CONTEXT")
+        .ok()
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+    else {
+        return String::new();
+    };
+    let mut table = String::new();
+    for key in ["client_id", "client_secret"] {
+        if let Some(value) = context.get(key).and_then(Value::as_str) {
+            table += &format!("{key} = {}\n", toml_string(value));
+        }
+    }
+    let name = context.get("name").and_then(Value::as_str).unwrap_or_default();
+    if name.starts_with("auth/client-credentials") {
+        table += "grant = \"client_credentials\"\n";
+    }
+    if table.is_empty() {
+        return table;
+    }
+    format!("[servers.up.oauth]\n{table}")
+}
+
+/// A browser that follows redirects: the authorization server's (which approves at once) back
+/// to Tether's loopback listener.
+async fn browse(url: String) -> ExitCode {
+    match reqwest::get(&url).await {
+        Ok(answer) => {
+            eprintln!("conformance-client browse: {} ({})", answer.status(), answer.url());
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("conformance-client browse: {error}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// A TOML basic string.

@@ -731,15 +731,15 @@ async fn upstreams_of_2026_07_28_only_are_detected_and_fully_served() {
         "{}",
         text(&answered)
     );
-    let legacy = peer
-        .call_tool(CallToolRequestParams::new("local__confirm"))
-        .await
-        .expect("a legacy client gets a result");
-    assert_eq!(legacy.is_error, Some(true));
+    // A legacy client that declared no elicitation gets an error naming what it lacks.
+    let legacy = error_message(
+        peer.call_tool(CallToolRequestParams::new("local__confirm"))
+            .await
+            .unwrap_err(),
+    );
     assert!(
-        text(&legacy).contains("needs more input"),
-        "{}",
-        text(&legacy)
+        legacy.contains("needs elicitation") && legacy.contains("did not declare"),
+        "{legacy}"
     );
     // The same for a prompt.
     let Ok(GetPromptResponse::InputRequired(asked)) = modern
@@ -763,7 +763,7 @@ async fn upstreams_of_2026_07_28_only_are_detected_and_fully_served() {
             .await
             .unwrap_err(),
     );
-    assert!(refused.contains("needs more input"), "{refused}");
+    assert!(refused.contains("needs elicitation"), "{refused}");
 
     assert!(terminate(tether).await.success());
     web_server.kill().await;
@@ -789,6 +789,7 @@ async fn the_generation_is_detected_remembered_and_can_be_pinned() {
                 Arc::new(ListChanges::default()),
                 tokio::sync::broadcast::channel(8).0,
                 &log_dir,
+                None,
             )
             .await;
             (result, remembered_copy)

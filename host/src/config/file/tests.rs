@@ -1075,3 +1075,62 @@ fn load_detects_the_format_and_resolves_cwd_against_the_file() {
     let config = load(&tether).unwrap();
     assert_eq!(only(&config).name, "c");
 }
+
+#[test]
+fn an_oauth_table_configures_how_tether_authorizes_and_never_shows_its_secret() {
+    let config = toml(
+        "[servers.a]\nurl = \"https://h/mcp\"\n\
+         [servers.a.oauth]\nclient_id = \"tether\"\nclient_secret = \"${TOKEN}\"\n\
+         scopes = \"read write\"\ngrant = \"client_credentials\"\n\
+         [servers.b]\nurl = \"https://h/mcp\"\n\
+         [servers.c]\nurl = \"https://h/mcp\"\nheaders = { Authorization = \"Bearer x\" }\n",
+    )
+    .unwrap();
+    let a = &config.servers[0];
+    let oauth = a.oauth().expect("oauth on an HTTP server");
+    assert_eq!(oauth.client_id.as_deref(), Some("tether"));
+    assert_eq!(oauth.client_secret.as_ref().map(Secret::expose), Some(SECRET));
+    assert_eq!(oauth.scopes, ["read", "write"]);
+    assert_eq!(oauth.grant, Grant::ClientCredentials);
+    assert!(!format!("{a:?}").contains(SECRET), "{a:?}");
+    // Without the table: the defaults (discovery, registration).
+    assert_eq!(config.servers[1].oauth(), Some(OAuthConfig::default()));
+    // A configured Authorization header is the server's credentials: no OAuth.
+    assert_eq!(config.servers[2].oauth(), None);
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+
+    let config = json(
+        r#"{"mcpServers": {"s": {"url": "https://h/mcp", "oauth": {
+            "scopes": ["mcp:basic"], "client_metadata_url": "https://tether.example/client.json"}}}}"#,
+    )
+    .unwrap();
+    let oauth = only(&config).oauth().unwrap();
+    assert_eq!(oauth.scopes, ["mcp:basic"]);
+    assert_eq!(oauth.grant, Grant::AuthorizationCode);
+
+    for (oauth, key) in [
+        (r#"{"grant": "password"}"#, "oauth.grant"),
+        (r#"{"grant": "client_credentials", "client_id": "x"}"#, "oauth.grant"),
+        (r#"{"client_secret": "${TOKEN}"}"#, "oauth.client_secret"),
+        (r#"{"client_metadata_url": "http://h/c.json"}"#, "oauth.client_metadata_url"),
+        (r#"{"scopes": 3}"#, "oauth.scopes"),
+        (r#""x""#, "oauth"),
+    ] {
+        let err = json_err(&format!(
+            r#"{{"mcpServers": {{"s": {{"url": "https://h/mcp", "oauth": {oauth}}}}}}}"#
+        ));
+        assert_names(&err, JSON_FILE, Some("s"), Some(key));
+        assert!(!err.to_string().contains(SECRET), "{err}");
+    }
+    let err = json_err(
+        r#"{"mcpServers": {"s": {"url": "https://h/mcp", "headers": {"authorization": "x"}, "oauth": {}}}}"#,
+    );
+    assert_names(&err, JSON_FILE, Some("s"), Some("oauth"));
+    // On a stdio server it means nothing: a warning.
+    let config = json(r#"{"mcpServers": {"s": {"command": "x", "oauth": {}}}}"#).unwrap();
+    assert!(
+        config.warnings.iter().any(|w| w.contains("oauth")),
+        "{:?}",
+        config.warnings
+    );
+}

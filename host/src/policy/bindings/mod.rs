@@ -74,6 +74,8 @@ macro_rules! unchanged_types {
                     host::Fault::HandshakeFailed(s) => wit::Fault::HandshakeFailed(s),
                     host::Fault::HandshakeTimedOut => wit::Fault::HandshakeTimedOut,
                     host::Fault::AuthRequired(code) => wit::Fault::AuthRequired(code),
+                    // Contract 0.2 has no class of its own for it: a 401 it is.
+                    host::Fault::AuthorizationRequired(_) => wit::Fault::AuthRequired(401),
                     host::Fault::NotMcpEndpoint(s) => wit::Fault::NotMcpEndpoint(s),
                     host::Fault::ProcessExited(code) => wit::Fault::ProcessExited(code),
                     host::Fault::TransportClosed(s) => wit::Fault::TransportClosed(s),

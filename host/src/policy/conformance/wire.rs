@@ -30,6 +30,7 @@ impl<'a> From<&'a host::Fault> for Fault<'a> {
             host::Fault::HandshakeFailed(s) => Self::HandshakeFailed(s),
             host::Fault::HandshakeTimedOut => Self::HandshakeTimedOut,
             host::Fault::AuthRequired(code) => Self::AuthRequired(*code),
+            host::Fault::AuthorizationRequired(_) => Self::AuthRequired(401),
             host::Fault::NotMcpEndpoint(s) => Self::NotMcpEndpoint(s),
             host::Fault::ProcessExited(code) => Self::ProcessExited(*code),
             host::Fault::TransportClosed(s) => Self::TransportClosed(s),

@@ -108,6 +108,7 @@ fn sse_options() -> HttpOptions {
         max_message: tether::config::ServerSpec::DEFAULT_MAX_MESSAGE,
         lifecycle: tether::transport::generation::lifecycle(Default::default(), None),
         routes: None,
+        auth: None,
     }
 }
 

@@ -1,0 +1,761 @@
+//! OAuth for upstream servers that demand it (MCP authorization: OAuth 2.1 with PKCE,
+//! protected-resource and authorization-server discovery, dynamic client registration or a
+//! client ID metadata document, resource indicators, scope step-up, refresh).
+//!
+//! rmcp's `auth` module does the protocol; this module decides when it runs and keeps its
+//! results. One [`Authorizer`] per HTTP server lives as long as the server is configured:
+//!
+//! - Sessions sign their requests through it (`transport::oauth`); a token about to expire is
+//!   refreshed before it is sent, and a 401 gets one refresh and one retry (rmcp's
+//!   `AuthClient`). A refresh is invisible to supervision: the session and its tools stay.
+//! - A 401 that no refresh cures makes the session's fault [`crate::policy::Fault::
+//!   AuthorizationRequired`]: the policy parks the server (no reconnect storm, nothing sent to
+//!   the authorization server) until a login completes, which revives it.
+//! - A login ([`Authorizer::login`]) runs in `tether auth login NAME`, or by itself in the
+//!   gateway the first time a server demands it when a browser is at hand ([`Browser`]).
+//! - `insufficient_scope` gets one step-up (a login for the scopes held plus the ones named),
+//!   never a loop: scopes already granted and still refused end it.
+//! - Tokens live in a [`TokenStore`] (the CLI's: files of mode 0600 in a directory of mode
+//!   0700); they never appear in logs, status, events, metrics, recordings or error texts.
+
+pub mod login;
+pub mod store;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use oauth2::TokenResponse;
+use rmcp::transport::auth::{
+    AuthClient, AuthError, AuthorizationManager, AuthorizationMetadata, AuthorizationRequest,
+    AuthorizationSession, ClientCredentialsConfig, OAuthClientConfig, WWWAuthenticateParams,
+};
+use serde::Serialize;
+use tokio::sync::OnceCell;
+
+pub use login::{Browser, RedirectError};
+pub use store::{FileTokenStore, MemoryTokenStore, TokenStore};
+use store::ServerTokens;
+
+use crate::config::{Grant, OAuthConfig, ServerSpec};
+
+/// How long a login waits for the browser to come back.
+pub const LOGIN_WAIT: Duration = Duration::from_secs(300);
+
+/// The client name Tether registers under.
+const CLIENT_NAME: &str = "Tether";
+
+/// What every authorizer of a host shares: where tokens are kept, the browser (if any), and
+/// whom to tell when a server became authorized.
+pub struct AuthContext {
+    /// Where tokens are kept.
+    pub store: Arc<dyn TokenStore>,
+    /// Opens authorization URLs; `None`: nobody to log in here (headless), so only `tether
+    /// auth login` (or the library's [`Authorizer::login`]) authorizes.
+    pub browser: Option<Browser>,
+    /// Carries the server's name when a login completed in this process.
+    pub authorized: tokio::sync::broadcast::Sender<String>,
+    /// How long a login waits for the redirect.
+    pub login_wait: Duration,
+}
+
+impl AuthContext {
+    /// Tokens in `store`, no browser, the default login wait.
+    pub fn new(store: Arc<dyn TokenStore>) -> Self {
+        Self {
+            store,
+            browser: None,
+            authorized: tokio::sync::broadcast::channel(64).0,
+            login_wait: LOGIN_WAIT,
+        }
+    }
+}
+
+/// Why a server cannot be used until someone authorizes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Need {
+    /// No tokens.
+    Login,
+    /// The authorization server refused to refresh the token (revoked or expired grant).
+    RefreshRejected,
+    /// A login was started in the browser and has not come back.
+    LoginInProgress,
+    /// A login or token request failed; the text names the step.
+    Failed(String),
+    /// The server demands scopes that the grant does not give.
+    Scope(String),
+}
+
+/// What a failed request should do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recovery {
+    /// New tokens came: send the request again (once).
+    Retry,
+    /// Nothing to do now: fail the request.
+    GiveUp,
+}
+
+/// A completed authorization.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Granted {
+    /// Scopes granted.
+    pub scopes: Vec<String>,
+    /// Unix seconds at which the access token expires, if the server said.
+    pub expires_at: Option<u64>,
+}
+
+/// A server's authorization as operators see it: never a token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuthStatus {
+    /// The server.
+    pub server: String,
+    /// Whether Tether holds an access token for the server.
+    pub authorized: bool,
+    /// Scopes granted.
+    pub scopes: Vec<String>,
+    /// Unix seconds at which the access token expires, if known.
+    pub expires_at: Option<u64>,
+    /// Whether a refresh token is held (the access token can be renewed without a login).
+    pub refreshable: bool,
+    /// The authorization server that issued the tokens.
+    pub issuer: Option<String>,
+    /// Why a login is needed, if one is.
+    pub problem: Option<String>,
+}
+
+/// One server's authorization (see the module docs).
+pub struct Authorizer {
+    server: String,
+    endpoint: String,
+    config: OAuthConfig,
+    tokens: ServerTokens,
+    context: Arc<AuthContext>,
+    /// Signs the requests of every session of the server; its manager is replaced when a
+    /// login completes (each session sets its own HTTP client on a copy).
+    signer: OnceCell<AuthClient<reqwest::Client>>,
+    /// Whether the shared manager has read the stored client (refreshing needs it).
+    prepared: AtomicBool,
+    need: Mutex<Option<Need>>,
+    /// The gateway starts one login by itself per run; later ones are the operator's.
+    auto_login_spent: AtomicBool,
+    /// One login or token request at a time.
+    login_lock: tokio::sync::Mutex<()>,
+}
+
+/// Unix seconds now.
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+/// Whether `url` may be used for a token or a login: https, or http on loopback.
+fn secure_enough(url: &str) -> bool {
+    let Ok(url) = url::Url::parse(url) else {
+        return false;
+    };
+    match url.scheme() {
+        "https" => true,
+        "http" => match url.host() {
+            Some(url::Host::Domain(host)) => host.eq_ignore_ascii_case("localhost"),
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            None => false,
+        },
+        _ => false,
+    }
+}
+
+/// The first endpoint of `metadata` that is neither https nor loopback, by its field name.
+fn insecure_endpoint(metadata: &AuthorizationMetadata) -> Option<&'static str> {
+    [
+        ("authorization_endpoint", Some(&metadata.authorization_endpoint)),
+        ("token_endpoint", Some(&metadata.token_endpoint)),
+        ("registration_endpoint", metadata.registration_endpoint.as_ref()),
+    ]
+    .into_iter()
+    .find_map(|(name, url)| url.filter(|url| !secure_enough(url)).map(|_| name))
+}
+
+impl Authorizer {
+    /// The authorizer of `spec`, if it is an HTTP server that may use OAuth.
+    pub fn for_server(spec: &ServerSpec, context: Arc<AuthContext>) -> Option<Arc<Self>> {
+        let config = spec.oauth()?;
+        let endpoint = spec.url()?.to_string();
+        Some(Arc::new(Self {
+            tokens: ServerTokens::new(context.store.clone(), &spec.name, &endpoint),
+            server: spec.name.clone(),
+            endpoint,
+            config,
+            context,
+            signer: OnceCell::new(),
+            prepared: AtomicBool::new(false),
+            need: Mutex::new(None),
+            auto_login_spent: AtomicBool::new(false),
+            login_lock: tokio::sync::Mutex::new(()),
+        }))
+    }
+
+    /// The server's name.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// Whether this authorizer was made for `spec` as it is now (a reload that changes the
+    /// URL or the `oauth` table needs a new one).
+    pub fn serves(&self, spec: &ServerSpec) -> bool {
+        spec.url() == Some(self.endpoint.as_str()) && spec.oauth().as_ref() == Some(&self.config)
+    }
+
+    fn set_need(&self, need: Option<Need>) {
+        *self.need.lock().unwrap_or_else(|e| e.into_inner()) = need;
+    }
+
+    fn current_need(&self) -> Option<Need> {
+        self.need.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// A fresh manager for this server, reading and writing its tokens.
+    async fn new_manager(&self) -> Result<AuthorizationManager, String> {
+        let mut manager = AuthorizationManager::new_allowing_private_addresses(
+            self.endpoint.as_str(),
+        )
+        .await
+        .map_err(|error| self.words("setting up OAuth", &error))?;
+        manager.set_credential_store(self.tokens.clone());
+        Ok(manager)
+    }
+
+    async fn signer(&self) -> Result<AuthClient<reqwest::Client>, String> {
+        self.signer
+            .get_or_try_init(|| async {
+                Ok(AuthClient::new(reqwest::Client::new(), self.new_manager().await?))
+            })
+            .await
+            .cloned()
+    }
+
+    /// Before a session opens: the client that signs its requests. Stored tokens are read
+    /// here (their client is configured for refreshing); a failure to reach the
+    /// authorization server now is not fatal while the access token is still valid.
+    pub async fn client(&self, http: reqwest::Client) -> Result<AuthClient<reqwest::Client>, String> {
+        let mut signer = self.signer().await?;
+        signer.http_client = http;
+        let manager = signer.auth_manager.clone();
+        if !self.prepared.load(Ordering::Acquire)
+            && let Ok(Some(record)) = self.tokens.record()
+            && record.credentials.is_some()
+        {
+            let mut guard = manager.lock().await;
+            match guard.initialize_from_store().await {
+                Ok(true) => {
+                    let secret = self
+                        .config
+                        .client_secret
+                        .as_ref()
+                        .map(|secret| secret.expose().to_string())
+                        .or(record.client_secret);
+                    if let (Some(secret), Some(credentials)) = (secret, record.credentials) {
+                        let mut client = OAuthClientConfig::new(
+                            credentials.client_id.clone(),
+                            self.endpoint.clone(),
+                        );
+                        client.client_secret = Some(secret);
+                        client.application_type = None;
+                        if let Err(error) = guard.configure_client(client) {
+                            tracing::warn!(server = %self.server, "{}", self.words("configuring the client", &error));
+                        }
+                    }
+                    self.prepared.store(true, Ordering::Release);
+                }
+                Ok(false) => {}
+                Err(error) => tracing::warn!(
+                    server = %self.server,
+                    "{} (the stored token is used until it must be refreshed)",
+                    self.words("reading the authorization server's metadata", &error)
+                ),
+            }
+        }
+        Ok(signer)
+    }
+
+    /// Whether a failed request may be sent again after new tokens: only then does the
+    /// transport keep a copy of it.
+    pub fn may_retry(&self) -> bool {
+        self.config.grant == Grant::ClientCredentials || self.context.browser.is_some()
+    }
+
+    /// The fault text of a server that needs authorization.
+    pub fn fault_words(&self) -> String {
+        let login = format!("run `tether auth login {}`", self.server);
+        match self.current_need() {
+            Some(Need::LoginInProgress) => format!(
+                "authorization required: complete the login opened in the browser, or {login}"
+            ),
+            Some(Need::RefreshRejected) => format!(
+                "authorization required: the authorization server refused to refresh the token (the grant was revoked or expired); {login}"
+            ),
+            Some(Need::Failed(why)) => format!("authorization required ({why}); {login}"),
+            Some(Need::Scope(why)) => format!("authorization required: {why}; {login}"),
+            Some(Need::Login) | None => format!("authorization required: {login}"),
+        }
+    }
+
+    /// A 401 that no refresh cured. Client credentials buy a new token at once; otherwise the
+    /// gateway opens a login in the browser once per run, and the request fails.
+    pub async fn on_unauthorized(self: &Arc<Self>, challenge: Option<&str>) -> Recovery {
+        if self.config.grant == Grant::ClientCredentials {
+            return match self.client_credentials(challenge, Vec::new()).await {
+                Ok(_) => Recovery::Retry,
+                Err(why) => {
+                    self.set_need(Some(Need::Failed(why)));
+                    Recovery::GiveUp
+                }
+            };
+        }
+        let rejected = self
+            .tokens
+            .record()
+            .ok()
+            .flatten()
+            .is_some_and(|record| record.refresh_rejected);
+        if self.current_need() != Some(Need::LoginInProgress) {
+            self.set_need(Some(if rejected {
+                Need::RefreshRejected
+            } else {
+                Need::Login
+            }));
+        }
+        if let Some(browser) = self.context.browser.clone()
+            && !self.auto_login_spent.swap(true, Ordering::AcqRel)
+        {
+            self.set_need(Some(Need::LoginInProgress));
+            let this = self.clone();
+            let challenge = challenge.map(str::to_string);
+            tokio::spawn(async move {
+                let show = |url: &str| {
+                    tracing::warn!(server = %this.server, "server {:?} demands authorization: log in at {url}", this.server);
+                };
+                if let Err(why) = this.login(challenge, Vec::new(), Some(&browser), &show).await {
+                    tracing::warn!(server = %this.server, "login failed: {why}");
+                }
+            });
+        }
+        Recovery::GiveUp
+    }
+
+    /// A 403 `insufficient_scope`: one step-up to the scopes held plus those named, unless
+    /// they were granted already (then it is the server's word against the grant: no loop).
+    pub async fn on_insufficient_scope(self: &Arc<Self>, challenge: &str) -> Recovery {
+        let base = url::Url::parse(&self.endpoint).ok();
+        let required: Vec<String> = base
+            .map(|base| WWWAuthenticateParams::parse(challenge, &base))
+            .and_then(|params| params.scope)
+            .map(|scope| scope.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default();
+        let granted: Vec<String> = self
+            .tokens
+            .record()
+            .ok()
+            .flatten()
+            .and_then(|record| record.credentials)
+            .map(|credentials| credentials.granted_scopes)
+            .unwrap_or_default();
+        let missing: Vec<&String> = required.iter().filter(|s| !granted.contains(s)).collect();
+        if missing.is_empty() {
+            self.set_need(Some(Need::Scope(format!(
+                "the server refuses the request for lack of scope {:?}, which was granted",
+                required.join(" ")
+            ))));
+            return Recovery::GiveUp;
+        }
+        let mut scopes = granted.clone();
+        for scope in self.config.scopes.iter().chain(&required) {
+            if !scopes.contains(scope) {
+                scopes.push(scope.clone());
+            }
+        }
+        let outcome = match (self.config.grant, self.context.browser.clone()) {
+            (Grant::ClientCredentials, _) => {
+                self.client_credentials(Some(challenge), scopes).await.map(|_| ())
+            }
+            (Grant::AuthorizationCode, Some(browser)) => {
+                let show = |url: &str| {
+                    tracing::warn!(server = %self.server, "server {:?} demands more scopes: log in at {url}", self.server);
+                };
+                self.login(Some(challenge.to_string()), scopes, Some(&browser), &show)
+                    .await
+                    .map(|_| ())
+            }
+            (Grant::AuthorizationCode, None) => Err(format!(
+                "the server demands scope {:?} for this request",
+                missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" ")
+            )),
+        };
+        match outcome {
+            Ok(()) => Recovery::Retry,
+            Err(why) => {
+                self.set_need(Some(Need::Scope(why)));
+                Recovery::GiveUp
+            }
+        }
+    }
+
+    /// Wording for an OAuth failure at `step`: never a secret, never a whole body.
+    fn words(&self, step: &str, error: &AuthError) -> String {
+        let mut text = error.to_string();
+        let mut secrets: Vec<String> = Vec::new();
+        if let Some(secret) = &self.config.client_secret {
+            secrets.push(secret.expose().to_string());
+        }
+        if let Ok(Some(record)) = self.tokens.record() {
+            secrets.extend(record.client_secret);
+            if let Some(tokens) = record.credentials.and_then(|c| c.token_response) {
+                secrets.push(tokens.access_token().secret().clone());
+                if let Some(refresh) = tokens.refresh_token() {
+                    secrets.push(refresh.secret().clone());
+                }
+            }
+        }
+        for secret in secrets.iter().filter(|s| s.len() >= 4) {
+            text = text.replace(secret.as_str(), "<redacted>");
+        }
+        let text: String = text.chars().take(300).collect();
+        format!("{step} failed for server {:?}: {text}", self.server)
+    }
+
+    /// Discovers the authorization server from `challenge` (or the server's well-known
+    /// documents) into `manager`, refusing endpoints that are neither https nor loopback.
+    async fn discover(
+        &self,
+        manager: &mut AuthorizationManager,
+        challenge: Option<&str>,
+    ) -> Result<(), String> {
+        let resolution = manager
+            .resolve_metadata_from_challenge(challenge)
+            .await
+            .map_err(|error| self.words("discovering the authorization server", &error))?;
+        if let Some(field) = insecure_endpoint(&resolution.metadata) {
+            return Err(format!(
+                "discovering the authorization server failed for server {:?}: its {field} is neither https nor on loopback; refusing to send credentials there",
+                self.server
+            ));
+        }
+        manager.set_metadata(resolution.metadata);
+        Ok(())
+    }
+
+    /// An authorization code login (PKCE): the authorization URL goes to `browser`, if any
+    /// (and to `show`, for a person to open by hand), the redirect comes back to a listener on
+    /// loopback, and the tokens are stored. `scopes`: what to ask for (empty: what the server
+    /// names). A login already running is waited for instead of starting another.
+    pub async fn login(
+        &self,
+        challenge: Option<String>,
+        scopes: Vec<String>,
+        browser: Option<&Browser>,
+        show: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<Granted, String> {
+        let _one_at_a_time = self.login_lock.lock().await;
+        let outcome = self.login_now(challenge, scopes, browser, show).await;
+        match &outcome {
+            Ok(_) => {
+                self.set_need(None);
+                let _ = self.context.authorized.send(self.server.clone());
+            }
+            Err(why) => self.set_need(Some(Need::Failed(why.clone()))),
+        }
+        outcome
+    }
+
+    async fn login_now(
+        &self,
+        challenge: Option<String>,
+        scopes: Vec<String>,
+        browser: Option<&Browser>,
+        show: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<Granted, String> {
+        let redirect = login::Redirect::bind()
+            .await
+            .map_err(|error| format!("logging in to server {:?} failed: {error}", self.server))?;
+        let mut manager = self.new_manager().await?;
+        // No 401 at hand (`tether auth login` before any): ask the server for one, so
+        // discovery starts where the server points.
+        let challenge = match challenge {
+            Some(challenge) => Some(challenge),
+            None => self.fetch_challenge().await,
+        };
+        self.discover(&mut manager, challenge.as_deref()).await?;
+        let mut scopes = if scopes.is_empty() {
+            self.config.scopes.clone()
+        } else {
+            scopes
+        };
+        if scopes.is_empty() {
+            scopes = manager.select_scopes(None, &[]);
+        }
+        let mut request = AuthorizationRequest::new(redirect.uri())
+            .with_client_name(CLIENT_NAME)
+            .with_scopes(scopes.clone());
+        if let Some(challenge) = &challenge {
+            request = request.with_challenge(challenge.clone());
+        }
+        let mut registered_secret = None;
+        if let Some(client_id) = &self.config.client_id {
+            request = request.with_preregistered_client(client_id.clone());
+            if let Some(secret) = &self.config.client_secret {
+                request = request.with_client_secret(secret.expose().to_string());
+            }
+        } else if let Some(url) = &self.config.client_metadata_url {
+            // Used where the authorization server supports it; rmcp registers otherwise.
+            request = request.with_client_metadata_url(url.clone());
+        } else {
+            // Registered here rather than by rmcp, to keep the secret a registration may
+            // return: refreshing needs it after a restart.
+            let scope_refs: Vec<&str> = scopes.iter().map(String::as_str).collect();
+            let registered = manager
+                .register_client(CLIENT_NAME, &redirect.uri(), &scope_refs)
+                .await
+                .map_err(|error| self.words("registering the client", &error))?;
+            request = request.with_preregistered_client(registered.client_id.clone());
+            if let Some(secret) = registered.client_secret {
+                request = request.with_client_secret(secret.clone());
+                registered_secret = Some(secret);
+            }
+        }
+        let session = AuthorizationSession::new(manager, request)
+            .await
+            .map_err(|(_, error)| self.words("starting the authorization", &error))?;
+        let url = session.get_authorization_url().to_string();
+        let state = url::Url::parse(&url)
+            .ok()
+            .and_then(|url| {
+                url.query_pairs()
+                    .find(|(key, _)| key == "state")
+                    .map(|(_, value)| value.into_owned())
+            })
+            .ok_or_else(|| format!("logging in to server {:?} failed: the authorization URL has no state", self.server))?;
+        show(&url);
+        if let Some(browser) = browser
+            && let Err(error) = browser.open(&url)
+        {
+            tracing::warn!(server = %self.server, "cannot start the browser ({error}); open the URL by hand");
+        }
+        let callback = redirect
+            .wait(&state, self.context.login_wait)
+            .await
+            .map_err(|error| format!("logging in to server {:?} failed: {error}", self.server))?;
+        session
+            .handle_callback_url(&callback)
+            .await
+            .map_err(|error| self.words("exchanging the code for tokens", &error))?;
+        if registered_secret.is_some() || self.config.client_secret.is_none() {
+            self.tokens
+                .update(|record| record.client_secret = registered_secret)
+                .map_err(|error| self.words("storing the client", &error))?;
+        }
+        self.adopt(session.auth_manager).await;
+        Ok(self.granted())
+    }
+
+    /// Machine to machine: the configured client buys a token with `scopes` (empty: those
+    /// configured).
+    async fn client_credentials(
+        &self,
+        challenge: Option<&str>,
+        scopes: Vec<String>,
+    ) -> Result<Granted, String> {
+        let _one_at_a_time = self.login_lock.lock().await;
+        let (Some(client_id), Some(secret)) = (&self.config.client_id, &self.config.client_secret)
+        else {
+            return Err("the client credentials grant needs `client_id` and `client_secret`".into());
+        };
+        let mut manager = self.new_manager().await?;
+        self.discover(&mut manager, challenge).await?;
+        let resource = self.protected_resource(challenge).await;
+        let scopes = if scopes.is_empty() {
+            self.config.scopes.clone()
+        } else {
+            scopes
+        };
+        let config = ClientCredentialsConfig::ClientSecret {
+            client_id: client_id.clone(),
+            client_secret: secret.expose().to_string(),
+            scopes,
+            resource: Some(resource),
+        };
+        manager
+            .validate_client_credentials_metadata(&config)
+            .and_then(|()| manager.configure_client_credentials(&config))
+            .map_err(|error| self.words("setting up the client credentials grant", &error))?;
+        manager
+            .exchange_client_credentials(&config)
+            .await
+            .map_err(|error| self.words("the client credentials grant", &error))?;
+        self.adopt(manager).await;
+        self.set_need(None);
+        Ok(self.granted())
+    }
+
+    /// Puts a manager that just obtained tokens in place of the shared one.
+    async fn adopt(&self, manager: AuthorizationManager) {
+        match self.signer.get() {
+            Some(signer) => *signer.auth_manager.lock().await = manager,
+            None => {
+                let _ = self
+                    .signer
+                    .set(AuthClient::new(reqwest::Client::new(), manager));
+            }
+        }
+        self.prepared.store(true, Ordering::Release);
+    }
+
+    fn granted(&self) -> Granted {
+        let status = self.status();
+        Granted {
+            scopes: status.scopes,
+            expires_at: status.expires_at,
+        }
+    }
+
+    /// The server's 401 challenge, asked for with an unauthenticated request.
+    async fn fetch_challenge(&self) -> Option<String> {
+        let answer = bounded_client()
+            .post(&self.endpoint)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(r#"{"jsonrpc":"2.0","id":0,"method":"server/discover","params":{}}"#)
+            .send()
+            .await
+            .ok()?;
+        (answer.status() == reqwest::StatusCode::UNAUTHORIZED)
+            .then(|| answer.headers().get("www-authenticate")?.to_str().ok().map(str::to_string))
+            .flatten()
+    }
+
+    /// The resource to ask tokens for (RFC 8707): what the server's protected-resource
+    /// metadata says, else its URL.
+    async fn protected_resource(&self, challenge: Option<&str>) -> String {
+        let Ok(base) = url::Url::parse(&self.endpoint) else {
+            return self.endpoint.clone();
+        };
+        let mut candidates = Vec::new();
+        if let Some(url) = challenge
+            .map(|challenge| WWWAuthenticateParams::parse(challenge, &base))
+            .and_then(|params| params.resource_metadata_url)
+        {
+            candidates.push(url);
+        }
+        let path = base.path().trim_end_matches('/');
+        for suffix in [path, ""] {
+            if let Ok(url) = base.join(&format!("/.well-known/oauth-protected-resource{suffix}")) {
+                candidates.push(url);
+            }
+        }
+        for url in candidates {
+            let Ok(answer) = bounded_client().get(url).send().await else {
+                continue;
+            };
+            if !answer.status().is_success() {
+                continue;
+            }
+            let Ok(body) = answer.bytes().await else {
+                continue;
+            };
+            if body.len() > 64 << 10 {
+                continue;
+            }
+            if let Some(resource) = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|document| document.get("resource")?.as_str().map(str::to_string))
+            {
+                return resource;
+            }
+        }
+        self.endpoint.clone()
+    }
+
+    /// What is known about the server's authorization (no secret).
+    pub fn status(&self) -> AuthStatus {
+        let record = self.tokens.record().ok().flatten();
+        let credentials = record.as_ref().and_then(|record| record.credentials.clone());
+        let tokens = credentials.as_ref().and_then(|c| c.token_response.clone());
+        let expires_at = credentials.as_ref().and_then(|c| {
+            let received = c.token_received_at?;
+            let lifetime = c.token_response.as_ref()?.expires_in()?;
+            Some(received + lifetime.as_secs())
+        });
+        let problem = match self.current_need() {
+            Some(_) => Some(self.fault_words()),
+            None if record.as_ref().is_some_and(|r| r.refresh_rejected) => {
+                self.set_need(Some(Need::RefreshRejected));
+                Some(self.fault_words())
+            }
+            None => None,
+        };
+        AuthStatus {
+            server: self.server.clone(),
+            authorized: tokens.is_some(),
+            scopes: credentials
+                .as_ref()
+                .map(|c| c.granted_scopes.clone())
+                .unwrap_or_default(),
+            expires_at,
+            refreshable: tokens.as_ref().is_some_and(|t| t.refresh_token().is_some()),
+            issuer: credentials.and_then(|c| c.issuer),
+            problem,
+        }
+    }
+
+    /// Forgets the server's tokens (logout, or the server left the config).
+    pub fn forget(&self) -> Result<(), String> {
+        self.prepared.store(false, Ordering::Release);
+        self.tokens
+            .remove()
+            .map_err(|error| self.words("removing the tokens", &error))
+    }
+}
+
+/// A client for the few requests Tether makes outside rmcp (a challenge, a metadata
+/// document): short deadlines, no redirects.
+fn bounded_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap_or_default()
+}
+
+/// Seconds from now until `at`, for display.
+pub fn expires_in(at: u64) -> i64 {
+    at as i64 - now_secs() as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_https_or_loopback_endpoints_get_credentials() {
+        for url in [
+            "https://as.example/token",
+            "http://127.0.0.1:9/token",
+            "http://localhost/token",
+            "http://[::1]:8/t",
+        ] {
+            assert!(secure_enough(url), "{url}");
+        }
+        for url in ["http://as.example/token", "http://10.0.0.1/t", "ftp://x/t", "not a url"] {
+            assert!(!secure_enough(url), "{url}");
+        }
+    }
+}
+
+impl std::fmt::Debug for Authorizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authorizer")
+            .field("server", &self.server)
+            .finish_non_exhaustive()
+    }
+}
