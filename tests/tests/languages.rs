@@ -264,6 +264,15 @@ fn three_hosts_give_identical_transcripts_and_their_own_tests_pass() {
         Path::new(components::WRONG),
         1,
     ));
+    // And a policy of another design, which breaks invariants the default keeps (its
+    // withdrawals of nothing among them: what the hosts absorb, they count alike).
+    let fixed = dir.join("fixed-interval");
+    std::fs::create_dir_all(&fixed).unwrap();
+    assert_same_transcripts(&transcripts_in_three_hosts(
+        &fixed,
+        Path::new(components::FIXED_INTERVAL),
+        8,
+    ));
 
     // The hosts' own tests, now that the hosts installed their toolchains (wasmtime-py into
     // host/python/.venv, jco into host/js/node_modules), against a real component.
