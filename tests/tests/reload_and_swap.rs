@@ -1,8 +1,7 @@
 //! Operations on a live host: config reloads that touch only what changed, and policy swaps
 //! under continuous calls.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use crate::common::*;
 use serde_json::json;
@@ -347,68 +346,4 @@ async fn a_recording_replays_exactly_with_its_policy_and_shows_where_another_dif
     let (_, json_out, _) = tether_cli(&["policy", "replay", path, wrong, "--json"]);
     let report: serde_json::Value = serde_json::from_str(&json_out).unwrap();
     assert!(report["divergences"].as_u64().unwrap() >= 2, "{report}");
-}
-
-/// Agents calling an echo tool in a loop, counting the calls and those that failed.
-struct EchoCallers {
-    stop: Arc<AtomicBool>,
-    done: Arc<AtomicUsize>,
-    failed: Arc<AtomicUsize>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl EchoCallers {
-    fn start(supervisor: &tether::supervisor::Supervisor, tool: &'static str, n: usize) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (done, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let tasks = (0..n)
-            .map(|worker| {
-                let (supervisor, stop, done, failed) = (
-                    supervisor.clone(),
-                    stop.clone(),
-                    done.clone(),
-                    failed.clone(),
-                );
-                tokio::spawn(async move {
-                    while !stop.load(Ordering::Relaxed) {
-                        let text = format!("w{worker}");
-                        let result = supervisor
-                            .call_tool(tool, args(json!({"text": text})))
-                            .await
-                            .unwrap();
-                        if is_error(&result) || crate::common::text(&result) != text {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                        }
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                })
-            })
-            .collect();
-        EchoCallers {
-            stop,
-            done,
-            failed,
-            tasks,
-        }
-    }
-
-    /// Waits until ten more calls have finished.
-    async fn flowing(&self) {
-        let before = self.done.load(Ordering::Relaxed);
-        wait_until("calls keep flowing", || {
-            self.done.load(Ordering::Relaxed) > before + 10
-        })
-        .await;
-    }
-
-    /// Stops the callers, asserts that no call failed, and returns how many were made.
-    async fn stop(self) -> usize {
-        self.stop.store(true, Ordering::Relaxed);
-        for task in self.tasks {
-            task.await.unwrap();
-        }
-        let done = self.done.load(Ordering::Relaxed);
-        assert_eq!(self.failed.load(Ordering::Relaxed), 0, "of {done} calls");
-        done
-    }
 }
