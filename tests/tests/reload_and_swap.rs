@@ -132,6 +132,33 @@ async fn a_policy_swap_under_continuous_calls_fails_no_call_and_keeps_breaker_st
     host.supervisor.shutdown().await;
 }
 
+/// A swap to another implementation, and back, announces nothing to agents: the incoming
+/// policy's take-over publishes the live sessions' tools as they are shown, which changes
+/// nothing and is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swap_that_shows_the_same_tools_announces_nothing() {
+    let host = Host::fast();
+    let (alpha, beta) = (host.state_dir("alpha"), host.state_dir("beta"));
+    for (name, state) in [("alpha", &alpha), ("beta", &beta)] {
+        host.supervisor
+            .add_server(stdio_fixture(name, state, &[]))
+            .unwrap();
+        wait_until("tools visible", || !host.tools(name).is_empty()).await;
+    }
+    let generation = host.supervisor.registry().generation();
+    let mut changes = host.supervisor.registry().subscribe();
+    let fixed = PolicySource::File(tether_tests::components::FIXED_INTERVAL.into());
+    for (round, target) in [fixed, PolicySource::Embedded].into_iter().enumerate() {
+        let report = host.supervisor.swap_policy(target).await.expect("swap");
+        assert_eq!(report.path, SwapPath::Handover);
+        // One publication per live server, each of what was shown.
+        assert_eq!(host.supervisor.redundant_actions(), 2 * (round as u64 + 1));
+        assert_eq!(host.supervisor.registry().generation(), generation);
+        assert!(changes.try_recv().is_err(), "no change to announce");
+    }
+    host.supervisor.shutdown().await;
+}
+
 /// What a swap must carry of a server's state, as the policy reports it.
 fn carried(status: &[ServerStatus]) -> Vec<(String, ServerState, BreakerState, u32, u32)> {
     status
