@@ -15,6 +15,16 @@ fn main() {
             "TETHER_TEST_POLICY_INCOMPATIBLE",
             "tether-policy-incompatible",
         ),
+        (
+            "TETHER_TEST_POLICY_FIXED_INTERVAL",
+            "tether-policy-fixed-interval",
+        ),
+        ("TETHER_TEST_POLICY_GIVES_UP", "tether-policy-gives-up"),
+        (
+            "TETHER_TEST_POLICY_REPUBLISHES",
+            "tether-policy-republishes",
+        ),
+        ("TETHER_TEST_POLICY_MUTANT", "tether-policy-mutant"),
     ];
     let names: Vec<&str> = packages.iter().map(|(_, package)| *package).collect();
     let paths = tether_wasm_build::build_components(&names);

@@ -100,7 +100,8 @@ function samePairs(got, wanted) {
 }
 
 /**
- * Whether `predicate` holds in `state` ({actions, wakes, now, admission, status, promptNames}).
+ * Whether `predicate` holds in `state` ({actions, wakes, now, admission, status, promptNames,
+ * published, redundant, ledger}).
  * Throws a ScenarioFailure for a malformed predicate and for `state` naming a server `status` lacks.
  */
 export function holds(predicate, state) {
@@ -180,6 +181,12 @@ export function holds(predicate, state) {
     }
     case 'lists':
       return (state.status ?? []).some((st) => st.server === server());
+    case 'published':
+      return (state.published ?? new Map()).has(server());
+    case 'redundant':
+      return (state.redundant ?? new Set()).has(server());
+    case 'attempting':
+      return state.ledger?.isConnecting(server()) ?? false;
     case 'state': {
       const s = field('server', isString, 'a string');
       const states = field('in', (v) => Array.isArray(v) && v.every(isString), 'a list of states');
@@ -330,6 +337,13 @@ export function invalidPromptNames(originals, named) {
   return null;
 }
 
+/** A tool list's revisions by name (the first tool of a name counts, as in Tether's ledger). */
+function revisions(tools) {
+  const byName = new Map();
+  for (const t of tools) if (!byName.has(t.name)) byName.set(t.name, t.revision);
+  return byName;
+}
+
 /**
  * What the host knows of its servers, as the events and actions passing through tell it (as
  * Tether's runtime keeps it, host/src/policy/ledger.rs): which servers are configured, each
@@ -337,7 +351,8 @@ export function invalidPromptNames(originals, named) {
  */
 export class Ledger {
   constructor(servers = new Map()) {
-    this.servers = servers; // name -> { session: Set of tool names | null, connecting: bool }
+    // name -> { session: Map of tool name -> revision (the first tool of a name) | null, connecting: bool }
+    this.servers = servers;
   }
   clone() {
     return new Ledger(new Map([...this.servers].map(([n, e]) => [n, { ...e }])));
@@ -354,7 +369,7 @@ export class Ledger {
         this.servers.delete(v);
         break;
       case 'connected':
-        if (entry(v.server)) Object.assign(entry(v.server), { session: new Set(v.tools.map((t) => t.name)), connecting: false });
+        if (entry(v.server)) Object.assign(entry(v.server), { session: revisions(v.tools), connecting: false });
         break;
       case 'connect-failed':
         if (entry(v.server)) Object.assign(entry(v.server), { session: null, connecting: false });
@@ -363,7 +378,7 @@ export class Ledger {
         if (entry(v.server)) entry(v.server).session = null;
         break;
       case 'tools-changed':
-        if (entry(v.server)?.session) entry(v.server).session = new Set(v.tools.map((t) => t.name));
+        if (entry(v.server)?.session) entry(v.server).session = revisions(v.tools);
         break;
       default:
     }
@@ -372,7 +387,7 @@ export class Ledger {
     this.servers = new Map(
       handover.servers.map((sh) => [
         sh.config.name,
-        { session: sh.session ? new Set(sh.session.tools.map((t) => t.name)) : null, connecting: !!sh.connecting },
+        { session: sh.session ? revisions(sh.session.tools) : null, connecting: !!sh.connecting },
       ]),
     );
   }
@@ -382,6 +397,14 @@ export class Ledger {
       const e = (a.tag === 'connect' || a.tag === 'disconnect') && this.servers.get(a.val);
       if (e) Object.assign(e, { session: null, connecting: a.tag === 'connect' });
     }
+  }
+  /** Whether a `connect` of `server` went out and its outcome has not come back. */
+  isConnecting(server) {
+    return this.servers.get(server)?.connecting === true;
+  }
+  /** The revision of `original` in the server's latest tool list, or null. */
+  revision(server, original) {
+    return this.servers.get(server)?.session?.get(original) ?? null;
   }
   /** Whether the host has a session for `server` or an attempt in flight. */
   isLive(server) {
@@ -497,6 +520,11 @@ export async function runScenario(scenario, { newInstance, settings = '{}', watc
     admission: null,
     status: [],
     promptNames: [],
+    // What the host shows of each server (its publication in force, as a key), and the servers
+    // the latest actions changed nothing of.
+    published: new Map(),
+    redundant: new Set(),
+    ledger: null,
   };
   let calls = 0;
   let last = 'start';
@@ -526,6 +554,7 @@ export async function runScenario(scenario, { newInstance, settings = '{}', watc
     return inst;
   };
   let ledger = new Ledger();
+  s.ledger = ledger;
   const label = () => s.instance?.label ?? 'under test';
   // An answer the host refuses, worded as Tether's runtime words it.
   const invalid = (during, why) => fail(`policy ${label()} failed during ${during}: returned invalid output: ${why}`);
@@ -535,11 +564,27 @@ export async function runScenario(scenario, { newInstance, settings = '{}', watc
     if (why) invalid(during, why);
     return actions;
   };
+  // Does what the policy asked: arms its timers, and shows or hides tools as Tether's host does,
+  // absorbing what changes nothing (host/src/registry.rs).
   const took = (actions) => {
-    ledger.noteActions(actions);
+    s.redundant = new Set();
     for (const a of actions) {
-      if (a.tag === 'wake-at') s.wakes.set(a.val.server, { at: a.val.at, token: a.val.token });
+      if (a.tag === 'wake-at') {
+        s.wakes.set(a.val.server, { at: a.val.at, token: a.val.token });
+      } else if (a.tag === 'publish-tools') {
+        const { server, tools } = a.val;
+        const shown = stringify(
+          tools
+            .map((t) => [t.advertised, t.original, t['read-only'], ledger.revision(server, t.original)])
+            .sort(([x], [y]) => Buffer.compare(Buffer.from(x, 'utf8'), Buffer.from(y, 'utf8'))),
+        );
+        if (s.published.get(server) === shown) s.redundant.add(server);
+        else s.published.set(server, shown);
+      } else if (a.tag === 'withdraw-tools') {
+        if (!s.published.delete(a.val)) s.redundant.add(a.val);
+      }
     }
+    ledger.noteActions(actions);
     s.actions = actions;
   };
   const handle = (kind) => {
@@ -579,6 +624,32 @@ export async function runScenario(scenario, { newInstance, settings = '{}', watc
   };
 
   const isObject = (v) => typeof v === 'object' && v !== null;
+
+  // The host's own state, which `twice` and `snapshot-restore` start again from.
+  const save = () => ({
+    now: s.now,
+    wakes: new Map(s.wakes),
+    nextCallId: s.nextCallId,
+    calls: new Map(s.calls),
+    lastCall: s.lastCall,
+    published: new Map(s.published),
+    ledger: ledger.clone(),
+  });
+  const resume = (saved) => {
+    Object.assign(s, saved, { wakes: new Map(saved.wakes), calls: new Map(saved.calls), published: new Map(saved.published) });
+    ledger = saved.ledger;
+    s.ledger = ledger;
+  };
+  // Fails with `what` when two runs of a block wrote other transcripts, naming the first line
+  // that differs.
+  const sameRuns = (first, second, what) => {
+    const n = Math.max(first.length, second.length);
+    for (let k = 0; k < n; k++) {
+      if (first[k] !== second[k]) {
+        fail(`${what} (line ${k + 1} of the block's transcript): ${first[k] ?? 'nothing'} vs ${second[k] ?? 'nothing'}`);
+      }
+    }
+  };
 
   // Runs steps; returns 'ran', 'stop' (a stop-if held: the enclosing repeat ends).
   const runSteps = async (steps) => {
@@ -642,9 +713,22 @@ export async function runScenario(scenario, { newInstance, settings = '{}', watc
         record({ do: 'status', now: s.now, status: s.status });
         break;
       case 'snapshot-restore': {
+        // Exports before the restored instance was asked to decide anything have no `steps`.
+        const steps = step.steps ?? [];
+        if (!Array.isArray(steps)) malformed(`malformed step ${safeText(step)}: "steps" must be a list of steps`);
         called('snapshot and restore into a fresh instance');
         const before = statusNow();
         const snapshot = attempt(null, () => s.instance.snapshot());
+        // The original answers the steps first; the restored instance answers them again from
+        // the host's state as it was at the snapshot.
+        const saved = save();
+        const firstFrom = transcript.length;
+        const flow = await runSteps(steps);
+        const first = transcript.slice(firstFrom);
+        if (steps.length > 0) {
+          called('restore the snapshot into a fresh instance');
+          resume(saved);
+        }
         const inst = await fresh();
         attempt('moving the state into a fresh instance failed', () => inst.restore(snapshot));
         s.instance = inst;
@@ -654,7 +738,10 @@ export async function runScenario(scenario, { newInstance, settings = '{}', watc
         const a = stringify(byServer(before));
         const b = stringify(byServer(after));
         if (a !== b) fail(`status changed across snapshot/restore: ${a} -> ${b}`);
-        break;
+        const secondFrom = transcript.length;
+        await runSteps(steps);
+        sameRuns(first, transcript.slice(secondFrom), 'the restored instance answered otherwise than the original');
+        return flow;
       }
       case 'take-over': {
         const handover = given(T.handover, need(step, 'handover', isObject, 'a handover'), 'handover');
@@ -668,6 +755,8 @@ export async function runScenario(scenario, { newInstance, settings = '{}', watc
         // The operator's namings come first, on the fresh instance; a 0.2.0 one is given none.
         if (speaksNaming(s.instance)) for (const naming of told) setNaming(naming);
         ledger.noteHandover(handover);
+        // The handover says nothing of what the host shows: the policy's publications are new.
+        s.published = new Map();
         let actions;
         try {
           actions = checked(s.instance.takeOver(handover), 'take-over', 'a handover');
@@ -700,27 +789,16 @@ export async function runScenario(scenario, { newInstance, settings = '{}', watc
       }
       case 'twice': {
         const steps = need(step, 'steps', Array.isArray, 'a list of steps');
-        const clock = { now: s.now, wakes: new Map(s.wakes), nextCallId: s.nextCallId, calls: new Map(s.calls), lastCall: s.lastCall };
-        const known = ledger.clone();
+        const saved = save();
         const firstFrom = transcript.length;
         const flow = await runSteps(steps);
         const first = transcript.slice(firstFrom);
-        Object.assign(s, clock, { wakes: new Map(clock.wakes), calls: new Map(clock.calls) });
-        ledger = known;
+        resume(saved);
         s.instance = await fresh();
         record({ do: 'init', settings });
         const secondFrom = transcript.length;
         await runSteps(steps);
-        const second = transcript.slice(secondFrom);
-        const n = Math.max(first.length, second.length);
-        for (let k = 0; k < n; k++) {
-          if (first[k] !== second[k]) {
-            fail(
-              `the same inputs gave other outputs in a fresh instance (line ${k + 1} of the block's transcript): ` +
-                `${first[k] ?? 'nothing'} vs ${second[k] ?? 'nothing'}`,
-            );
-          }
-        }
+        sameRuns(first, transcript.slice(secondFrom), 'the same inputs gave other outputs in a fresh instance');
         return flow;
       }
       case 'repeat': {
@@ -806,6 +884,12 @@ export function context(predicate, state) {
       return `the status was ${stringify(state.status ?? [])}`;
     case 'names-prompts':
       return `the prompt names were ${stringify(state.promptNames ?? [])}`;
+    case 'published': {
+      const servers = [...(state.published ?? new Map()).keys()].sort((x, y) =>
+        Buffer.compare(Buffer.from(x, 'utf8'), Buffer.from(y, 'utf8')),
+      );
+      return `the host holds publications of ${stringify(servers)}`;
+    }
     case 'timer-armed':
     case 'timer-not-in-the-past':
       return `at ${state.now} the timers were ${describeWakes(state.wakes)}`;

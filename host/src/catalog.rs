@@ -293,8 +293,9 @@ impl Catalog {
     }
 
     /// The policy published (`true`) or withdrew (`false`) `server`'s tools.
-    pub fn set_published(&self, server: &str, published: bool) {
-        self.mark(server, published, |tables| &mut tables.published);
+    /// Returns whether that changed anything (a server already so marked is left alone).
+    pub fn set_published(&self, server: &str, published: bool) -> bool {
+        self.mark(server, published, |tables| &mut tables.published)
     }
 
     /// The policy reported `server` connected or healthy (`true`), or anything else.
@@ -302,16 +303,19 @@ impl Catalog {
         self.mark(server, live, |tables| &mut tables.live);
     }
 
-    fn mark(&self, server: &str, on: bool, set: fn(&mut Tables) -> &mut BTreeSet<String>) {
+    /// Marks `server` in (or out of) one set; returns whether its membership changed.
+    fn mark(&self, server: &str, on: bool, set: fn(&mut Tables) -> &mut BTreeSet<String>) -> bool {
+        let mut changed = false;
         self.update(|tables| {
             let before = tables.shows(server);
-            if on {
-                set(tables).insert(server.to_string());
+            changed = if on {
+                set(tables).insert(server.to_string())
             } else {
-                set(tables).remove(server);
-            }
+                set(tables).remove(server)
+            };
             before != tables.shows(server) && tables.servers.contains_key(server)
         });
+        changed
     }
 
     /// Forgets a removed server.
@@ -553,6 +557,22 @@ mod tests {
             "files",
             offer(&["summarize"], &["file:///a"], &[]),
         );
+        assert!(changes.try_recv().is_err());
+    }
+
+    #[test]
+    fn marking_a_server_as_it_is_changes_nothing_and_says_so() {
+        let catalog = Catalog::default();
+        set(&catalog, "files", offer(&["summarize"], &[], &[]));
+        let mut changes = catalog.subscribe();
+        assert!(!catalog.set_published("files", false), "never published");
+        assert!(catalog.set_published("files", true));
+        assert!(changes.try_recv().is_ok());
+        assert!(!catalog.set_published("files", true), "already published");
+        assert!(changes.try_recv().is_err());
+        assert!(catalog.set_published("files", false));
+        assert!(!catalog.set_published("files", false));
+        assert!(changes.try_recv().is_ok());
         assert!(changes.try_recv().is_err());
     }
 

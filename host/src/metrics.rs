@@ -326,6 +326,11 @@ impl Metrics {
             counter(stats.inline_misses.load(Ordering::Relaxed)),
         );
         registry.register(
+            "policy_redundant_actions",
+            "Tool actions of the policy that changed nothing and were absorbed: a withdrawal of tools not shown, a publication identical to the one shown",
+            counter(supervisor.redundant_actions()),
+        );
+        registry.register(
             "registry_generation",
             "Changes of the visible tool set so far",
             counter(supervisor.registry().generation()),

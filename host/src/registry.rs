@@ -58,18 +58,23 @@ impl Default for Registry {
 }
 
 impl Registry {
-    /// Replaces a server's visible tools with the policy's publication.
-    pub fn publish(&self, publication: Publication) {
+    /// Replaces a server's visible tools with the policy's publication. A publication of the
+    /// tools already visible (in any order) changes nothing and is not broadcast. Returns
+    /// whether the visible tools changed.
+    pub fn publish(&self, publication: Publication) -> bool {
         let server = publication.server.clone();
-        self.replace(&server, publication.tools);
+        self.replace(&server, publication.tools)
     }
 
-    /// Hides all of a server's tools. Idempotent: withdrawing nothing changes nothing.
-    pub fn withdraw(&self, server: &str) {
-        self.replace(server, Vec::new());
+    /// Hides all of a server's tools. Idempotent: withdrawing nothing changes nothing (and
+    /// returns false).
+    pub fn withdraw(&self, server: &str) -> bool {
+        self.replace(server, Vec::new())
     }
 
-    fn replace(&self, server: &str, tools: Vec<PublishedTool>) {
+    fn replace(&self, server: &str, mut tools: Vec<PublishedTool>) -> bool {
+        // Agents see the tools by name, in no order of the policy's.
+        tools.sort_by(|a, b| a.advertised.cmp(&b.advertised));
         let change = {
             let mut tables = self.tables.write().unwrap_or_else(|e| e.into_inner());
             let old: BTreeSet<String> = tables
@@ -83,7 +88,7 @@ impl Registry {
                 .get(server)
                 .map_or(tools.is_empty(), |current| *current == tools);
             if unchanged {
-                return;
+                return false;
             }
             for name in &old {
                 if let Some(route) = tables.routes.remove(name) {
@@ -121,6 +126,7 @@ impl Registry {
             "visible tools changed"
         );
         let _ = self.changes.send(change);
+        true
     }
 
     /// The route of a visible tool.
@@ -145,7 +151,7 @@ impl Registry {
 
     /// Forgets a removed server entirely (its tools must already be withdrawn).
     pub fn forget(&self, server: &str) {
-        self.withdraw(server);
+        let _ = self.withdraw(server);
         self.tables
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -222,11 +228,11 @@ mod tests {
         }
     }
 
-    fn publish(registry: &Registry, tools: &[&str]) {
+    fn publish(registry: &Registry, tools: &[&str]) -> bool {
         registry.publish(Publication {
             server: "s".into(),
             tools: tools.iter().map(|t| tool(t)).collect(),
-        });
+        })
     }
 
     #[test]
@@ -251,13 +257,19 @@ mod tests {
     fn unchanged_publications_and_repeated_withdrawals_change_nothing() {
         let registry = Registry::default();
         let mut changes = registry.subscribe();
-        publish(&registry, &["a"]);
-        publish(&registry, &["a"]);
-        registry.withdraw("s");
-        registry.withdraw("s");
+        assert!(!registry.withdraw("s"), "nothing was published");
+        assert!(publish(&registry, &["a", "b"]));
+        assert!(!publish(&registry, &["a", "b"]));
+        assert!(
+            !publish(&registry, &["b", "a"]),
+            "the same tools in another order"
+        );
+        assert!(registry.withdraw("s"));
+        assert!(!registry.withdraw("s"));
+        assert!(!publish(&registry, &[]), "no tools, as withdrawn");
         assert_eq!(registry.generation(), 2);
         assert!(changes.try_recv().is_ok());
-        assert_eq!(changes.try_recv().unwrap().removed, ["s__a"]);
+        assert_eq!(changes.try_recv().unwrap().removed, ["s__a", "s__b"]);
         assert!(changes.try_recv().is_err());
         assert!(registry.snapshot().1.is_empty());
     }

@@ -21,6 +21,15 @@ pub mod components {
     pub const PREVIOUS_MINOR: &str = env!("TETHER_TEST_POLICY_PREVIOUS_MINOR");
     pub const OTHER: &str = env!("TETHER_TEST_POLICY_OTHER");
     pub const INCOMPATIBLE: &str = env!("TETHER_TEST_POLICY_INCOMPATIBLE");
+    /// Other designs than the default's, which keep the contract (tests/policies/*/src/lib.rs):
+    /// a fixed interval forever, no breaker, a withdrawal on every failure;
+    pub const FIXED_INTERVAL: &str = env!("TETHER_TEST_POLICY_FIXED_INTERVAL");
+    /// gives up after a few attempts and never probes;
+    pub const GIVES_UP: &str = env!("TETHER_TEST_POLICY_GIVES_UP");
+    /// withdraws and republishes every server's tools on every event.
+    pub const REPUBLISHES: &str = env!("TETHER_TEST_POLICY_REPUBLISHES");
+    /// The default with one contract rule broken, chosen by its `"mutant"` setting.
+    pub const MUTANT: &str = env!("TETHER_TEST_POLICY_MUTANT");
 }
 
 pub fn component(path: &str) -> PolicySource {

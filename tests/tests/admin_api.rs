@@ -20,15 +20,15 @@ use tether::policy::ServerState;
 use tether_cli::state_file;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-const TOKEN: &str = "admin-test-token-5f0c";
+pub(crate) const TOKEN: &str = "admin-test-token-5f0c";
 
 /// What `POST /reload` will find in "the config file".
 type Config = Arc<Mutex<Result<Vec<ServerSpec>, String>>>;
 
 /// A supervisor with the admin API in front of it, and an HTTP client for it.
-struct Admin {
-    host: Host,
-    server: AdminServer,
+pub(crate) struct Admin {
+    pub(crate) host: Host,
+    pub(crate) server: AdminServer,
     http: reqwest::Client,
     metrics: Arc<Metrics>,
     config: Config,
@@ -55,7 +55,7 @@ fn context(host: &Host, metrics: Arc<Metrics>, config: Config) -> AdminContext {
 }
 
 impl Admin {
-    async fn start(host: Host) -> Admin {
+    pub(crate) async fn start(host: Host) -> Admin {
         let metrics = Arc::new(Metrics::new());
         let config: Config = Arc::new(Mutex::new(Ok(Vec::new())));
         let ctx = context(&host, metrics.clone(), config.clone());
@@ -104,7 +104,7 @@ impl Admin {
         status
     }
 
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.server.shutdown().await;
         self.host.supervisor.shutdown().await;
     }
@@ -889,12 +889,12 @@ fn the_state_file_is_private_replaced_atomically_and_reads_back() {
     assert!(state_file::default_path().ends_with("tether/serve.json"));
 }
 
-fn joined<'a>(args: &[&'a str], flags: &[&'a str]) -> Vec<&'a str> {
+pub(crate) fn joined<'a>(args: &[&'a str], flags: &[&'a str]) -> Vec<&'a str> {
     [args, flags].concat()
 }
 
 /// Runs the real CLI; answers its exit code, stdout and stderr.
-async fn cli(args: &[&str]) -> (Option<i32>, String, String) {
+pub(crate) async fn cli(args: &[&str]) -> (Option<i32>, String, String) {
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_tether-cli"))
         .args(args)
         .env_remove("TETHER_ADMIN_TOKEN")

@@ -264,6 +264,15 @@ fn three_hosts_give_identical_transcripts_and_their_own_tests_pass() {
         Path::new(components::WRONG),
         1,
     ));
+    // And a policy of another design, which breaks invariants the default keeps (its
+    // withdrawals of nothing among them: what the hosts absorb, they count alike).
+    let fixed = dir.join("fixed-interval");
+    std::fs::create_dir_all(&fixed).unwrap();
+    assert_same_transcripts(&transcripts_in_three_hosts(
+        &fixed,
+        Path::new(components::FIXED_INTERVAL),
+        8,
+    ));
 
     // The hosts' own tests, now that the hosts installed their toolchains (wasmtime-py into
     // host/python/.venv, jco into host/js/node_modules), against a real component.
@@ -326,4 +335,129 @@ fn the_policies_own_unit_tests_pass() {
             .args(test_files(&root.join("guest/js/test"))),
         "guest/js's unit tests",
     );
+}
+
+/// A policy written outside the project, as issue 21 tried it: Python, retry every second
+/// forever, no breaker, no parking, a withdrawal on every failure (tests/python/retry_policy.py,
+/// built in a `tether policy new --lang python` starter). It keeps the contract and breaks
+/// invariants, so it swaps into a running gateway with `--force`, the answer naming them, and
+/// its take-over shows agents nothing new; every session is kept (the same child pids) and no
+/// call fails; it decides (a crashed server comes back); and the default swaps back the same
+/// way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_python_policy_swaps_in_with_force_and_back_keeping_sessions() {
+    use crate::admin_api::{Admin, TOKEN, cli, joined};
+    use crate::common::{EchoCallers, Host, stdio_fixture, wait_until};
+
+    let dir = scratch("retry-policy");
+    let project = dir.join("policy");
+    run(
+        Command::new(env!("CARGO_BIN_EXE_tether-cli"))
+            .args(["policy", "new", "--lang", "python"])
+            .arg(&project),
+        "tether policy new",
+    );
+    std::fs::copy(
+        repo().join("tests/python/retry_policy.py"),
+        project.join("app.py"),
+    )
+    .unwrap();
+    let component = dir.join("retry.wasm");
+    let (built, at) = (project.clone(), component.clone());
+    tokio::task::spawn_blocking(move || build(&built, &at))
+        .await
+        .unwrap();
+    let default = dir.join("default.wasm");
+    std::fs::write(&default, EMBEDDED_DEFAULT_POLICY).unwrap();
+    let breaks = [
+        "permanent-fault-parks-at-once",
+        "failing-server-parks-and-keeps-a-self-probe",
+        "handshake-alone-does-not-reset-the-budget",
+        "reconnect-request-revives-a-parked-server",
+        "breaker-opens-and-fails-fast",
+        "exactly-one-half-open-probe",
+        "probe-without-session-signals-reconnect",
+        "tools-are-withdrawn-exactly-once",
+    ];
+
+    let admin = Admin::start(Host::fast()).await;
+    let supervisor = admin.host.supervisor.clone();
+    let (busy, crashy) = (admin.host.state_dir("busy"), admin.host.state_dir("crashy"));
+    for (name, state) in [("busy", &busy), ("crashy", &crashy)] {
+        supervisor
+            .add_server(stdio_fixture(name, state, &[]))
+            .unwrap();
+        wait_until("tools visible", || !admin.host.tools(name).is_empty()).await;
+    }
+    let addr = admin.server.addr.to_string();
+    let nowhere = admin.host.dir.path().join("no-state.json");
+    let flags = [
+        "--admin",
+        &addr,
+        "--token",
+        TOKEN,
+        "--state-file",
+        nowhere.to_str().unwrap(),
+    ];
+    fn swap(file: &Path, force: bool) -> Vec<&str> {
+        let mut args = vec!["policy", "swap", file.to_str().unwrap()];
+        if force {
+            args.push("--force");
+        }
+        args
+    }
+    let callers = EchoCallers::start(&supervisor, "busy__echo", 4);
+    callers.flowing().await;
+    let pids = (busy.pid(), crashy.pid());
+    let generation = supervisor.registry().generation();
+
+    // Without --force it is refused, naming what it breaks.
+    let (code, _, stderr) = cli(&joined(&swap(&component, false), &flags)).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--force") && breaks.iter().all(|name| stderr.contains(name)),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("breaks the contract"), "{stderr}");
+
+    // With --force it runs, the answer naming every invariant it breaks, and nothing else.
+    let (code, stdout, stderr) = cli(&joined(&swap(&component, true), &flags)).await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("retry-every-second"), "{stdout}");
+    let named: Vec<&str> = stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("warning: it breaks Tether's invariant "))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .collect();
+    assert_eq!(named, breaks, "{stdout}");
+    assert_eq!(supervisor.policy().running().name, "retry-every-second");
+    assert_eq!((busy.pid(), crashy.pid()), pids, "sessions are kept");
+    assert_eq!(
+        supervisor.registry().generation(),
+        generation,
+        "its take-over publishes what is shown: agents hear of no change"
+    );
+    callers.flowing().await;
+
+    // It decides: a crashed server is withdrawn and comes back, on its own schedule.
+    let crashed = crashy.pid().unwrap();
+    crate::common::kill(crashed, 9);
+    wait_until("crashy is back", || {
+        crashy.pid().is_some_and(|pid| pid != crashed) && !admin.host.tools("crashy").is_empty()
+    })
+    .await;
+    callers.flowing().await;
+
+    // Back to the default the same way (it breaks nothing: no --force needed, none named).
+    let pids = (busy.pid(), crashy.pid());
+    let generation = supervisor.registry().generation();
+    let (code, stdout, stderr) = cli(&joined(&swap(&default, true), &flags)).await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("breaks Tether's invariant"), "{stdout}");
+    assert_eq!(supervisor.policy().running().name, "tether-default-policy");
+    assert_eq!((busy.pid(), crashy.pid()), pids, "sessions are kept");
+    assert_eq!(supervisor.registry().generation(), generation);
+    callers.flowing().await;
+    assert!(callers.stop().await > 30);
+    admin.stop().await;
 }

@@ -10,6 +10,7 @@ mod chaos;
 mod child_env;
 mod cli_policy_check;
 mod conformance_suite;
+mod contract_level;
 mod embed;
 mod fixture_smoke;
 mod gateway;

@@ -1,8 +1,7 @@
 //! Operations on a live host: config reloads that touch only what changed, and policy swaps
 //! under continuous calls.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use crate::common::*;
 use serde_json::json;
@@ -130,6 +129,33 @@ async fn a_policy_swap_under_continuous_calls_fails_no_call_and_keeps_breaker_st
             .load(Ordering::Relaxed),
         6
     );
+    host.supervisor.shutdown().await;
+}
+
+/// A swap to another implementation, and back, announces nothing to agents: the incoming
+/// policy's take-over publishes the live sessions' tools as they are shown, which changes
+/// nothing and is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swap_that_shows_the_same_tools_announces_nothing() {
+    let host = Host::fast();
+    let (alpha, beta) = (host.state_dir("alpha"), host.state_dir("beta"));
+    for (name, state) in [("alpha", &alpha), ("beta", &beta)] {
+        host.supervisor
+            .add_server(stdio_fixture(name, state, &[]))
+            .unwrap();
+        wait_until("tools visible", || !host.tools(name).is_empty()).await;
+    }
+    let generation = host.supervisor.registry().generation();
+    let mut changes = host.supervisor.registry().subscribe();
+    let fixed = PolicySource::File(tether_tests::components::FIXED_INTERVAL.into());
+    for (round, target) in [fixed, PolicySource::Embedded].into_iter().enumerate() {
+        let report = host.supervisor.swap_policy(target).await.expect("swap");
+        assert_eq!(report.path, SwapPath::Handover);
+        // One publication per live server, each of what was shown.
+        assert_eq!(host.supervisor.redundant_actions(), 2 * (round as u64 + 1));
+        assert_eq!(host.supervisor.registry().generation(), generation);
+        assert!(changes.try_recv().is_err(), "no change to announce");
+    }
     host.supervisor.shutdown().await;
 }
 
@@ -347,68 +373,4 @@ async fn a_recording_replays_exactly_with_its_policy_and_shows_where_another_dif
     let (_, json_out, _) = tether_cli(&["policy", "replay", path, wrong, "--json"]);
     let report: serde_json::Value = serde_json::from_str(&json_out).unwrap();
     assert!(report["divergences"].as_u64().unwrap() >= 2, "{report}");
-}
-
-/// Agents calling an echo tool in a loop, counting the calls and those that failed.
-struct EchoCallers {
-    stop: Arc<AtomicBool>,
-    done: Arc<AtomicUsize>,
-    failed: Arc<AtomicUsize>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl EchoCallers {
-    fn start(supervisor: &tether::supervisor::Supervisor, tool: &'static str, n: usize) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (done, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let tasks = (0..n)
-            .map(|worker| {
-                let (supervisor, stop, done, failed) = (
-                    supervisor.clone(),
-                    stop.clone(),
-                    done.clone(),
-                    failed.clone(),
-                );
-                tokio::spawn(async move {
-                    while !stop.load(Ordering::Relaxed) {
-                        let text = format!("w{worker}");
-                        let result = supervisor
-                            .call_tool(tool, args(json!({"text": text})))
-                            .await
-                            .unwrap();
-                        if is_error(&result) || crate::common::text(&result) != text {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                        }
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                })
-            })
-            .collect();
-        EchoCallers {
-            stop,
-            done,
-            failed,
-            tasks,
-        }
-    }
-
-    /// Waits until ten more calls have finished.
-    async fn flowing(&self) {
-        let before = self.done.load(Ordering::Relaxed);
-        wait_until("calls keep flowing", || {
-            self.done.load(Ordering::Relaxed) > before + 10
-        })
-        .await;
-    }
-
-    /// Stops the callers, asserts that no call failed, and returns how many were made.
-    async fn stop(self) -> usize {
-        self.stop.store(true, Ordering::Relaxed);
-        for task in self.tasks {
-            task.await.unwrap();
-        }
-        let done = self.done.load(Ordering::Relaxed);
-        assert_eq!(self.failed.load(Ordering::Relaxed), 0, "of {done} calls");
-        done
-    }
 }

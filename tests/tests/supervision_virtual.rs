@@ -11,7 +11,9 @@ use std::time::Duration;
 use futures::future::{BoxFuture, FutureExt};
 use tether::catalog::ServerCatalog;
 use tether::config::{ServerSpec, Timeouts};
-use tether::policy::{Fault, PolicyRuntime, RuntimeOptions, ServerState, Tool, TransportKind};
+use tether::policy::{
+    Fault, PolicyRuntime, PolicySource, RuntimeOptions, ServerState, Tool, TransportKind,
+};
 use tether::supervisor::{Attempt, Connector, Link, OpenRequest, Opened, Supervisor};
 use tether::upstream::Session;
 use tokio::sync::watch;
@@ -195,8 +197,19 @@ impl Link for FakeLink {
 
 /// A supervisor on the default policy with `settings` and one fake server named `svc`.
 fn supervise(settings: &str, server: &Arc<FakeServer>, interval: Duration) -> Supervisor {
+    supervise_with(PolicySource::Embedded, settings, server, interval)
+}
+
+/// [`supervise`], on the policy `source`.
+fn supervise_with(
+    source: PolicySource,
+    settings: &str,
+    server: &Arc<FakeServer>,
+    interval: Duration,
+) -> Supervisor {
     test_logging();
     let policy = PolicyRuntime::start(RuntimeOptions {
+        source,
         settings: settings.into(),
         engine: Some(shared_engine()),
         ..RuntimeOptions::default()
@@ -372,5 +385,48 @@ async fn a_child_that_dies_during_a_keepalive_is_reported_by_its_exit_code() {
         "the exit, not the keepalive: {fault}"
     );
     reaches(&supervisor, ServerState::Connected).await;
+    supervisor.shutdown().await;
+}
+
+/// What changes nothing is absorbed: the fixed-interval test policy withdraws a server's tools
+/// on every failure, shown or not. Nothing is broadcast for a withdrawal of nothing (so agents
+/// hear no `tools/list_changed`); each is counted.
+#[tokio::test(start_paused = true)]
+async fn withdrawals_of_nothing_announce_nothing_and_are_counted() {
+    let mut plans = vec![serve(&["echo", "read"])];
+    plans.extend(vec![Plan::Refuse; 5]);
+    plans.push(serve(&["echo", "read"]));
+    let server = FakeServer::new(&plans);
+    let fixed = tether_tests::component(tether_tests::components::FIXED_INTERVAL);
+    let supervisor = supervise_with(fixed, "{}", &server, Duration::from_secs(3600));
+    reaches(&supervisor, ServerState::Connected).await;
+    assert_eq!(tools(&supervisor), ["svc__echo", "svc__read"]);
+    let mut changes = supervisor.registry().subscribe();
+    let generation = supervisor.registry().generation();
+
+    // The session dies: one withdrawal that hides the tools, then one per failed attempt (one
+    // a second, five of them) that hides nothing; then the tools come back.
+    let killed = Instant::now();
+    server.kill(Fault::ProcessExited(Some(1)));
+    reaches(&supervisor, ServerState::BackingOff).await;
+    assert!(tools(&supervisor).is_empty());
+    reaches(&supervisor, ServerState::Connected).await;
+    assert_eq!(
+        server.attempts_since(killed)[1..],
+        [1000, 2000, 3000, 4000, 5000, 6000]
+    );
+    assert_eq!(tools(&supervisor), ["svc__echo", "svc__read"]);
+    assert_eq!(supervisor.redundant_actions(), 5);
+    let seen: Vec<(Vec<String>, Vec<String>)> = std::iter::from_fn(|| changes.try_recv().ok())
+        .map(|change| (change.added, change.removed))
+        .collect();
+    let both = vec!["svc__echo".to_string(), "svc__read".to_string()];
+    assert_eq!(seen, [(vec![], both.clone()), (both, vec![])]);
+    assert_eq!(supervisor.registry().generation(), generation + 2);
+    let metrics = tether::metrics::Metrics::new().render(&supervisor).await;
+    assert!(
+        metrics.contains("tether_policy_redundant_actions_total 5"),
+        "{metrics}"
+    );
     supervisor.shutdown().await;
 }

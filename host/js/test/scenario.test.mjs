@@ -293,6 +293,91 @@ describe('steps and transcripts', () => {
     assert.match(r.failure, /^at step 3 \(snapshot and restore into a fresh instance\): status changed across snapshot\/restore: \[.*"failures":1,.*\] -> \[.*"failures":0,/);
   });
 
+  test('snapshot-restore with steps: the restored instance must answer them as the original did', async () => {
+    const steps = [
+      configure('a'),
+      failed('a'),
+      { do: 'snapshot-restore', steps: [{ do: 'fire-timer', server: 'a', optional: false }, expect({ connects: 'a' }), failed('a')] },
+      expect({ 'timer-armed': 'a' }, 'the restored instance goes on'),
+    ];
+    const r = await run(steps);
+    assert.equal(r.failure, null);
+    assert.equal(r.transcript.length, 3 + 2 + 1 + 2);
+    assert.equal(r.transcript[5], '{"do":"snapshot-restore"}');
+    assert.deepEqual(r.transcript.slice(3, 5), r.transcript.slice(6, 8), 'the same time, tokens and answers');
+    // A restore that loses the token counter answers the same failure with another timer.
+    const forgets = await runScenario(
+      { name: 't', level: 'contract', steps },
+      {
+        newInstance: async () =>
+          Object.assign(new FakePolicy(), {
+            restore(bytes) {
+              FakePolicy.prototype.restore.call(this, bytes);
+              this.tokens = 0n;
+            },
+          }),
+      },
+    );
+    assert.match(
+      forgets.failure,
+      /^at step 8 \(a failed to connect \(MCP handshake timed out\)\): the restored instance answered otherwise than the original \(line 2 of the block's transcript\): /,
+    );
+    // A status that changes is found at the restore, before the steps run again.
+    const lossy = await run(steps, { lossy: true });
+    assert.match(lossy.failure, /^at step 6 \(restore the snapshot into a fresh instance\): status changed across snapshot\/restore: /);
+  });
+
+  test('published, redundant and attempting: what the host shows, what it absorbs, what is in flight', async () => {
+    const noisy = {
+      // Publishes again on a keepalive (in another order), withdraws on every failure.
+      'keepalive-ok': (server) => [
+        { tag: 'publish-tools', val: { server, tools: ['y', 'x'].map((t) => ({ advertised: `${server}__${t}`, original: t, 'read-only': false })) } },
+        { tag: 'withdraw-tools', val: 'b' },
+      ],
+      'connect-failed': (v) => [{ tag: 'withdraw-tools', val: v.server }],
+    };
+    const ev = (tag, val) => ({ do: 'event', kind: { tag, val } });
+    const r = await run(
+      [
+        configure('a'),
+        expect({ attempting: 'a' }),
+        configure('b'),
+        expect({ not: { published: 'a' } }),
+        connected('a', ['x', 'y']),
+        expect({ not: { attempting: 'a' } }),
+        expect({ published: 'a' }),
+        expect({ not: { redundant: 'a' } }),
+        ev('keepalive-ok', 'a'),
+        expect({ redundant: 'a' }, 'the same tools in another order'),
+        expect({ redundant: 'b' }, 'a withdrawal of nothing'),
+        // Another revision of a tool is another publication.
+        ev('connected', { server: 'a', 'server-info': 'f', tools: [{ ...tool('x'), revision: 1 }, tool('y')] }),
+        expect({ not: { redundant: 'a' } }),
+        ev('disconnected', { server: 'a', fault: { tag: 'session-expired' } }),
+        expect({ not: { published: 'a' } }),
+        expect({ not: { redundant: 'a' } }),
+        { do: 'fire-timer', server: 'a', optional: false },
+        failed('a'),
+        expect({ redundant: 'a' }),
+      ],
+      { answers: noisy },
+    );
+    assert.equal(r.failure, null, r.transcript.join('\n'));
+    // `twice` starts its second run from what the host showed before it: there, the
+    // publication is new again.
+    const twice = await run(
+      [
+        {
+          do: 'twice',
+          steps: [configure('a'), configure('b'), connected('a', ['x', 'y']), expect({ not: { redundant: 'a' } }), ev('keepalive-ok', 'a'), expect({ redundant: 'a' })],
+        },
+        expect({ published: 'b' }, 'b shows nothing'),
+      ],
+      { answers: { 'keepalive-ok': noisy['keepalive-ok'] } },
+    );
+    assert.equal(twice.failure, 'at step 8 (a answered a keepalive): b shows nothing; the host holds publications of ["a"]');
+  });
+
   test('take-over: a fresh instance, its init line, then the handover and its actions', async () => {
     const handover = {
       now: 1000,
@@ -416,6 +501,8 @@ describe('steps and transcripts', () => {
       [[{ do: 'event', kind: { tag: 'nope' } }], /^at step 0 \(start\): malformed event .*no case "nope"/],
       [[{ do: 'expect', that: { sings: 'a' }, else: 'x' }], /unknown predicate "sings"/],
       [[{ do: 'take-over', handover: { now: 1 } }], /malformed handover/],
+      [[{ do: 'snapshot-restore', steps: 5 }], /"steps" must be a list of steps/],
+      [[{ do: 'snapshot-restore', steps: [{ do: 'dance' }] }], /unknown step "dance"/],
     ]) {
       const r = await run(steps);
       assert.match(r.malformed ?? '', why, stringify(steps));
@@ -552,6 +639,7 @@ describe('invalid output, as Tether refuses it (host/src/policy/outputs.rs)', ()
     assert.equal(ledger.isLive('a'), false);
     ledger.noteActions([{ tag: 'connect', val: 'a' }]);
     assert.equal(ledger.isLive('a'), true, 'an attempt in flight');
+    assert.equal(ledger.isConnecting('a'), true);
     ev('connected', { server: 'a', tools: [tool('t')] });
     assert.equal(ledger.isLive('a'), true, 'a session');
     ledger.noteActions([{ tag: 'connect', val: 'a' }]);
@@ -564,5 +652,6 @@ describe('invalid output, as Tether refuses it (host/src/policy/outputs.rs)', ()
     assert.equal(ledger.checkActions([{ tag: 'connect', val: 'a' }]), null);
     ev('server-removed', 'a');
     assert.match(ledger.checkActions([{ tag: 'connect', val: 'a' }]), /never configured/);
+    assert.equal(ledger.isConnecting('a'), false, 'a removed server has no attempt');
   });
 });

@@ -325,6 +325,71 @@ class Steps(unittest.TestCase):
         self.assertTrue(changed.failure.startswith("at step 3 (snapshot and restore into a fresh instance): "
                                                    "status changed across snapshot/restore: "), changed.failure)
 
+    def test_snapshot_restore_with_steps_compares_what_the_restored_instance_answers(self):
+        steps = [configure("a"), failed("a"), {"do": "snapshot-restore", "steps": [
+            {"do": "fire-timer", "server": "a", "optional": False}, expect({"connects": "a"}), failed("a")]},
+            expect({"timer-armed": "a"}, "the restored instance goes on")]
+        outcome = self.assertPasses(steps)
+        lines = outcome.transcript
+        self.assertEqual(len(lines), 3 + 2 + 1 + 2)
+        self.assertEqual(lines[5], '{"do":"snapshot-restore"}')
+        self.assertEqual(lines[3:5], lines[6:8], "the same time, tokens and answers")
+
+        class ForgetsTokens(FakePolicy):
+            def restore(self, snapshot):
+                super().restore(snapshot)
+                self.token = 0
+        outcome = run_scenario(Scenario("t", "contract", "", steps), ForgetsTokens)
+        self.assertTrue(outcome.failure.startswith(
+            "at step 8 (a failed to connect (MCP handshake timed out)): the restored instance answered otherwise "
+            "than the original (line 2 of the block's transcript): "), outcome.failure)
+        # A status that changes is found before the steps run again, at the restore.
+        changed = run(steps, bad_restore=True)
+        self.assertTrue(changed.failure.startswith("at step 6 (restore the snapshot into a fresh instance): "
+                                                   "status changed across snapshot/restore: "), changed.failure)
+
+    def test_published_redundant_and_attempting(self):
+        class Noisy(FakePolicy):
+            """Publishes again on a keepalive (in another order), withdraws on every failure."""
+
+            def handle(self, event):
+                kind = event["kind"]
+                if kind["tag"] == "keepalive-ok":
+                    name = kind["val"]
+                    tools = [{"advertised": "%s__%s" % (name, t), "original": t, "read-only": False}
+                             for t in reversed(self.servers[name]["tools"])]
+                    return [{"tag": "publish-tools", "val": {"server": name, "tools": tools}},
+                            {"tag": "withdraw-tools", "val": "b"}]
+                actions = super().handle(event)
+                if kind["tag"] == "connect-failed":
+                    actions.insert(0, {"tag": "withdraw-tools", "val": kind["val"]["server"]})
+                return actions
+        steps = [
+            configure("a"), expect({"attempting": "a"}), configure("b"),
+            expect({"not": {"published": "a"}}), connected("a", ["x", "y"]), expect({"not": {"attempting": "a"}}),
+            expect({"published": "a"}), expect({"not": {"redundant": "a"}}), expect({"not": {"published": "b"}}),
+            ev("keepalive-ok", "a"), expect({"redundant": "a"}, "the same tools in another order"),
+            expect({"redundant": "b"}, "a withdrawal of nothing"), expect({"published": "a"}),
+            # Another revision of a tool is another publication.
+            ev("connected", {"server": "a", "server-info": "t 1.0", "tools": [
+                {"name": "x", "read-only": False, "revision": 1}, {"name": "y", "read-only": False, "revision": 2**63 + 1}]}),
+            expect({"not": {"redundant": "a"}}), ev("disconnected", {"server": "a", "fault": {"tag": "session-expired"}}),
+            expect({"not": {"published": "a"}}), expect({"not": {"redundant": "a"}}),
+            {"do": "fire-timer", "server": "a", "optional": False}, expect({"attempting": "a"}),
+            failed("a"), expect({"redundant": "a"}), expect({"not": {"attempting": "a"}}),
+        ]
+        outcome = run_scenario(Scenario("t", "contract", "", steps), Noisy)
+        self.assertIsNone(outcome.failure, "\n".join(outcome.transcript))
+        # `twice` starts its second run from what the host showed before it: there, the
+        # publication is new again.
+        outcome = run_scenario(Scenario("t", "contract", "", [
+            {"do": "twice", "steps": [
+                configure("a"), configure("b"), connected("a", ["x"]), expect({"not": {"redundant": "a"}}),
+                ev("keepalive-ok", "a"), expect({"redundant": "a"})]},
+            expect({"published": "b"}, "b shows nothing")]), Noisy)
+        self.assertEqual(outcome.failure, 'at step 8 (a answered a keepalive): b shows nothing; '
+                                          'the host holds publications of ["a"]')
+
     def test_take_over(self):
         handover = {"now": 1000, "servers": [
             {"config": {"name": "a", "transport": "stdio", "include": [], "exclude": [], "settings": ""},
@@ -390,6 +455,9 @@ class Steps(unittest.TestCase):
         self.assertIn("steps[0].ms must be a non-negative integer", malformed([{"do": "advance", "ms": "5"}]))
         self.assertIn("unknown field", malformed([{"do": "status", "now": 5}]))
         self.assertIn("is not a step", malformed(["status"]))
+        self.assertIn('steps[0].steps[0]: unknown step "dance"',
+                      malformed([{"do": "snapshot-restore", "steps": [{"do": "dance"}]}]))
+        self.assertIn("steps[0].steps must be an array", malformed([{"do": "snapshot-restore", "steps": 5}]))
 
     def test_arguments_that_do_not_fit_the_contract_are_malformed(self):
         class Strict(FakePolicy):

@@ -169,7 +169,7 @@ _STEP_FIELDS = {
     "finish": {"server": "string", "call": "string|null", "outcome": "object"},
     "call": {"server": "string", "tool": "string", "outcome": "object"},
     "status": {},
-    "snapshot-restore": {},
+    "snapshot-restore": {"steps": "steps?"},
     "take-over": {"handover": "object", "namings": "namings|null"},
     "set-naming": {"naming": "naming"},
     "name-prompts": {"server": "string", "originals": "strings"},
@@ -197,6 +197,8 @@ def check_steps(steps: Any, where: str) -> None:
         for key, kind in fields.items():
             if kind == "steps":
                 check_steps(_field(step, key, here, "array"), "%s.%s" % (here, key))
+            elif kind == "steps?":  # absent in exports of before it was there: no steps
+                check_steps(_field(step, key, here, "array", required=False) or [], "%s.%s" % (here, key))
             elif kind == "predicate":
                 check_predicate(_field(step, key, here, "object"), "%s.%s" % (here, key))
             elif kind == "bool?":
@@ -215,7 +217,8 @@ def check_steps(steps: Any, where: str) -> None:
 
 
 _STRING_PREDICATES = ("connects", "disconnects", "publishes", "publishes-usable-names", "timer-armed",
-                      "timer-not-in-the-past", "refused-naming", "lists")
+                      "timer-not-in-the-past", "refused-naming", "lists", "published", "redundant",
+                      "attempting")
 
 
 def check_predicate(pred: Any, where: str) -> None:
@@ -368,15 +371,20 @@ def describe_event(kind: Any) -> str:
 class _Server(NamedTuple):
     """What the host knows of one configured server."""
 
-    tools: Optional[FrozenSet[str]]  # the tool names of its live session (None: no session)
+    # Its live session's tools: each name's revision, the first tool of a name counting (None:
+    # no session). Never changed once made: entries are replaced.
+    tools: Optional[Dict[str, int]]
     connecting: bool  # a connect went out, its outcome has not come back
 
 
 _IDLE = _Server(None, False)
 
 
-def _names(tools: List[Dict[str, Any]]) -> FrozenSet[str]:
-    return frozenset(t["name"] for t in tools)
+def _names(tools: List[Dict[str, Any]]) -> Dict[str, int]:
+    revisions: Dict[str, int] = {}
+    for t in tools:
+        revisions.setdefault(t["name"], t["revision"])
+    return revisions
 
 
 class Ledger:
@@ -402,6 +410,16 @@ class Ledger:
     def offers(self, server: str, original: str) -> bool:
         entry = self.servers.get(server)
         return entry is not None and entry.tools is not None and original in entry.tools
+
+    def revision(self, server: str, original: str) -> Optional[int]:
+        """The revision of ``original`` in the server's latest tool list."""
+        entry = self.servers.get(server)
+        return None if entry is None or entry.tools is None else entry.tools.get(original)
+
+    def is_connecting(self, server: str) -> bool:
+        """Whether a ``connect`` went out and its outcome has not come back."""
+        entry = self.servers.get(server)
+        return entry is not None and entry.connecting
 
     def note_event(self, kind: Dict[str, Any]) -> None:
         tag, val = kind.get("tag"), kind.get("val")
@@ -477,6 +495,10 @@ class Run:
         self.calls: Dict[str, int] = {}
         self.last_call: Optional[int] = None
         self.ledger = Ledger()
+        # What the host shows of each server: its publication in force, as a set of (advertised,
+        # original, read-only, revision); and the servers the latest actions changed nothing of.
+        self.published: Dict[str, FrozenSet[Tuple[str, str, bool, Optional[int]]]] = {}
+        self.redundant: set = set()
         self.actions: List[Any] = []
         self.admission: Any = None
         self.status: List[Any] = []
@@ -519,11 +541,27 @@ class Run:
             raise _Malformed("the %s argument does not fit the contract: %s" % (function, e)) from None
 
     def _took(self, actions: List[Any]) -> None:
-        self.ledger.note_actions(actions)
+        """Does what the policy asked: arms its timers, and shows or hides tools as Tether's
+        host does, absorbing what changes nothing (host/src/registry.rs)."""
+        self.redundant = set()
         for action in actions:
-            if action.get("tag") == "wake-at":
-                wake = action["val"]
-                self.wakes[wake["server"]] = (wake["at"], wake["token"])
+            tag, val = action.get("tag"), action.get("val")
+            if tag == "wake-at":
+                self.wakes[val["server"]] = (val["at"], val["token"])
+            elif tag == "publish-tools":
+                server = val["server"]
+                shown = frozenset(
+                    (t["advertised"], t["original"], t["read-only"], self.ledger.revision(server, t["original"]))
+                    for t in val["tools"]
+                )
+                if self.published.get(server) == shown:
+                    self.redundant.add(server)
+                else:
+                    self.published[server] = shown
+            elif tag == "withdraw-tools":
+                if self.published.pop(val, None) is None:
+                    self.redundant.add(val)
+        self.ledger.note_actions(actions)
         self.actions = actions
 
     def _handle(self, kind: Any) -> None:
@@ -619,7 +657,7 @@ class Run:
             self.status = self._policy(lambda: self.instance.status(self.now))
             self._record({"do": "status", "now": self.now, "status": self.status})
         elif do == "snapshot-restore":
-            self._snapshot_restore()
+            return self._snapshot_restore(step.get("steps") or [])
         elif do == "take-over":
             self._take_over(step["handover"], step.get("namings") or [])
         elif do == "set-naming":
@@ -645,11 +683,28 @@ class Run:
                 raise ScenarioFailure("%s; %s" % (step["else"], self.context(that)))
         return RAN
 
-    def _snapshot_restore(self) -> None:
+    def _saved(self) -> Tuple[Any, ...]:
+        """The host's own state, which ``twice`` and ``snapshot-restore`` start again from."""
+        return (self.now, dict(self.wakes), self.next_call_id, dict(self.calls), self.last_call, self.ledger.copy(),
+                dict(self.published))
+
+    def _resume(self, saved: Tuple[Any, ...]) -> None:
+        self.now, self.wakes, self.next_call_id, self.calls, self.last_call, self.ledger, self.published = saved
+
+    def _snapshot_restore(self, steps: List[Any]) -> str:
         self._called("snapshot and restore into a fresh instance")
         now = self.now
         before = self._policy(lambda: self.instance.status(now))
         snapshot = self._policy(self.instance.snapshot)  # bytes, handed on as they are
+        # The original answers the steps first; the restored instance answers them again from
+        # the host's state as it was at the snapshot.
+        saved = self._saved()
+        first_from = len(self.transcript)
+        flow = self.steps(steps)
+        first = self.transcript[first_from:]
+        if steps:
+            self._called("restore the snapshot into a fresh instance")
+            self._resume(saved)
         fresh = self._fresh()
         self._policy(lambda: fresh.restore(snapshot), "moving the state into a fresh instance failed: ")
         self.instance = fresh
@@ -659,6 +714,10 @@ class Run:
         before, after = _by_server(before), _by_server(after)
         if before != after:
             raise ScenarioFailure("status changed across snapshot/restore: %s -> %s" % (dumps(before), dumps(after)))
+        second_from = len(self.transcript)
+        self.steps(steps)
+        _same_runs(first, self.transcript[second_from:], "the restored instance answered otherwise than the original")
+        return flow
 
     def _set_naming(self, naming: Dict[str, Any]) -> None:
         """``set-naming`` (contract 0.2.1); a 0.2.0 component has none to call."""
@@ -695,6 +754,8 @@ class Run:
             for naming in namings:
                 self._set_naming(naming)
         self.ledger.note_handover(handover)
+        # The handover says nothing of what the host shows: the policy's publications are new.
+        self.published = {}
         actions = self._policy(lambda: self.instance.take_over(handover), "the handover was refused: ")
         self.ledger.check(actions, "take-over", self._label())
         why = check_take_over(actions, self.ledger.is_configured, self.ledger.is_live)
@@ -704,22 +765,16 @@ class Run:
         self._record({"do": "take-over", "handover": handover, "actions": actions})
 
     def _twice(self, steps: List[Any]) -> str:
-        saved = (self.now, dict(self.wakes), self.next_call_id, dict(self.calls), self.last_call, self.ledger.copy())
+        saved = self._saved()
         first_from = len(self.transcript)
         flow = self.steps(steps)
         first = self.transcript[first_from:]
-        self.now, self.wakes, self.next_call_id, self.calls, self.last_call, self.ledger = saved
+        self._resume(saved)
         self.instance = self._fresh()
         self._record({"do": "init", "settings": self.settings})
         second_from = len(self.transcript)
         self.steps(steps)
-        second = self.transcript[second_from:]
-        if first != second:
-            at = next((i for i, (a, b) in enumerate(zip(first, second)) if a != b), min(len(first), len(second)))
-            raise ScenarioFailure(
-                "the same inputs gave other outputs in a fresh instance (line %d of the block's transcript): %s vs %s"
-                % (at + 1, first[at] if at < len(first) else "nothing", second[at] if at < len(second) else "nothing")
-            )
+        _same_runs(first, self.transcript[second_from:], "the same inputs gave other outputs in a fresh instance")
         return flow
 
     # -- predicates ---------------------------------------------------------------------------
@@ -780,6 +835,12 @@ class Run:
             return False
         if key == "lists":
             return any(entry.get("server") == arg for entry in self.status)
+        if key == "published":
+            return arg in self.published
+        if key == "redundant":
+            return arg in self.redundant
+        if key == "attempting":
+            return self.ledger.is_connecting(arg)
         if key == "state":
             server = arg["server"]
             for entry in self.status:
@@ -799,10 +860,28 @@ class Run:
             return "the status was %s" % dumps(self.status)
         if key == "names-prompts":
             return "the prompt names were %s" % dumps(self.prompt_names)
+        if key == "published":
+            return "the host holds publications of %s" % dumps(sorted(self.published, key=_utf8))
         if key in ("timer-armed", "timer-not-in-the-past"):
             timers = ", ".join("%s: (%d, %d)" % (rust_debug(s), at, token) for s, (at, token) in sorted(self.wakes.items()))
             return "at %d the timers were {%s}" % (self.now, timers)
         return "the actions were %s" % dumps(self.actions)
+
+
+def _utf8(text: str) -> bytes:
+    """Rust's order of strings: by their UTF-8 bytes."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _same_runs(first: List[str], second: List[str], what: str) -> None:
+    """Fails with ``what`` when two runs of a block wrote other transcripts, naming the first
+    line that differs."""
+    if first != second:
+        at = next((i for i, (a, b) in enumerate(zip(first, second)) if a != b), min(len(first), len(second)))
+        raise ScenarioFailure(
+            "%s (line %d of the block's transcript): %s vs %s"
+            % (what, at + 1, first[at] if at < len(first) else "nothing", second[at] if at < len(second) else "nothing")
+        )
 
 
 def _same_pairs(got: List[Tuple[str, str]], wanted: List[Any]) -> bool:

@@ -205,6 +205,13 @@ impl Ledger {
         }
     }
 
+    /// Whether a `connect` of `server` went out and its outcome has not come back.
+    pub fn is_connecting(&self, server: &str) -> bool {
+        self.servers
+            .get(server)
+            .is_some_and(|entry| entry.connecting)
+    }
+
     /// Whether the host has a session for `server` or an attempt in flight, which a policy
     /// taking over must not replace.
     pub fn is_live(&self, server: &str) -> bool {

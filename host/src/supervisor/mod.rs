@@ -156,6 +156,8 @@ pub(crate) struct Shared {
     connector: Arc<dyn Connector>,
     lifecycle: broadcast::Sender<LifecycleEvent>,
     next_call_id: AtomicU64,
+    /// Tool actions of the policy that changed nothing (see [`Supervisor::redundant_actions`]).
+    redundant_actions: AtomicU64,
     /// Calls between admission and answer; shutdown waits for them.
     pub(crate) in_flight: AtomicUsize,
     pub(crate) idle: tokio::sync::Notify,
@@ -216,6 +218,7 @@ impl Supervisor {
             connector,
             lifecycle: broadcast::channel(1024).0,
             next_call_id: AtomicU64::new(1),
+            redundant_actions: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             idle: tokio::sync::Notify::new(),
             draining: AtomicBool::new(false),
@@ -269,6 +272,14 @@ impl Supervisor {
     /// attempt, within the startup wait; returns at once after it.
     pub async fn startup_settled(&self) {
         self.shared.startup.settled().await;
+    }
+
+    /// Tool actions of the policy the host absorbed because they changed nothing: a
+    /// `withdraw-tools` of a server with nothing published, a `publish-tools` identical to the
+    /// publication in force. They are harmless (nothing is announced to agents), so not a fault
+    /// of the policy; counted for operators (`tether_policy_redundant_actions_total`).
+    pub fn redundant_actions(&self) -> u64 {
+        self.shared.redundant_actions.load(Ordering::Relaxed)
     }
 
     /// The tools agents can see and where each call goes.
@@ -650,19 +661,31 @@ impl Shared {
                     },
                 ),
                 // A server's prompts and resources are shown while its tools are published (or,
-                // without tools, while it is up): the catalog follows these actions.
+                // without tools, while it is up): the catalog follows these actions. One that
+                // changes neither is absorbed: nothing is announced, and it is only counted.
                 Action::PublishTools(publication) => {
                     let server = publication.server.clone();
-                    self.registry.publish(publication);
-                    self.catalog.set_published(&server, true);
+                    let shown = self.registry.publish(publication);
+                    let marked = self.catalog.set_published(&server, true);
+                    if !(shown || marked) {
+                        self.absorbed(&server, "a publication identical to the one in force");
+                    }
                 }
                 Action::WithdrawTools(server) => {
-                    self.registry.withdraw(&server);
-                    self.catalog.set_published(&server, false);
+                    let hidden = self.registry.withdraw(&server);
+                    let marked = self.catalog.set_published(&server, false);
+                    if !(hidden || marked) {
+                        self.absorbed(&server, "a withdrawal of tools not shown");
+                    }
                 }
                 Action::StateChanged(change) => self.state_changed(change),
             }
         }
+    }
+
+    fn absorbed(&self, server: &str, what: &str) {
+        self.redundant_actions.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(server, "the policy asked for {what}: nothing changes");
     }
 
     fn command(&self, server: &str, command: Command) {

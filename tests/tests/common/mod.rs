@@ -2,6 +2,7 @@
 #![allow(dead_code)] // Each test binary uses a different part of this.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -400,4 +401,72 @@ pub fn python_venv(name: &str, requirement: &str, constraints: &str) -> PathBuf 
         std::fs::File::create(&ready).unwrap();
     }
     venv
+}
+
+/// Agents calling an echo tool in a loop, counting the calls and those that failed.
+pub struct EchoCallers {
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicUsize>,
+    failed: Arc<AtomicUsize>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl EchoCallers {
+    pub fn start(
+        supervisor: &tether::supervisor::Supervisor,
+        tool: &'static str,
+        n: usize,
+    ) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (done, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let tasks = (0..n)
+            .map(|worker| {
+                let (supervisor, stop, done, failed) = (
+                    supervisor.clone(),
+                    stop.clone(),
+                    done.clone(),
+                    failed.clone(),
+                );
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        let text = format!("w{worker}");
+                        let result = supervisor
+                            .call_tool(tool, args(serde_json::json!({"text": text})))
+                            .await
+                            .unwrap();
+                        if is_error(&result) || tether_tests::text(&result) != text {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        EchoCallers {
+            stop,
+            done,
+            failed,
+            tasks,
+        }
+    }
+
+    /// Waits until ten more calls have finished.
+    pub async fn flowing(&self) {
+        let before = self.done.load(Ordering::Relaxed);
+        wait_until("calls keep flowing", || {
+            self.done.load(Ordering::Relaxed) > before + 10
+        })
+        .await;
+    }
+
+    /// Stops the callers, asserts that no call failed, and returns how many were made.
+    pub async fn stop(self) -> usize {
+        self.stop.store(true, Ordering::Relaxed);
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+        let done = self.done.load(Ordering::Relaxed);
+        assert_eq!(self.failed.load(Ordering::Relaxed), 0, "of {done} calls");
+        done
+    }
 }

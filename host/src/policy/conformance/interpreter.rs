@@ -1,7 +1,7 @@
 //! Runs a scenario's steps against one policy component, here, and writes the transcript of
 //! every call into the policy (`docs/CONFORMANCE.md`), which every host must write alike.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -15,7 +15,7 @@ use crate::policy::outputs::{
 };
 use crate::policy::types::{
     Action, Admission, CallOutcome, CallReport, CallRequest, Event, EventKind, Handover,
-    NamedPrompt, Naming, ServerStatus, TimerFired,
+    NamedPrompt, Naming, PublishedTool, ServerStatus, TimerFired,
 };
 use crate::policy::{LoadedPolicy, PolicyFault};
 
@@ -73,6 +73,8 @@ struct HostState {
     next_call: u64,
     calls: BTreeMap<String, u64>,
     last_call: Option<u64>,
+    /// What the host shows of each server: its publication in force, by advertised name.
+    published: BTreeMap<String, Vec<PublishedTool>>,
 }
 
 /// Runs steps, keeping the state a host keeps (`docs/CONFORMANCE.md`).
@@ -84,6 +86,8 @@ pub struct Interpreter {
     ledger: Ledger,
     host: HostState,
     actions: Vec<Action>,
+    /// Servers a tool action of the latest actions was about that changed nothing.
+    redundant: BTreeSet<String>,
     admission: Option<Admission>,
     status: Vec<ServerStatus>,
     prompt_names: Vec<NamedPrompt>,
@@ -107,8 +111,10 @@ impl Interpreter {
                 next_call: 1,
                 calls: BTreeMap::new(),
                 last_call: None,
+                published: BTreeMap::new(),
             },
             actions: Vec::new(),
+            redundant: BTreeSet::new(),
             admission: None,
             status: Vec::new(),
             prompt_names: Vec::new(),
@@ -205,7 +211,7 @@ impl Interpreter {
                 };
                 record(&mut self.transcript, &line);
             }
-            Step::SnapshotRestore => self.snapshot_restore()?,
+            Step::SnapshotRestore { steps } => return self.snapshot_restore(steps),
             Step::TakeOver { handover, namings } => {
                 if !self.instance.can_take_over() {
                     return Ok(Flow::End);
@@ -292,13 +298,32 @@ impl Interpreter {
             .to_string()
     }
 
-    /// Does what the policy asked: arms its timers.
+    /// Does what the policy asked: arms its timers, and shows or hides tools as the host does,
+    /// absorbing what changes nothing (`host/src/registry.rs`).
     fn apply(&mut self, actions: Vec<Action>) {
+        self.redundant.clear();
         for action in &actions {
-            if let Action::WakeAt(wake) = action {
-                self.host
-                    .wakes
-                    .insert(wake.server.clone(), (wake.at, wake.token));
+            match action {
+                Action::WakeAt(wake) => {
+                    self.host
+                        .wakes
+                        .insert(wake.server.clone(), (wake.at, wake.token));
+                }
+                Action::PublishTools(publication) => {
+                    let mut tools = publication.tools.clone();
+                    tools.sort_by(|a, b| a.advertised.cmp(&b.advertised));
+                    let server = &publication.server;
+                    if self.host.published.get(server) == Some(&tools) {
+                        self.redundant.insert(server.clone());
+                    } else {
+                        self.host.published.insert(server.clone(), tools);
+                    }
+                }
+                // The guard hides what is shown; when nothing was, the withdrawal is redundant.
+                Action::WithdrawTools(server) if self.host.published.remove(server).is_none() => {
+                    self.redundant.insert(server.clone());
+                }
+                _ => {}
             }
         }
         self.actions = actions;
@@ -340,10 +365,21 @@ impl Interpreter {
             .map_err(|e| e.to_string())
     }
 
-    fn snapshot_restore(&mut self) -> Result<(), String> {
+    fn snapshot_restore(&mut self, steps: &[Step]) -> Result<Flow, String> {
         self.called("snapshot and restore into a fresh instance".into());
         let before = self.status_now()?;
         let snapshot = self.instance.snapshot().map_err(|e| e.to_string())?;
+        // The original answers the steps first; the restored instance answers them again from
+        // the host's state as it was at the snapshot.
+        let (host, ledger) = (self.host.clone(), self.ledger.clone());
+        let first_from = self.transcript.len();
+        let flow = self.steps(steps)?;
+        let first = self.transcript[first_from..].to_string();
+        if !steps.is_empty() {
+            self.called("restore the snapshot into a fresh instance".into());
+            self.host = host;
+            self.ledger = ledger;
+        }
         let mut fresh = fresh(&self.policy, &self.settings)?;
         fresh
             .restore(&snapshot)
@@ -364,7 +400,14 @@ impl Interpreter {
                 json(&wire::statuses(&after))
             ));
         }
-        Ok(())
+        let second_from = self.transcript.len();
+        self.steps(steps)?;
+        same_runs(
+            &first,
+            &self.transcript[second_from..],
+            "the restored instance answered otherwise than the original",
+        )?;
+        Ok(flow)
     }
 
     fn set_naming(&mut self, naming: &Naming) -> Result<(), String> {
@@ -393,6 +436,8 @@ impl Interpreter {
             }
         }
         self.ledger.note_handover(handover);
+        // The handover says nothing of what the host shows: the policy's publications are new.
+        self.host.published.clear();
         let ledger = &self.ledger;
         let actions = self
             .instance
@@ -427,19 +472,12 @@ impl Interpreter {
         );
         let second_from = self.transcript.len();
         self.steps(steps)?;
-        let second = &self.transcript[second_from..];
-        match first.lines().zip(second.lines()).position(|(a, b)| a != b) {
-            None if first.lines().count() == second.lines().count() => Ok(flow),
-            at => {
-                let at = at.unwrap_or(first.lines().count().min(second.lines().count()));
-                Err(format!(
-                    "the same inputs gave other outputs in a fresh instance (line {} of the block's transcript): {} vs {}",
-                    at + 1,
-                    first.lines().nth(at).unwrap_or("nothing"),
-                    second.lines().nth(at).unwrap_or("nothing"),
-                ))
-            }
-        }
+        same_runs(
+            &first,
+            &self.transcript[second_from..],
+            "the same inputs gave other outputs in a fresh instance",
+        )?;
+        Ok(flow)
     }
 
     fn holds(&self, predicate: &Predicate) -> Result<bool, String> {
@@ -525,6 +563,9 @@ impl Interpreter {
                 _ => false,
             },
             Predicate::Lists(server) => self.status.iter().any(|s| &s.server == server),
+            Predicate::Published(server) => self.host.published.contains_key(server),
+            Predicate::Redundant(server) => self.redundant.contains(server),
+            Predicate::Attempting(server) => self.ledger.is_connecting(server),
             Predicate::State { server, states } => {
                 let status = self
                     .status
@@ -559,6 +600,10 @@ impl Interpreter {
             Predicate::Lists(_) | Predicate::State { .. } => {
                 format!("the status was {}", json(&wire::statuses(&self.status)))
             }
+            Predicate::Published(_) => format!(
+                "the host holds publications of {}",
+                json(&self.host.published.keys().collect::<Vec<_>>())
+            ),
             Predicate::NamesPrompts(_) => {
                 format!("the prompt names were {}", json(&self.prompt_names))
             }
@@ -566,6 +611,23 @@ impl Interpreter {
                 format!("at {} the timers were {:?}", self.host.now, self.host.wakes)
             }
             _ => format!("the actions were {}", json(&wire::actions(&self.actions))),
+        }
+    }
+}
+
+/// Fails with `what` when two runs of a block wrote other transcripts, naming the first line
+/// that differs.
+fn same_runs(first: &str, second: &str, what: &str) -> Result<(), String> {
+    match first.lines().zip(second.lines()).position(|(a, b)| a != b) {
+        None if first.lines().count() == second.lines().count() => Ok(()),
+        at => {
+            let at = at.unwrap_or(first.lines().count().min(second.lines().count()));
+            Err(format!(
+                "{what} (line {} of the block's transcript): {} vs {}",
+                at + 1,
+                first.lines().nth(at).unwrap_or("nothing"),
+                second.lines().nth(at).unwrap_or("nothing"),
+            ))
         }
     }
 }

@@ -335,12 +335,99 @@ mod interpreter_tests {
         );
     }
 
+    fn expect(that: Predicate) -> Step {
+        Step::Expect {
+            otherwise: format!("{that:?}"),
+            that,
+        }
+    }
+
+    fn not(that: Predicate) -> Predicate {
+        Predicate::Not(Box::new(that))
+    }
+
+    #[test]
+    fn the_host_state_predicates_follow_what_is_shown_and_in_flight() {
+        use crate::policy::types::{EventKind, Fault, ServerFault, SessionInfo, Tool};
+        let alpha = || "alpha".to_string();
+        let (outcome, _) = run(&[
+            configure("alpha"),
+            expect(Predicate::Attempting(alpha())),
+            expect(not(Predicate::Published(alpha()))),
+            Step::Event {
+                kind: EventKind::Connected(SessionInfo {
+                    server: alpha(),
+                    server_info: "t".into(),
+                    tools: vec![Tool {
+                        name: "echo".into(),
+                        description: None,
+                        input_schema: "{}".into(),
+                        extra: String::new(),
+                        read_only: false,
+                    }],
+                }),
+            },
+            expect(not(Predicate::Attempting(alpha()))),
+            expect(Predicate::Published(alpha())),
+            expect(not(Predicate::Redundant(alpha()))),
+            Step::Event {
+                kind: EventKind::Disconnected(ServerFault {
+                    server: alpha(),
+                    fault: Fault::SessionExpired,
+                }),
+            },
+            expect(not(Predicate::Published(alpha()))),
+            expect(not(Predicate::Redundant(alpha()))),
+        ]);
+        assert_eq!(outcome, Ok(()));
+        let (outcome, _) = run(&[configure("alpha"), expect(Predicate::Published(alpha()))]);
+        assert!(
+            outcome
+                .unwrap_err()
+                .ends_with("; the host holds publications of []"),
+            "what it looked at"
+        );
+    }
+
+    #[test]
+    fn snapshot_restore_with_steps_runs_them_on_both_instances_from_the_same_host_state() {
+        let steps = vec![
+            Step::FireTimer {
+                server: "alpha".into(),
+                optional: true,
+            },
+            Step::Admit {
+                server: "alpha".into(),
+                tool: "t".into(),
+                name: None,
+            },
+        ];
+        let failed = Step::Event {
+            kind: EventKind::ConnectFailed(crate::policy::types::ServerFault {
+                server: "alpha".into(),
+                fault: crate::policy::types::Fault::HandshakeTimedOut,
+            }),
+        };
+        let (outcome, transcript) =
+            run(&[configure("alpha"), failed, Step::SnapshotRestore { steps }]);
+        assert_eq!(outcome, Ok(()));
+        let lines: Vec<&str> = transcript.lines().collect();
+        assert_eq!(lines.len(), 3 + 2 + 1 + 2, "{transcript}");
+        assert_eq!(lines[5], r#"{"do":"snapshot-restore"}"#);
+        // The same timer at the same time, the same call id: the host's state went back.
+        assert_eq!(lines[3..5], lines[6..8]);
+    }
+
     #[test]
     fn snapshot_restore_moves_the_state_and_twice_compares_whole_runs() {
         let twice = || Step::Twice {
             steps: vec![configure("beta"), Step::Status],
         };
-        let (outcome, transcript) = run(&[twice(), configure("alpha"), Step::SnapshotRestore]);
+        let (outcome, transcript) = run(&[
+            twice(),
+            configure("alpha"),
+            Step::SnapshotRestore { steps: vec![] },
+        ]);
         assert_eq!(outcome, Ok(()));
         let steps: Vec<&str> = transcript
             .lines()

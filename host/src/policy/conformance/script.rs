@@ -86,9 +86,13 @@ pub enum Step {
     },
     /// Ask for every server's status.
     Status,
-    /// Move the state into a fresh instance by `snapshot` and `restore`; the status must not
-    /// change.
-    SnapshotRestore,
+    /// Move the state into a fresh instance by `snapshot` and `restore`: the status must not
+    /// change, and the restored instance must answer `steps` as the original did.
+    SnapshotRestore {
+        /// Run on the original instance after the snapshot, then again on the restored one
+        /// (the host's own state as at the snapshot): the transcripts must be equal.
+        steps: Vec<Step>,
+    },
     /// Hand a fresh instance another implementation's state.
     TakeOver {
         /// What the host hands over.
@@ -186,6 +190,13 @@ pub enum Predicate {
     RefusedNaming(String),
     /// The latest status lists the server.
     Lists(String),
+    /// The host holds a publication for the server (published and not withdrawn since).
+    Published(String),
+    /// The latest actions held a tool action about the server that the host absorbs, changing
+    /// nothing: a withdrawal of nothing, or a publication identical to the one in force.
+    Redundant(String),
+    /// The host has an attempt to connect the server in flight.
+    Attempting(String),
     /// The latest status has the server in one of these states.
     State {
         /// The server.

@@ -1,6 +1,11 @@
 //! The scenarios, written once as data. They check behaviour, not one policy's parameters: they
 //! use the policy's own settings, fire every timer it asks for, and allow generous bounds
 //! ("parks within 25 attempts").
+//!
+//! A contract scenario asserts its own rule and nothing else, over whatever the policy does: it
+//! reaches its point with events any policy answers alike, bounds its loops by steps (never by
+//! the policy parking or its breaker opening), and asks nothing of backoff, parking, the
+//! breaker or attempt counts. Those are Tether's invariants, a level of their own.
 
 use super::script::{AdmissionCase, Level, Predicate, Scenario, Step};
 use crate::policy::types::{
@@ -11,6 +16,9 @@ use crate::policy::types::{
 
 /// Attempts within which a failing server must be parked.
 const PARK_WITHIN: u32 = 25;
+/// Failed attempts a contract scenario feeds a server that keeps retrying: enough to see a
+/// pattern, bounded whatever the policy does (one that retries forever included).
+const ATTEMPTS: u32 = 10;
 /// Consecutive transport failures within which the breaker must open.
 const BREAKER_WITHIN: u32 = 10;
 /// Virtual time far beyond any sane cooldown or backoff.
@@ -30,14 +38,14 @@ pub fn scenarios() -> Vec<Scenario> {
         scenario(
             "session-publishes-usable-tool-names",
             Contract,
-            "A session's tools are published under usable, unique names that keep the originals.",
+            "A session's tools are published under usable, unique names that keep the originals, and can be called.",
             session_publishes_usable_tool_names(),
         ),
         scenario(
-            "tools-are-withdrawn-exactly-once",
+            "lost-session-withdraws-its-tools",
             Contract,
-            "A dead session's tools are withdrawn once, however many attempts fail after it.",
-            tools_are_withdrawn_exactly_once(),
+            "A session's end withdraws its tools, and none are shown again while the server has no session.",
+            lost_session_withdraws_its_tools(),
         ),
         scenario(
             "removal-withdraws-and-forgets",
@@ -48,14 +56,14 @@ pub fn scenarios() -> Vec<Scenario> {
         scenario(
             "shutdown-withdraws-every-server",
             Contract,
-            "Shutdown withdraws every server's tools once.",
+            "Shutdown withdraws every server's tools.",
             shutdown_withdraws_every_server(),
         ),
         scenario(
-            "tools-changed-republishes-only-on-difference",
+            "changed-tools-are-republished",
             Contract,
-            "A refreshed tool list is republished only when it differs.",
-            tools_changed_republishes_only_on_difference(),
+            "A changed tool list, or a changed tool, is republished as exactly the new tools.",
+            changed_tools_are_republished(),
         ),
         scenario(
             "include-and-exclude-filter-tools",
@@ -72,7 +80,7 @@ pub fn scenarios() -> Vec<Scenario> {
         scenario(
             "state-survives-snapshot-and-restore",
             Contract,
-            "Budget and breaker move intact into a fresh instance by snapshot and restore.",
+            "A fresh instance restored from a snapshot reports the same status and decides as the original.",
             state_survives_snapshot_and_restore(),
         ),
         scenario(
@@ -152,6 +160,18 @@ pub fn scenarios() -> Vec<Scenario> {
             probe_without_session_signals_reconnect(),
         ),
         scenario(
+            "tools-are-withdrawn-exactly-once",
+            Invariant,
+            "A dead session's tools are withdrawn once, however many attempts fail after it.",
+            tools_are_withdrawn_exactly_once(),
+        ),
+        scenario(
+            "tools-changed-republishes-only-on-difference",
+            Invariant,
+            "An unchanged tool list is not published again.",
+            tools_changed_republishes_only_on_difference(),
+        ),
+        scenario(
             "tool-errors-do-not-open-the-breaker",
             Invariant,
             "Tool errors never open the breaker.",
@@ -202,6 +222,14 @@ fn tool(name: &str) -> Tool {
         input_schema: r#"{"type":"object"}"#.into(),
         extra: String::new(),
         read_only: false,
+    }
+}
+
+/// `name` as [`tool`] makes it, with another description (so another revision).
+fn tool_described(name: &str, description: &str) -> Tool {
+    Tool {
+        description: Some(description.into()),
+        ..tool(name)
     }
 }
 
@@ -297,13 +325,6 @@ fn connects(server: &str) -> Predicate {
     Predicate::Connects(server.into())
 }
 
-fn withdraws(server: &str, times: usize) -> Predicate {
-    Predicate::Withdraws {
-        server: server.into(),
-        times,
-    }
-}
-
 fn publishes(server: &str) -> Predicate {
     Predicate::Publishes(server.into())
 }
@@ -328,6 +349,18 @@ fn state_in(server: &str, states: &[ServerState]) -> Predicate {
         server: server.into(),
         states: states.to_vec(),
     }
+}
+
+fn published(server: &str) -> Predicate {
+    Predicate::Published(server.into())
+}
+
+fn redundant(server: &str) -> Predicate {
+    Predicate::Redundant(server.into())
+}
+
+fn attempting(server: &str) -> Predicate {
+    Predicate::Attempting(server.into())
 }
 
 fn parked(server: &str) -> Predicate {
@@ -366,6 +399,19 @@ fn fail_until_parked(server: &str, fault: Fault, within: u32, otherwise: &str) -
         ],
         Some(otherwise.into()),
     )
+}
+
+/// Fails the server's attempts, at most `times`: fires whatever timer the policy armed, fails the
+/// attempt it then has in flight, and checks `after` after each of those events. Ends early when
+/// no attempt is in flight (the policy gave up), so it holds as well for a policy that retries
+/// forever as for one that stops, whatever their backoff.
+fn failing_attempts(server: &str, times: u32, after: Vec<Step>) -> Step {
+    let mut steps = vec![fire_timer_if_armed(server)];
+    steps.extend(after.iter().cloned());
+    steps.push(stop_if(not(attempting(server))));
+    steps.push(connect_failed(server, Fault::HandshakeTimedOut));
+    steps.extend(after);
+    repeat(times, steps, None)
 }
 
 /// Fails calls with transport errors until the breaker refuses one, naming the server.
@@ -419,34 +465,22 @@ fn session_publishes_usable_tool_names() -> Vec<Step> {
     ]
 }
 
-fn tools_are_withdrawn_exactly_once() -> Vec<Step> {
-    let once = "tools must be withdrawn exactly once";
+fn lost_session_withdraws_its_tools() -> Vec<Step> {
     vec![
         configure("alpha"),
         connected("alpha", &["echo"]),
         disconnected("alpha"),
-        expect(withdraws("alpha", 1), once),
-        repeat(
-            PARK_WITHIN,
-            vec![
-                Step::Status,
-                stop_if(parked("alpha")),
-                fire_timer("alpha"),
-                expect(withdraws("alpha", 0), once),
-                connect_failed("alpha", Fault::HandshakeTimedOut),
-                expect(withdraws("alpha", 0), once),
-            ],
-            None,
-        ),
-        Step::Status,
         expect(
-            parked("alpha"),
-            &format!("alpha was not parked after {PARK_WITHIN} failed attempts"),
+            not(published("alpha")),
+            "a dead session's tools must be withdrawn at once",
         ),
-        admit("alpha", "echo"),
-        expect(
-            refused_naming("alpha"),
-            "a parked server's calls must be refused, naming the server",
+        failing_attempts(
+            "alpha",
+            ATTEMPTS,
+            vec![expect(
+                not(published("alpha")),
+                "no tools may be shown for a server without a session",
+            )],
         ),
     ]
 }
@@ -456,10 +490,7 @@ fn removal_withdraws_and_forgets() -> Vec<Step> {
         configure("alpha"),
         connected("alpha", &["echo"]),
         event(EventKind::ServerRemoved("alpha".into())),
-        expect(
-            withdraws("alpha", 1),
-            "removal must withdraw the tools once",
-        ),
+        expect(not(published("alpha")), "removal must withdraw the tools"),
         expect(
             Predicate::Disconnects("alpha".into()),
             "removal must disconnect the server",
@@ -480,35 +511,40 @@ fn shutdown_withdraws_every_server() -> Vec<Step> {
         connected("beta", &["echo"]),
         event(EventKind::Shutdown),
         expect(
-            withdraws("alpha", 1),
-            "shutdown must withdraw alpha's tools once",
+            not(published("alpha")),
+            "shutdown must withdraw alpha's tools",
         ),
         expect(
-            withdraws("beta", 1),
-            "shutdown must withdraw beta's tools once",
+            not(published("beta")),
+            "shutdown must withdraw beta's tools",
         ),
     ]
 }
 
-fn tools_changed_republishes_only_on_difference() -> Vec<Step> {
-    let changed = |names: &[&str]| {
-        event(EventKind::ToolsChanged(ServerTools {
-            server: "alpha".into(),
-            tools: tools(names),
-        }))
-    };
+fn tools_changed(server: &str, tools: Vec<Tool>) -> Step {
+    event(EventKind::ToolsChanged(ServerTools {
+        server: server.into(),
+        tools,
+    }))
+}
+
+fn changed_tools_are_republished() -> Vec<Step> {
+    let exactly = "a changed tool list must be republished as exactly the new tools";
     vec![
         configure("alpha"),
         connected("alpha", &["one", "two"]),
-        changed(&["two", "one"]),
-        expect(
-            not(publishes("alpha")),
-            "an unchanged tool list must not be republished",
+        tools_changed("alpha", tools(&["one", "three"])),
+        expect(publishes_originals("alpha", &["one", "three"]), exactly),
+        tools_changed(
+            "alpha",
+            vec![
+                tool_described("one", "the one tool, revised"),
+                tool("three"),
+            ],
         ),
-        changed(&["one", "three"]),
         expect(
             publishes_originals("alpha", &["one", "three"]),
-            "a changed tool list must be republished as exactly the new tools",
+            "a tool whose description changed must be republished (agents would read the old one)",
         ),
     ]
 }
@@ -553,34 +589,31 @@ fn decisions_are_deterministic() -> Vec<Step> {
 }
 
 fn state_survives_snapshot_and_restore() -> Vec<Step> {
-    [
-        healthy("alpha", &["work"]),
-        open_breaker("alpha"),
-        vec![
-            configure("beta"),
-            connect_failed("beta", Fault::HandshakeTimedOut),
-            Step::SnapshotRestore,
-            admit("alpha", "work"),
-            expect(
-                refused_naming("alpha"),
-                "the restored breaker must still refuse calls",
-            ),
-            Step::Advance { ms: LONG_MS },
-            admit("alpha", "work"),
-            expect(
-                admission(AdmissionCase::Probe),
-                "the restored breaker must still half-open",
-            ),
-            fire_timer("beta"),
-            fail_until_parked(
-                "beta",
-                Fault::HandshakeTimedOut,
-                PARK_WITHIN - 1,
-                "the restored budget must still be counting",
-            ),
-        ],
+    let broken = || CallOutcome::TransportError(Fault::TransportClosed("broken pipe".into()));
+    vec![
+        // State worth keeping, whatever the policy makes of it: failed calls on a live session,
+        // a failed attempt on another server.
+        configure("alpha"),
+        connected("alpha", &["work"]),
+        keepalive_ok("alpha"),
+        repeat(3, vec![call("alpha", broken())], None),
+        configure("beta"),
+        failing_attempts("beta", 1, vec![]),
+        // The restored instance must report the same status and answer what follows as the
+        // original does: calls, attempts, a session's end, time passing.
+        Step::SnapshotRestore {
+            steps: vec![
+                call("alpha", CallOutcome::Ok),
+                call("alpha", broken()),
+                admit("alpha", "work"),
+                failing_attempts("beta", 3, vec![]),
+                disconnected("alpha"),
+                fire_timer_if_armed("alpha"),
+                Step::Advance { ms: LONG_MS },
+                admit("alpha", "work"),
+            ],
+        },
     ]
-    .concat()
 }
 
 fn takes_over_another_policy_keeping_sessions() -> Vec<Step> {
@@ -745,14 +778,16 @@ fn names_follow_the_operators_naming() -> Vec<Step> {
             Predicate::NamesPrompts(pairs(&[("summarize", "x-summarize")])),
             "prompts must be named by the rule of the server's tools (prefix x-)",
         ),
-        Step::SnapshotRestore,
-        event(EventKind::ToolsChanged(ServerTools {
-            server: "beta".into(),
-            tools: tools(&["read_file", "list"]),
-        })),
+        Step::SnapshotRestore { steps: vec![] },
+        name_prompts("beta", &["summarize"]),
         expect(
-            publishes_advertised("beta", &[("read_file", "read_file"), ("list", "list")]),
-            "the naming must survive snapshot and restore",
+            Predicate::NamesPrompts(pairs(&[("summarize", "summarize")])),
+            "the naming (the server's own names) must survive snapshot and restore",
+        ),
+        name_prompts("gamma", &["summarize"]),
+        expect(
+            Predicate::NamesPrompts(pairs(&[("summarize", "x-summarize")])),
+            "the naming (prefix x-) must survive snapshot and restore",
         ),
         Step::TakeOver {
             handover,
@@ -810,6 +845,11 @@ fn failing_server_parks_and_keeps_a_self_probe() -> Vec<Step> {
             Fault::HandshakeTimedOut,
             PARK_WITHIN,
             &format!("alpha was not parked after {PARK_WITHIN} failed attempts"),
+        ),
+        admit("alpha", "echo"),
+        expect(
+            refused_naming("alpha"),
+            "a parked server's calls must be refused, naming the server",
         ),
         // Parked is never the end: the self-probe keeps firing, forever.
         repeat(
@@ -956,4 +996,31 @@ fn probe_without_session_signals_reconnect() -> Vec<Step> {
         ],
     ]
     .concat()
+}
+
+fn tools_are_withdrawn_exactly_once() -> Vec<Step> {
+    let once = "tools must be withdrawn exactly once";
+    vec![
+        configure("alpha"),
+        connected("alpha", &["echo"]),
+        disconnected("alpha"),
+        expect(not(redundant("alpha")), once),
+        failing_attempts(
+            "alpha",
+            PARK_WITHIN,
+            vec![expect(not(redundant("alpha")), once)],
+        ),
+    ]
+}
+
+fn tools_changed_republishes_only_on_difference() -> Vec<Step> {
+    vec![
+        configure("alpha"),
+        connected("alpha", &["one", "two"]),
+        tools_changed("alpha", tools(&["two", "one"])),
+        expect(
+            not(publishes("alpha")),
+            "an unchanged tool list must not be republished",
+        ),
+    ]
 }
