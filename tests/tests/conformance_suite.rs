@@ -719,3 +719,106 @@ async fn tether_as_a_client_passes_the_suites_client_scenarios() {
         );
     }
 }
+
+/// The suite's authorization scenarios, with Tether as the OAuth client of the suite's
+/// protected server (`auth/*` in `client` mode): Tether meets the 401, discovers, registers
+/// (or uses the pre-registered client, a client ID metadata document, client credentials),
+/// logs in through a browser command that follows redirects (`conformance-client browse`),
+/// and the agent's calls go through. `essential`: a check that must have succeeded.
+/// Refusals (a resource, an issuer or an `iss` that does not match) may end with an error.
+const AUTH_SCENARIOS: &[(&str, &str, bool)] = &[
+    ("auth/metadata-default", "resource-parameter-matches-prm", true),
+    ("auth/metadata-var1", "resource-parameter-matches-prm", true),
+    ("auth/metadata-var2", "resource-parameter-matches-prm", true),
+    ("auth/metadata-var3", "resource-parameter-matches-prm", true),
+    ("auth/basic-cimd", "cimd-client-id-used", true),
+    ("auth/scope-from-www-authenticate", "scope-from-www-authenticate", true),
+    ("auth/scope-from-scopes-supported", "valid-bearer-token", true),
+    ("auth/scope-omitted-when-undefined", "valid-bearer-token", true),
+    ("auth/scope-step-up", "scope-step-up-escalation", true),
+    ("auth/scope-retry-limit", "scope-retry-limit", false),
+    ("auth/token-endpoint-auth-basic", "token-endpoint-auth-method", true),
+    ("auth/token-endpoint-auth-post", "token-endpoint-auth-method", true),
+    ("auth/token-endpoint-auth-none", "token-endpoint-auth-method", true),
+    ("auth/pre-registration", "pre-registration-auth", true),
+];
+
+/// Those the 2026-07-28 requirements add.
+const AUTH_SCENARIOS_2026: &[(&str, &str, bool)] = &[
+    ("auth/resource-mismatch", "resource-mismatch-rejected", false),
+    ("auth/offline-access-scope", "sep-2207-offline-access-requested", true),
+    ("auth/offline-access-not-supported", "valid-bearer-token", true),
+    (
+        "auth/authorization-server-migration",
+        "sep-2352-reregister-on-as-change",
+        true,
+    ),
+    ("auth/iss-supported", "valid-bearer-token", true),
+    ("auth/iss-not-advertised", "valid-bearer-token", true),
+    ("auth/iss-supported-missing", "sep-2468-client-reject-missing-iss", false),
+    ("auth/iss-wrong-issuer", "sep-2468-client-compare-iss-supported", false),
+    ("auth/iss-unexpected", "sep-2468-client-compare-iss-unadvertised", false),
+    ("auth/iss-normalized", "sep-2468-client-no-normalization", false),
+    (
+        "auth/metadata-issuer-mismatch",
+        "sep-2468-client-validate-metadata-issuer",
+        false,
+    ),
+];
+
+/// Runs `scenarios` at `version` and collects what went wrong, one line per scenario.
+async fn auth_scenarios(
+    scenarios: &[(&str, &str, bool)],
+    version: Option<&str>,
+) -> Vec<String> {
+    let command = format!(
+        "{} --tether {}",
+        env!("CARGO_BIN_EXE_conformance-client"),
+        env!("CARGO_BIN_EXE_tether-cli")
+    );
+    let mut wrong = Vec::new();
+    for &(scenario, essential, completes) in scenarios {
+        let outcome = run_client_scenario(&command, scenario, version).await;
+        let failed: Vec<&String> = outcome
+            .checks
+            .iter()
+            .filter(|(_, status)| status == "FAILURE" || status == "WARNING")
+            .map(|(id, _)| id)
+            .collect();
+        let essential_passed = outcome
+            .checks
+            .iter()
+            .any(|(id, status)| id == essential && status == "SUCCESS");
+        if !failed.is_empty()
+            || !essential_passed
+            || (completes && outcome.exit_code != Some(0))
+        {
+            wrong.push(format!(
+                "{scenario} ({version:?}): exit {:?}, failed {failed:?}, {essential} passed: {essential_passed}\n{}",
+                outcome.exit_code,
+                outcome.output.lines().rev().take(30).collect::<Vec<_>>().join("\n")
+            ));
+        }
+    }
+    wrong
+}
+
+#[tokio::test]
+async fn tether_authorizes_with_the_suites_protected_servers() {
+    let mut wrong = auth_scenarios(AUTH_SCENARIOS, Some("2025-11-25")).await;
+    // An extension scenario, on no spec version's timeline: machine to machine.
+    let extension = [("auth/client-credentials-basic", "client-credentials-basic-auth", true)];
+    wrong.extend(auth_scenarios(&extension, None).await);
+    assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
+}
+
+#[tokio::test]
+async fn tether_authorizes_with_the_suites_protected_servers_on_2026_07_28() {
+    let scenarios: Vec<_> = AUTH_SCENARIOS
+        .iter()
+        .chain(AUTH_SCENARIOS_2026)
+        .copied()
+        .collect();
+    let wrong = auth_scenarios(&scenarios, Some("2026-07-28")).await;
+    assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
+}

@@ -2,6 +2,7 @@
 //! follows an upstream through death, park and revival via `notifications/tools/list_changed`;
 //! graceful shutdown answers in-flight calls and reaps every child; config errors are clear.
 
+mod oauth;
 mod openapi;
 mod python;
 mod relay;

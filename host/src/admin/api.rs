@@ -92,10 +92,12 @@ impl Status {
                     failures: status.map(|s| s.failures),
                     breaker_failures: status.map(|s| s.breaker_failures),
                     tool_errors: status.map(|s| s.tool_errors),
-                    // The policy's account when it knows the server (it clears it once healthy).
-                    last_fault: match status {
-                        Some(status) => status.last_fault.clone(),
-                        None => view.last_fault,
+                    // The policy's account when it knows the server (it clears it once
+                    // healthy); what to do about a missing authorization only the host knows.
+                    last_fault: match (&view.authorization, status) {
+                        (Some(words), _) => Some(words.clone()),
+                        (None, Some(status)) => status.last_fault.clone(),
+                        (None, None) => view.last_fault,
                     },
                     since: rfc3339(view.since),
                     name: view.name,

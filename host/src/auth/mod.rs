@@ -136,11 +136,18 @@ pub struct Authorizer {
     /// Whether the shared manager has read the stored client (refreshing needs it).
     prepared: AtomicBool,
     need: Mutex<Option<Need>>,
-    /// The gateway starts one login by itself per run; later ones are the operator's.
+    /// The gateway starts a login by itself once, and again only after a request succeeded
+    /// since (the authorization server changed, or the grant was revoked): never a loop of
+    /// browser windows for a server that refuses whatever it is given.
     auto_login_spent: AtomicBool,
     /// One login or token request at a time.
     login_lock: tokio::sync::Mutex<()>,
 }
+
+/// How long a request that met a 401 waits for the login the gateway opened: a browser that
+/// completes it by itself (a single sign-on) lets the request go through; a person who needs
+/// longer gets the fault, and the server comes back when the login completes.
+const AUTO_LOGIN_PATIENCE: Duration = Duration::from_secs(10);
 
 /// Unix seconds now.
 fn now_secs() -> u64 {
@@ -333,16 +340,29 @@ impl Authorizer {
             self.set_need(Some(Need::LoginInProgress));
             let this = self.clone();
             let challenge = challenge.map(str::to_string);
-            tokio::spawn(async move {
+            // The login outlives the request: a person may take longer than a call waits.
+            let login = tokio::spawn(async move {
                 let show = |url: &str| {
                     tracing::warn!(server = %this.server, "server {:?} demands authorization: log in at {url}", this.server);
                 };
-                if let Err(why) = this.login(challenge, Vec::new(), Some(&browser), &show).await {
+                let outcome = this.login(challenge, Vec::new(), Some(&browser), &show).await;
+                if let Err(why) = &outcome {
                     tracing::warn!(server = %this.server, "login failed: {why}");
                 }
+                outcome.is_ok()
             });
+            if let Ok(Ok(true)) = tokio::time::timeout(AUTO_LOGIN_PATIENCE, login).await {
+                return Recovery::Retry;
+            }
         }
         Recovery::GiveUp
+    }
+
+    /// A signed request was answered: a later 401 may open a login again.
+    pub fn answered(&self) {
+        if self.auto_login_spent.load(Ordering::Relaxed) {
+            self.auto_login_spent.store(false, Ordering::Release);
+        }
     }
 
     /// A 403 `insufficient_scope`: one step-up to the scopes held plus those named, unless
@@ -427,11 +447,12 @@ impl Authorizer {
 
     /// Discovers the authorization server from `challenge` (or the server's well-known
     /// documents) into `manager`, refusing endpoints that are neither https nor loopback.
+    /// Says whether the authorization server takes client ID metadata documents.
     async fn discover(
         &self,
         manager: &mut AuthorizationManager,
         challenge: Option<&str>,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         let resolution = manager
             .resolve_metadata_from_challenge(challenge)
             .await
@@ -442,8 +463,14 @@ impl Authorizer {
                 self.server
             ));
         }
+        let takes_metadata_documents = resolution
+            .metadata
+            .additional_fields
+            .get("client_id_metadata_document_supported")
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false);
         manager.set_metadata(resolution.metadata);
-        Ok(())
+        Ok(takes_metadata_documents)
     }
 
     /// An authorization code login (PKCE): the authorization URL goes to `browser`, if any
@@ -486,7 +513,7 @@ impl Authorizer {
             Some(challenge) => Some(challenge),
             None => self.fetch_challenge().await,
         };
-        self.discover(&mut manager, challenge.as_deref()).await?;
+        let takes_metadata_documents = self.discover(&mut manager, challenge.as_deref()).await?;
         let mut scopes = if scopes.is_empty() {
             self.config.scopes.clone()
         } else {
@@ -507,8 +534,9 @@ impl Authorizer {
             if let Some(secret) = &self.config.client_secret {
                 request = request.with_client_secret(secret.expose().to_string());
             }
-        } else if let Some(url) = &self.config.client_metadata_url {
-            // Used where the authorization server supports it; rmcp registers otherwise.
+        } else if let Some(url) = &self.config.client_metadata_url
+            && takes_metadata_documents
+        {
             request = request.with_client_metadata_url(url.clone());
         } else {
             // Registered here rather than by rmcp, to keep the secret a registration may

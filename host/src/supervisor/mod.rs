@@ -94,6 +94,9 @@ pub struct ServerView {
     pub pid: Option<u32>,
     /// The latest fault, described.
     pub last_fault: Option<String>,
+    /// While the server needs authorization: what to do about it (the host's words, naming
+    /// the login to run; a policy knows only that authorization is required).
+    pub authorization: Option<String>,
     /// Connection attempts the policy ordered (the first included).
     pub reconnects: u64,
     /// Times the server was parked.
@@ -348,6 +351,7 @@ impl Supervisor {
             transport: spec.transport.kind(),
             pid: None,
             last_fault: None,
+            authorization: None,
             reconnects: 0,
             parks: 0,
             offered: Vec::new(),

@@ -210,7 +210,7 @@ impl ServerTask {
                 }
             }
             Effect::Feed(kind) => self.feed(kind),
-            Effect::NoteFault(fault) => self.view().last_fault = Some(fault.to_string()),
+            Effect::NoteFault(fault) => self.note(&fault),
         }
     }
 
@@ -218,20 +218,28 @@ impl ServerTask {
         self.view.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// A fault as operators see it.
+    fn note(&self, fault: &Fault) {
+        let mut view = self.view();
+        view.last_fault = Some(fault.to_string());
+        view.authorization = match fault {
+            Fault::AuthorizationRequired(words) => Some(words.clone()),
+            _ => None,
+        };
+    }
+
     /// Tells the policy; a fault it carries is what operators see as the last fault.
     fn feed(&self, kind: EventKind) {
         match &kind {
             EventKind::ConnectFailed(f) => {
-                self.view().last_fault = Some(f.fault.to_string());
+                self.note(&f.fault);
                 // Settled once the policy's decision about the failure ran.
                 let (startup, server) = (self.startup.clone(), self.spec.name.clone());
                 self.feeder
                     .feed_then(kind, move |_| Settled { startup, server });
                 return;
             }
-            EventKind::Disconnected(f) | EventKind::KeepaliveFailed(f) => {
-                self.view().last_fault = Some(f.fault.to_string());
-            }
+            EventKind::Disconnected(f) | EventKind::KeepaliveFailed(f) => self.note(&f.fault),
             EventKind::ToolsChanged(change) => {
                 self.view().offered = change.tools.iter().map(|t| t.name.clone()).collect();
                 let view = self.view.clone();
@@ -272,6 +280,7 @@ impl ServerTask {
         };
         io.link = Some(link.clone());
         let refused = self.own_commands.clone();
+        self.view().authorization = None;
         let calls_see = self.session_tx.clone();
         // Settled once the policy's decision about the session (its publication) has run.
         let settle = Settled {

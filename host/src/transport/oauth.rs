@@ -126,7 +126,7 @@ impl StreamableHttpClient for Signing {
                 limits,
             )
             .await;
-        match (first, again) {
+        let outcome = match (first, again) {
             (Err(failed), Some((message, custom_headers))) => {
                 if recovery(authorizer, &failed).await == Recovery::Retry {
                     signer
@@ -148,7 +148,11 @@ impl StreamableHttpClient for Signing {
                 Err(failed)
             }
             (answer, _) => answer,
+        };
+        if outcome.is_ok() {
+            authorizer.answered();
         }
+        outcome
     }
 
     async fn delete_session(

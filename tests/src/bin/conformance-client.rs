@@ -186,13 +186,15 @@ fn arguments_for(tool: &Tool) -> JsonObject {
 /// The server's `oauth` table from the scenario's context: a pre-registered client, or the
 /// client credentials grant.
 fn oauth_table() -> String {
-    let Some(context) = std::env::var("MCP_CONFORMANCE_CONTEXT")
+    // The suite's clients present this client ID metadata document (it never fetches it), as
+    // an operator would the document they publish; used only where the authorization server
+    // takes such documents. Scenarios without a context (`basic-cimd`) get only this.
+    let mut table =
+        "client_metadata_url = \"https://conformance-test.local/client-metadata.json\"\n".to_string();
+    let context = std::env::var("MCP_CONFORMANCE_CONTEXT")
         .ok()
         .and_then(|text| serde_json::from_str::<Value>(&text).ok())
-    else {
-        return String::new();
-    };
-    let mut table = String::new();
+        .unwrap_or_default();
     for key in ["client_id", "client_secret"] {
         if let Some(value) = context.get(key).and_then(Value::as_str) {
             table += &format!("{key} = {}\n", toml_string(value));
@@ -201,9 +203,6 @@ fn oauth_table() -> String {
     let name = context.get("name").and_then(Value::as_str).unwrap_or_default();
     if name.starts_with("auth/client-credentials") {
         table += "grant = \"client_credentials\"\n";
-    }
-    if table.is_empty() {
-        return table;
     }
     format!("[servers.up.oauth]\n{table}")
 }

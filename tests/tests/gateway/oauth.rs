@@ -1,0 +1,382 @@
+//! A server behind OAuth, end to end: a real authorization server and protected MCP server
+//! (`tests/python/oauth_server.py`, on the official Python SDK's `mcp.server.auth`) issuing
+//! tokens that live two seconds; `tether auth login` with a browser command that follows
+//! redirects; a headless `tether serve --http` that keeps calling across refreshes, parks with
+//! the right fault when the grant is revoked, and revives when the login is done again.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use super::*;
+
+/// The authorization + resource server, started on a free loopback port.
+struct OAuthServer {
+    child: Child,
+    base: String,
+    http: reqwest::Client,
+}
+
+impl OAuthServer {
+    async fn start(token_lifetime: &str) -> OAuthServer {
+        let python = python_venv("mcp-1.30.0", "mcp==1.30.0", "constraints-1.txt")
+            .join("bin")
+            .join("python");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("python")
+            .join("oauth_server.py");
+        let mut child = Command::new(python)
+            .arg(script)
+            .args(["--port", "0", "--token-lifetime", token_lifetime])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the OAuth server starts");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let base = tokio::time::timeout(PATIENCE, async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(url) = line.strip_prefix("listening ") {
+                    return url.to_string();
+                }
+            }
+            panic!("the OAuth server ended without listening");
+        })
+        .await
+        .expect("the OAuth server listens");
+        OAuthServer {
+            child,
+            base,
+            http: reqwest::Client::builder().no_proxy().build().unwrap(),
+        }
+    }
+
+    async fn stats(&self) -> Value {
+        self.http
+            .get(format!("{}/control/stats", self.base))
+            .send()
+            .await
+            .expect("stats")
+            .json()
+            .await
+            .expect("stats are JSON")
+    }
+
+    async fn revoke(&self) -> u64 {
+        let answer: Value = self
+            .http
+            .post(format!("{}/control/revoke", self.base))
+            .send()
+            .await
+            .expect("revoke")
+            .json()
+            .await
+            .unwrap();
+        answer["revoked"].as_u64().unwrap()
+    }
+}
+
+/// One user's machine: its own state directory (tokens, gateway state files) and a browser
+/// command that follows redirects.
+struct Machine {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+impl Machine {
+    fn state_home(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// `tether ARGS` as this user, with `browser` as `$BROWSER` (or none).
+    fn tether(&self, args: &[&str], browser: bool) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tether-cli"));
+        command
+            .args(args)
+            .env("XDG_STATE_HOME", self.state_home())
+            .env("RUST_LOG", "tether=debug")
+            .env_remove("DISPLAY")
+            .env_remove("TETHER_MCP_TOKEN")
+            .env_remove("TETHER_ADMIN_TOKEN")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        if browser {
+            command.env(
+                "BROWSER",
+                format!("{} browse", env!("CARGO_BIN_EXE_conformance-client")),
+            );
+        } else {
+            command.env_remove("BROWSER");
+        }
+        command
+    }
+
+    async fn run(&self, args: &[&str], browser: bool) -> std::process::Output {
+        tokio::time::timeout(PATIENCE, self.tether(args, browser).output())
+            .await
+            .unwrap_or_else(|_| panic!("tether {args:?} took over {PATIENCE:?}"))
+            .unwrap()
+    }
+
+    async fn login(&self) {
+        let config = self.config.to_str().unwrap();
+        let output = self
+            .run(&["auth", "login", "remote", "--config", config], true)
+            .await;
+        assert!(
+            output.status.success(),
+            "tether auth login:\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&output.stdout).contains("authorized server \"remote\""),
+            "{}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+    }
+
+    async fn auth_status(&self) -> Value {
+        let config = self.config.to_str().unwrap();
+        let output = self
+            .run(&["auth", "status", "--config", config, "--json"], false)
+            .await;
+        assert!(output.status.success());
+        serde_json::from_slice(&output.stdout).expect("auth status --json is JSON")
+    }
+
+    /// The running gateway's view of `remote`.
+    async fn server_status(&self) -> Value {
+        let output = self.run(&["status", "--json"], false).await;
+        let all: Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+        all.as_array()
+            .or_else(|| all["servers"].as_array())
+            .into_iter()
+            .flatten()
+            .find(|server| server["name"] == "remote")
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Every token file with its mode, and the token directory's mode.
+    fn token_files(&self) -> (u32, Vec<(PathBuf, u32)>) {
+        let dir = self.state_home().join("tether").join("auth");
+        let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        let files = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|entry| entry.path())
+            // Not the empty lock files that serialize refreshes.
+            .filter(|path| path.is_file() && path.extension().is_some_and(|e| e == "json"))
+            .map(|path| {
+                let m = mode(&path);
+                (path, m)
+            })
+            .collect();
+        (mode(&dir), files)
+    }
+
+    /// The tokens and client secrets in the token files.
+    fn stored_secrets(&self) -> BTreeSet<String> {
+        self.token_files()
+            .1
+            .iter()
+            .flat_map(|(path, _)| secret_values(&std::fs::read_to_string(path).unwrap()))
+            .collect()
+    }
+}
+
+async fn echo(client: &RunningService<RoleClient, Agent>, said: &str) -> Result<String, String> {
+    let params = CallToolRequestParams::new("remote__echo")
+        .with_arguments(args(json!({"text": said})).unwrap());
+    match client.peer().call_tool(params).await {
+        Ok(result) if result.is_error != Some(true) => Ok(text(&result)),
+        Ok(result) => Err(text(&result)),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_behind_oauth_stays_connected_across_refreshes_and_revives_after_a_new_login() {
+    let oauth = OAuthServer::start("2").await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tether.toml");
+    // Only a URL: the server's 401 challenge says where to authorize.
+    std::fs::write(
+        &config,
+        format!("[servers.remote]\nurl = \"{}/mcp\"\n", oauth.base),
+    )
+    .unwrap();
+    let machine = Machine { dir, config };
+
+    let before = machine.auth_status().await;
+    assert_eq!(before[0]["server"], "remote", "{before}");
+    assert_eq!(before[0]["authorized"], false, "{before}");
+
+    // Authorization code with PKCE through a browser command that follows redirects.
+    machine.login().await;
+    let stats = oauth.stats().await;
+    assert_eq!(stats["registrations"], 1, "{stats}");
+    assert_eq!(stats["code_exchanges"], 1, "{stats}");
+    let (dir_mode, files) = machine.token_files();
+    assert_eq!(dir_mode, 0o700, "the token directory is private");
+    assert!(!files.is_empty(), "the tokens are stored");
+    for (path, mode) in &files {
+        assert_eq!(*mode, 0o600, "{} is private", path.display());
+    }
+    let status = machine.auth_status().await;
+    assert_eq!(status[0]["authorized"], true, "{status}");
+    assert_eq!(status[0]["refreshable"], true, "{status}");
+    // No secret of the store shows in the status: no quoted string of it longer than a word.
+    let secrets = machine.stored_secrets();
+    assert!(secrets.len() >= 2, "the store holds tokens");
+    for secret in &secrets {
+        assert!(
+            !status.to_string().contains(secret.as_str()),
+            "auth status shows a secret"
+        );
+    }
+
+    // A headless gateway (no browser): it uses the stored tokens.
+    let mut serve = machine.tether(&["serve", "--http", "127.0.0.1:0"], false);
+    serve
+        .arg("--config")
+        .arg(&machine.config)
+        .args(["--log-dir", machine.dir.path().join("logs").to_str().unwrap()])
+        .args(["--policy-settings", FAST_POLICY])
+        .stderr(Stdio::piped());
+    let gateway = start_http(serve).await;
+    let client = Agent::default()
+        .serve(StreamableHttpClientTransport::from_uri(gateway.url.clone()))
+        .await
+        .expect("MCP over HTTP");
+    wait_for_tools(&client, "remote's tools are served", |t| {
+        t.contains(&"remote__echo".to_string())
+    })
+    .await;
+
+    // Tokens live two seconds: calls keep working across three refreshes, nothing withdrawn.
+    let refreshes_at_start = oauth.stats().await["refreshes"].as_u64().unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut calls = 0;
+    loop {
+        let text = format!("call {calls}");
+        assert_eq!(echo(&client, &text).await, Ok(text.clone()));
+        calls += 1;
+        let stats = oauth.stats().await;
+        if stats["refreshes"].as_u64().unwrap() >= refreshes_at_start + 3 {
+            assert_eq!(stats["refresh_failures"], 0, "{stats}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "three refreshes within {PATIENCE:?}: {stats}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(calls >= 3);
+    // The gateway logs every change of the visible tools: one, the first publication.
+    let view = machine.server_status().await;
+    let log = gateway.stderr.lock().unwrap().clone();
+    assert_eq!(
+        log.matches("visible tools changed").count(),
+        1,
+        "a refresh withdrew or republished tools: {view}\n{log}"
+    );
+    assert_eq!((&view["parks"], &view["reconnects"]), (&json!(0), &json!(1)), "{view}");
+
+    // The grant is revoked: the server parks with the fault that says what to do.
+    assert!(oauth.revoke().await > 0);
+    let refused = echo(&client, "revoked").await;
+    assert!(
+        refused.as_ref().is_err_and(|words| words.contains("tether auth login remote")),
+        "{refused:?}\n{}",
+        gateway.stderr.lock().unwrap()
+    );
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let parked = loop {
+        let view = machine.server_status().await;
+        if view["state"] == "parked" {
+            break view;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "remote parks: {view}\n{}",
+            gateway.stderr.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    wait_for_tools(&client, "remote's tools are withdrawn", |t| {
+        !t.contains(&"remote__echo".to_string())
+    })
+    .await;
+    let fault = format!("{} {}", parked["detail"], parked["last_fault"]);
+    assert!(
+        fault.contains("refused to refresh") && fault.contains("tether auth login remote"),
+        "{parked}"
+    );
+    // Parked means quiet: no more refreshes or registrations while nobody logs in.
+    let quiet = oauth.stats().await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let still = oauth.stats().await;
+    assert_eq!(quiet["refreshes"], still["refreshes"], "{still}");
+    assert_eq!(quiet["refresh_failures"], still["refresh_failures"], "{still}");
+    assert_eq!(still["registrations"], 1, "{still}");
+
+    // A new login revives it in the running gateway at once.
+    machine.login().await;
+    wait_for_tools(&client, "remote's tools are back", |t| {
+        t.contains(&"remote__echo".to_string())
+    })
+    .await;
+    assert_eq!(echo(&client, "after").await, Ok("after".to_string()));
+
+    // Nothing secret reached the gateway's log.
+    let log = gateway.stderr.lock().unwrap().clone();
+    for secret in machine.stored_secrets().iter().chain(&secrets) {
+        assert!(!log.contains(secret.as_str()), "the log shows a secret");
+    }
+    assert!(terminate(gateway.tether).await.success());
+
+    // Logging out forgets the tokens.
+    let config = machine.config.to_str().unwrap();
+    let output = machine
+        .run(&["auth", "logout", "remote", "--config", config], false)
+        .await;
+    assert!(output.status.success());
+    assert!(machine.token_files().1.is_empty(), "logout removed the tokens");
+    assert_eq!(machine.auth_status().await[0]["authorized"], false);
+    drop(oauth.child);
+}
+
+/// The values of `access_token`, `refresh_token` and `client_secret` anywhere in `json`.
+fn secret_values(json: &str) -> BTreeSet<String> {
+    fn walk(value: &Value, found: &mut BTreeSet<String>) {
+        match value {
+            Value::Object(map) => {
+                for (key, value) in map {
+                    if let (
+                        "access_token" | "refresh_token" | "client_secret",
+                        Value::String(secret),
+                    ) = (key.as_str(), value)
+                    {
+                        found.insert(secret.clone());
+                    }
+                    walk(value, found);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|item| walk(item, found)),
+            _ => {}
+        }
+    }
+    let mut found = BTreeSet::new();
+    if let Ok(value) = serde_json::from_str::<Value>(json) {
+        walk(&value, &mut found);
+    }
+    found
+}
