@@ -380,3 +380,153 @@ fn secret_values(json: &str) -> BTreeSet<String> {
     }
     found
 }
+
+/// A protected server whose authorization server misbehaves in the way `mode` names:
+/// `malformed` metadata, an `insecure` token endpoint (plain http, not loopback), a token
+/// endpoint that answers `html` or a `huge` body (5 MB).
+async fn hostile_authorization_server() -> std::net::SocketAddr {
+    use axum::extract::{Path as UrlPath, Query};
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+    use axum::routing::{get, post};
+    use std::collections::HashMap;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let base = format!("http://{addr}");
+    let json = |body: String| ([(header::CONTENT_TYPE, "application/json")], body);
+    let challenge = {
+        let base = base.clone();
+        move |UrlPath(mode): UrlPath<String>| {
+            let base = base.clone();
+            async move {
+                (
+                    StatusCode::UNAUTHORIZED,
+                    [(
+                        header::WWW_AUTHENTICATE,
+                        format!(
+                            "Bearer resource_metadata=\"{base}/.well-known/oauth-protected-resource/mcp/{mode}\""
+                        ),
+                    )],
+                )
+            }
+        }
+    };
+    let resource = {
+        let base = base.clone();
+        move |UrlPath(mode): UrlPath<String>| {
+            let base = base.clone();
+            async move {
+                json(
+                    json!({"resource": format!("{base}/mcp/{mode}"),
+                           "authorization_servers": [format!("{base}/{mode}")]})
+                    .to_string(),
+                )
+            }
+        }
+    };
+    let metadata = {
+        let base = base.clone();
+        move |UrlPath(mode): UrlPath<String>| {
+            let base = base.clone();
+            async move {
+                if mode == "malformed" {
+                    return json("{\"issuer\": [\"not\", \"a\", \"document\"".to_string());
+                }
+                let token = if mode == "insecure" {
+                    "http://auth.example.com/token".to_string()
+                } else {
+                    format!("{base}/{mode}/token")
+                };
+                json(
+                    json!({
+                        "issuer": format!("{base}/{mode}"),
+                        "authorization_endpoint": format!("{base}/{mode}/authorize"),
+                        "token_endpoint": token,
+                        "response_types_supported": ["code"],
+                        "grant_types_supported": ["authorization_code", "refresh_token"],
+                        "code_challenge_methods_supported": ["S256"],
+                        "token_endpoint_auth_methods_supported": ["client_secret_post"],
+                    })
+                    .to_string(),
+                )
+            }
+        }
+    };
+    let authorize = |Query(query): Query<HashMap<String, String>>| async move {
+        let to = format!(
+            "{}?code=the-code&state={}",
+            query.get("redirect_uri").cloned().unwrap_or_default(),
+            query.get("state").cloned().unwrap_or_default()
+        );
+        (StatusCode::FOUND, [(header::LOCATION, to)])
+    };
+    let token = |UrlPath(mode): UrlPath<String>| async move {
+        if mode == "huge" {
+            let body = format!("{{\"access_token\": \"{}\"}}", "x".repeat(5 << 20));
+            return ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+        }
+        (
+            [(header::CONTENT_TYPE, "text/html")],
+            "<html><body>Sign in to continue</body></html>".to_string(),
+        )
+            .into_response()
+    };
+    let app = axum::Router::new()
+        .route("/mcp/{mode}", post(challenge.clone()).get(challenge))
+        .route("/.well-known/oauth-protected-resource/mcp/{mode}", get(resource))
+        .route("/.well-known/oauth-authorization-server/{mode}", get(metadata))
+        .route("/{mode}/authorize", get(authorize))
+        .route("/{mode}/token", post(token));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+/// Bad input from an authorization server ends the login with a fault that names the server
+/// and the step, stores nothing, and shows no secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_authorization_server_gets_a_clear_fault_and_nothing_is_stored() {
+    const SECRET: &str = "s3cr3t-of-the-client";
+    let addr = hostile_authorization_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tether.toml");
+    let modes = [
+        ("malformed", "discovering the authorization server"),
+        ("insecure", "neither https nor on loopback"),
+        ("html", "exchanging the code for tokens"),
+        ("huge", "exchanging the code for tokens"),
+    ];
+    let mut text = String::new();
+    for (mode, _) in modes {
+        text += &format!(
+            "[servers.{mode}]\nurl = \"http://{addr}/mcp/{mode}\"\n[servers.{mode}.oauth]\nclient_id = \"tether-test\"\nclient_secret = \"{SECRET}\"\n"
+        );
+    }
+    std::fs::write(&config, text).unwrap();
+    let machine = Machine { dir, config };
+    let config = machine.config.to_str().unwrap().to_string();
+    for (mode, step) in modes {
+        let output = machine
+            .run(&["auth", "login", mode, "--config", &config], true)
+            .await;
+        let said = String::from_utf8_lossy(&output.stderr).to_string();
+        assert!(!output.status.success(), "{mode}: {said}");
+        let fault = said
+            .lines()
+            .find(|line| line.starts_with("tether: "))
+            .unwrap_or_else(|| panic!("{mode}: no fault in {said}"));
+        assert!(
+            fault.contains(&format!("server \"{mode}\"")) && fault.contains(step),
+            "{mode}: {fault}"
+        );
+        assert!(fault.len() < 600, "{mode}: a bounded message: {fault}");
+        assert!(!said.contains(SECRET), "{mode}: the secret shows: {said}");
+    }
+    let stored = std::fs::read_dir(machine.state_home().join("tether").join("auth"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|entry| entry.path().extension().is_some_and(|e| e == "json"))
+        .count();
+    assert_eq!(stored, 0, "nothing is stored");
+}
