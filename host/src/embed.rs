@@ -11,8 +11,8 @@ use std::time::Duration;
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::admin::api::Status;
-use crate::auth::{AuthContext, Browser, MemoryTokenStore, TokenStore};
 use crate::admin::{AdminContext, AdminServer};
+use crate::auth::{AuthContext, Browser, MemoryTokenStore, TokenStore};
 use crate::config::ServerSpec;
 use crate::error::{Error, Result};
 use crate::events::{Event, Feed};

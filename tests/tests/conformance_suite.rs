@@ -727,27 +727,67 @@ async fn tether_as_a_client_passes_the_suites_client_scenarios() {
 /// and the agent's calls go through. `essential`: a check that must have succeeded.
 /// Refusals (a resource, an issuer or an `iss` that does not match) may end with an error.
 const AUTH_SCENARIOS: &[(&str, &str, bool)] = &[
-    ("auth/metadata-default", "resource-parameter-matches-prm", true),
+    (
+        "auth/metadata-default",
+        "resource-parameter-matches-prm",
+        true,
+    ),
     ("auth/metadata-var1", "resource-parameter-matches-prm", true),
     ("auth/metadata-var2", "resource-parameter-matches-prm", true),
     ("auth/metadata-var3", "resource-parameter-matches-prm", true),
     ("auth/basic-cimd", "cimd-client-id-used", true),
-    ("auth/scope-from-www-authenticate", "scope-from-www-authenticate", true),
-    ("auth/scope-from-scopes-supported", "valid-bearer-token", true),
-    ("auth/scope-omitted-when-undefined", "valid-bearer-token", true),
+    (
+        "auth/scope-from-www-authenticate",
+        "scope-from-www-authenticate",
+        true,
+    ),
+    (
+        "auth/scope-from-scopes-supported",
+        "valid-bearer-token",
+        true,
+    ),
+    (
+        "auth/scope-omitted-when-undefined",
+        "valid-bearer-token",
+        true,
+    ),
     ("auth/scope-step-up", "scope-step-up-escalation", true),
     ("auth/scope-retry-limit", "scope-retry-limit", false),
-    ("auth/token-endpoint-auth-basic", "token-endpoint-auth-method", true),
-    ("auth/token-endpoint-auth-post", "token-endpoint-auth-method", true),
-    ("auth/token-endpoint-auth-none", "token-endpoint-auth-method", true),
+    (
+        "auth/token-endpoint-auth-basic",
+        "token-endpoint-auth-method",
+        true,
+    ),
+    (
+        "auth/token-endpoint-auth-post",
+        "token-endpoint-auth-method",
+        true,
+    ),
+    (
+        "auth/token-endpoint-auth-none",
+        "token-endpoint-auth-method",
+        true,
+    ),
     ("auth/pre-registration", "pre-registration-auth", true),
 ];
 
 /// Those the 2026-07-28 requirements add.
 const AUTH_SCENARIOS_2026: &[(&str, &str, bool)] = &[
-    ("auth/resource-mismatch", "resource-mismatch-rejected", false),
-    ("auth/offline-access-scope", "sep-2207-offline-access-requested", true),
-    ("auth/offline-access-not-supported", "valid-bearer-token", true),
+    (
+        "auth/resource-mismatch",
+        "resource-mismatch-rejected",
+        false,
+    ),
+    (
+        "auth/offline-access-scope",
+        "sep-2207-offline-access-requested",
+        true,
+    ),
+    (
+        "auth/offline-access-not-supported",
+        "valid-bearer-token",
+        true,
+    ),
     (
         "auth/authorization-server-migration",
         "sep-2352-reregister-on-as-change",
@@ -755,10 +795,26 @@ const AUTH_SCENARIOS_2026: &[(&str, &str, bool)] = &[
     ),
     ("auth/iss-supported", "valid-bearer-token", true),
     ("auth/iss-not-advertised", "valid-bearer-token", true),
-    ("auth/iss-supported-missing", "sep-2468-client-reject-missing-iss", false),
-    ("auth/iss-wrong-issuer", "sep-2468-client-compare-iss-supported", false),
-    ("auth/iss-unexpected", "sep-2468-client-compare-iss-unadvertised", false),
-    ("auth/iss-normalized", "sep-2468-client-no-normalization", false),
+    (
+        "auth/iss-supported-missing",
+        "sep-2468-client-reject-missing-iss",
+        false,
+    ),
+    (
+        "auth/iss-wrong-issuer",
+        "sep-2468-client-compare-iss-supported",
+        false,
+    ),
+    (
+        "auth/iss-unexpected",
+        "sep-2468-client-compare-iss-unadvertised",
+        false,
+    ),
+    (
+        "auth/iss-normalized",
+        "sep-2468-client-no-normalization",
+        false,
+    ),
     (
         "auth/metadata-issuer-mismatch",
         "sep-2468-client-validate-metadata-issuer",
@@ -767,10 +823,7 @@ const AUTH_SCENARIOS_2026: &[(&str, &str, bool)] = &[
 ];
 
 /// Runs `scenarios` at `version` and collects what went wrong, one line per scenario.
-async fn auth_scenarios(
-    scenarios: &[(&str, &str, bool)],
-    version: Option<&str>,
-) -> Vec<String> {
+async fn auth_scenarios(scenarios: &[(&str, &str, bool)], version: Option<&str>) -> Vec<String> {
     let command = format!(
         "{} --tether {}",
         env!("CARGO_BIN_EXE_conformance-client"),
@@ -789,10 +842,7 @@ async fn auth_scenarios(
             .checks
             .iter()
             .any(|(id, status)| id == essential && status == "SUCCESS");
-        if !failed.is_empty()
-            || !essential_passed
-            || (completes && outcome.exit_code != Some(0))
-        {
+        if !failed.is_empty() || !essential_passed || (completes && outcome.exit_code != Some(0)) {
             wrong.push(format!(
                 "{scenario} ({version:?}): exit {:?}, failed {failed:?}, {essential} passed: {essential_passed}\n{}",
                 outcome.exit_code,
@@ -807,7 +857,11 @@ async fn auth_scenarios(
 async fn tether_authorizes_with_the_suites_protected_servers() {
     let mut wrong = auth_scenarios(AUTH_SCENARIOS, Some("2025-11-25")).await;
     // An extension scenario, on no spec version's timeline: machine to machine.
-    let extension = [("auth/client-credentials-basic", "client-credentials-basic-auth", true)];
+    let extension = [(
+        "auth/client-credentials-basic",
+        "client-credentials-basic-auth",
+        true,
+    )];
     wrong.extend(auth_scenarios(&extension, None).await);
     assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
 }

@@ -56,12 +56,19 @@ fn authorizer(
 }
 
 pub async fn login(config: &Path, name: &str, scopes: Vec<String>, no_browser: bool) -> ExitCode {
-    let browser = if no_browser { None } else { Browser::from_env() };
+    let browser = if no_browser {
+        None
+    } else {
+        Browser::from_env()
+    };
     let (authorizer, spec) = match authorizer(config, name, browser.clone()) {
         Ok(found) => found,
         Err(code) => return code,
     };
-    if spec.oauth().is_some_and(|oauth| oauth.grant == Grant::ClientCredentials) {
+    if spec
+        .oauth()
+        .is_some_and(|oauth| oauth.grant == Grant::ClientCredentials)
+    {
         println!(
             "server {name:?} uses the client credentials grant: gateways obtain its tokens by themselves"
         );
@@ -75,7 +82,10 @@ pub async fn login(config: &Path, name: &str, scopes: Vec<String>, no_browser: b
             );
         }
     };
-    match authorizer.login(None, scopes, browser.as_ref(), &show).await {
+    match authorizer
+        .login(None, scopes, browser.as_ref(), &show)
+        .await
+    {
         Ok(granted) => {
             let scopes = if granted.scopes.is_empty() {
                 "no scopes named".to_string()
@@ -130,7 +140,10 @@ pub fn status(config: &Path, json: bool) -> ExitCode {
         if let Some(at) = status.expires_at {
             let left = tether::auth::expires_in(at);
             line += &if left > 0 {
-                format!(", token expires in {}", humantime::format_duration(std::time::Duration::from_secs(left as u64)))
+                format!(
+                    ", token expires in {}",
+                    humantime::format_duration(std::time::Duration::from_secs(left as u64))
+                )
             } else {
                 ", token expired".to_string()
             };

@@ -107,10 +107,9 @@ struct Expecting {
 impl Redirect {
     /// Listens on a free port of 127.0.0.1.
     pub async fn bind() -> Result<Self, RedirectError> {
-        let listener =
-            tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
-                .await
-                .map_err(|error| RedirectError::Listen(error.to_string()))?;
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+            .await
+            .map_err(|error| RedirectError::Listen(error.to_string()))?;
         let port = listener
             .local_addr()
             .map_err(|error| RedirectError::Listen(error.to_string()))?
@@ -180,7 +179,9 @@ async fn callback(
             .collect();
         Err(RedirectError::Refused(words))
     } else if get("code").is_none() {
-        Err(RedirectError::Refused("the redirect carried no code".into()))
+        Err(RedirectError::Refused(
+            "the redirect carried no code".into(),
+        ))
     } else {
         Ok(format!(
             "http://127.0.0.1:{}/callback?{query}",
@@ -218,7 +219,11 @@ mod tests {
         let redirect = Redirect::bind().await.unwrap();
         let uri = redirect.uri();
         let waiting = tokio::spawn(redirect.wait("s1", Duration::from_secs(10)));
-        assert!(follow(&format!("{uri}?code=c&state=s1&iss=x")).await.is_success());
+        assert!(
+            follow(&format!("{uri}?code=c&state=s1&iss=x"))
+                .await
+                .is_success()
+        );
         let url = waiting.await.unwrap().unwrap();
         assert!(url.ends_with("/callback?code=c&state=s1&iss=x"), "{url}");
     }

@@ -34,8 +34,8 @@ use serde::Serialize;
 use tokio::sync::OnceCell;
 
 pub use login::{Browser, RedirectError};
-pub use store::{FileTokenStore, MemoryTokenStore, TokenStore};
 use store::ServerTokens;
+pub use store::{FileTokenStore, MemoryTokenStore, TokenStore};
 
 use crate::config::{Grant, OAuthConfig, ServerSpec};
 
@@ -177,9 +177,15 @@ fn secure_enough(url: &str) -> bool {
 /// The first endpoint of `metadata` that is neither https nor loopback, by its field name.
 fn insecure_endpoint(metadata: &AuthorizationMetadata) -> Option<&'static str> {
     [
-        ("authorization_endpoint", Some(&metadata.authorization_endpoint)),
+        (
+            "authorization_endpoint",
+            Some(&metadata.authorization_endpoint),
+        ),
         ("token_endpoint", Some(&metadata.token_endpoint)),
-        ("registration_endpoint", metadata.registration_endpoint.as_ref()),
+        (
+            "registration_endpoint",
+            metadata.registration_endpoint.as_ref(),
+        ),
     ]
     .into_iter()
     .find_map(|(name, url)| url.filter(|url| !secure_enough(url)).map(|_| name))
@@ -225,11 +231,10 @@ impl Authorizer {
 
     /// A fresh manager for this server, reading and writing its tokens.
     async fn new_manager(&self) -> Result<AuthorizationManager, String> {
-        let mut manager = AuthorizationManager::new_allowing_private_addresses(
-            self.endpoint.as_str(),
-        )
-        .await
-        .map_err(|error| self.words("setting up OAuth", &error))?;
+        let mut manager =
+            AuthorizationManager::new_allowing_private_addresses(self.endpoint.as_str())
+                .await
+                .map_err(|error| self.words("setting up OAuth", &error))?;
         manager.set_credential_store(self.tokens.clone());
         Ok(manager)
     }
@@ -237,7 +242,10 @@ impl Authorizer {
     async fn signer(&self) -> Result<AuthClient<reqwest::Client>, String> {
         self.signer
             .get_or_try_init(|| async {
-                Ok(AuthClient::new(reqwest::Client::new(), self.new_manager().await?))
+                Ok(AuthClient::new(
+                    reqwest::Client::new(),
+                    self.new_manager().await?,
+                ))
             })
             .await
             .cloned()
@@ -246,7 +254,10 @@ impl Authorizer {
     /// Before a session opens: the client that signs its requests. Stored tokens are read
     /// here (their client is configured for refreshing); a failure to reach the
     /// authorization server now is not fatal while the access token is still valid.
-    pub async fn client(&self, http: reqwest::Client) -> Result<AuthClient<reqwest::Client>, String> {
+    pub async fn client(
+        &self,
+        http: reqwest::Client,
+    ) -> Result<AuthClient<reqwest::Client>, String> {
         let mut signer = self.signer().await?;
         signer.http_client = http;
         let manager = signer.auth_manager.clone();
@@ -345,7 +356,9 @@ impl Authorizer {
                 let show = |url: &str| {
                     tracing::warn!(server = %this.server, "server {:?} demands authorization: log in at {url}", this.server);
                 };
-                let outcome = this.login(challenge, Vec::new(), Some(&browser), &show).await;
+                let outcome = this
+                    .login(challenge, Vec::new(), Some(&browser), &show)
+                    .await;
                 if let Err(why) = &outcome {
                     tracing::warn!(server = %this.server, "login failed: {why}");
                 }
@@ -397,9 +410,10 @@ impl Authorizer {
             }
         }
         let outcome = match (self.config.grant, self.context.browser.clone()) {
-            (Grant::ClientCredentials, _) => {
-                self.client_credentials(Some(challenge), scopes).await.map(|_| ())
-            }
+            (Grant::ClientCredentials, _) => self
+                .client_credentials(Some(challenge), scopes)
+                .await
+                .map(|_| ()),
             (Grant::AuthorizationCode, Some(browser)) => {
                 let show = |url: &str| {
                     tracing::warn!(server = %self.server, "server {:?} demands more scopes: log in at {url}", self.server);
@@ -410,7 +424,11 @@ impl Authorizer {
             }
             (Grant::AuthorizationCode, None) => Err(format!(
                 "the server demands scope {:?} for this request",
-                missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" ")
+                missing
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
             )),
         };
         match outcome {
@@ -563,7 +581,12 @@ impl Authorizer {
                     .find(|(key, _)| key == "state")
                     .map(|(_, value)| value.into_owned())
             })
-            .ok_or_else(|| format!("logging in to server {:?} failed: the authorization URL has no state", self.server))?;
+            .ok_or_else(|| {
+                format!(
+                    "logging in to server {:?} failed: the authorization URL has no state",
+                    self.server
+                )
+            })?;
         show(&url);
         if let Some(browser) = browser
             && let Err(error) = browser.open(&url)
@@ -597,7 +620,9 @@ impl Authorizer {
         let _one_at_a_time = self.login_lock.lock().await;
         let (Some(client_id), Some(secret)) = (&self.config.client_id, &self.config.client_secret)
         else {
-            return Err("the client credentials grant needs `client_id` and `client_secret`".into());
+            return Err(
+                "the client credentials grant needs `client_id` and `client_secret`".into(),
+            );
         };
         let mut manager = self.new_manager().await?;
         self.discover(&mut manager, challenge).await?;
@@ -658,7 +683,14 @@ impl Authorizer {
             .await
             .ok()?;
         (answer.status() == reqwest::StatusCode::UNAUTHORIZED)
-            .then(|| answer.headers().get("www-authenticate")?.to_str().ok().map(str::to_string))
+            .then(|| {
+                answer
+                    .headers()
+                    .get("www-authenticate")?
+                    .to_str()
+                    .ok()
+                    .map(str::to_string)
+            })
             .flatten()
     }
 
@@ -707,7 +739,9 @@ impl Authorizer {
     /// What is known about the server's authorization (no secret).
     pub fn status(&self) -> AuthStatus {
         let record = self.tokens.record().ok().flatten();
-        let credentials = record.as_ref().and_then(|record| record.credentials.clone());
+        let credentials = record
+            .as_ref()
+            .and_then(|record| record.credentials.clone());
         let tokens = credentials.as_ref().and_then(|c| c.token_response.clone());
         let expires_at = credentials.as_ref().and_then(|c| {
             let received = c.token_received_at?;
@@ -760,6 +794,14 @@ pub fn expires_in(at: u64) -> i64 {
     at as i64 - now_secs() as i64
 }
 
+impl std::fmt::Debug for Authorizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authorizer")
+            .field("server", &self.server)
+            .finish_non_exhaustive()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -774,16 +816,13 @@ mod tests {
         ] {
             assert!(secure_enough(url), "{url}");
         }
-        for url in ["http://as.example/token", "http://10.0.0.1/t", "ftp://x/t", "not a url"] {
+        for url in [
+            "http://as.example/token",
+            "http://10.0.0.1/t",
+            "ftp://x/t",
+            "not a url",
+        ] {
             assert!(!secure_enough(url), "{url}");
         }
-    }
-}
-
-impl std::fmt::Debug for Authorizer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Authorizer")
-            .field("server", &self.server)
-            .finish_non_exhaustive()
     }
 }

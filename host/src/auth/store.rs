@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use rmcp::transport::auth::{AuthError, CredentialRefreshGuard, CredentialStore, StoredCredentials};
+use rmcp::transport::auth::{
+    AuthError, CredentialRefreshGuard, CredentialStore, StoredCredentials,
+};
 use serde::{Deserialize, Serialize};
 
 /// Keeps one record per server. Records hold secrets: a store must not log them.
@@ -40,8 +42,11 @@ pub struct FileTokenStore {
     dir: PathBuf,
     /// The last record read per server, with the file's modification time and length: a
     /// request reads its token without reading the file again.
-    cache: Mutex<std::collections::HashMap<String, (SystemTime, u64, Vec<u8>)>>,
+    cache: Mutex<std::collections::HashMap<String, Cached>>,
 }
+
+/// A record as read, with the file's modification time and length when it was read.
+type Cached = (SystemTime, u64, Vec<u8>);
 
 impl FileTokenStore {
     /// Records in `dir` (created when the first is saved).
@@ -75,7 +80,10 @@ impl TokenStore for FileTokenStore {
         let metadata = match fs::metadata(&path) {
             Ok(metadata) => metadata,
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                self.cache.lock().unwrap_or_else(|e| e.into_inner()).remove(server);
+                self.cache
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(server);
                 return Ok(None);
             }
             Err(error) => return Err(error),

@@ -97,8 +97,7 @@ impl Connector for Upstream {
         async move {
             let result = async {
                 let session =
-                    Session::open(&spec, &mut remembered, changes, events, &log_dir, auth)
-                        .await?;
+                    Session::open(&spec, &mut remembered, changes, events, &log_dir, auth).await?;
                 let listed = async {
                     let tools = session.list_tools(&spec.timeouts).await?;
                     let catalog = session.list_catalog(&spec.timeouts).await?;

@@ -36,8 +36,8 @@ use sse_stream::Sse;
 use url::Url;
 
 pub use super::SessionEnd;
-use super::{Fault, gate::Guarded, limit, sse::SseTransport};
 use super::oauth::Signing;
+use super::{Fault, gate::Guarded, limit, sse::SseTransport};
 use crate::auth::Authorizer;
 use crate::upstream::route::Routes;
 
@@ -804,10 +804,12 @@ impl StreamableHttpClient for GuardedClient {
             // A call the server refused for lack of scope (and no step-up got it): that call
             // fails, saying why; the session and the server's other tools stay.
             Err(StreamableHttpError::InsufficientScope(_))
-                if is_call
-                    && let Some(authorizer) = self.inner.authorizer() =>
+                if is_call && let Some(authorizer) = self.inner.authorizer() =>
             {
-                Ok(refused_answer(request_id.as_ref(), &authorizer.fault_words()))
+                Ok(refused_answer(
+                    request_id.as_ref(),
+                    &authorizer.fault_words(),
+                ))
             }
             Err(error) => Err(convert(error)),
             Ok(answer) => match uncorrelated(&answer, request_id.as_ref()) {

@@ -190,7 +190,8 @@ fn oauth_table() -> String {
     // an operator would the document they publish; used only where the authorization server
     // takes such documents. Scenarios without a context (`basic-cimd`) get only this.
     let mut table =
-        "client_metadata_url = \"https://conformance-test.local/client-metadata.json\"\n".to_string();
+        "client_metadata_url = \"https://conformance-test.local/client-metadata.json\"\n"
+            .to_string();
     let context = std::env::var("MCP_CONFORMANCE_CONTEXT")
         .ok()
         .and_then(|text| serde_json::from_str::<Value>(&text).ok())
@@ -200,7 +201,10 @@ fn oauth_table() -> String {
             table += &format!("{key} = {}\n", toml_string(value));
         }
     }
-    let name = context.get("name").and_then(Value::as_str).unwrap_or_default();
+    let name = context
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     if name.starts_with("auth/client-credentials") {
         table += "grant = \"client_credentials\"\n";
     }
@@ -212,7 +216,11 @@ fn oauth_table() -> String {
 async fn browse(url: String) -> ExitCode {
     match reqwest::get(&url).await {
         Ok(answer) => {
-            eprintln!("conformance-client browse: {} ({})", answer.status(), answer.url());
+            eprintln!(
+                "conformance-client browse: {} ({})",
+                answer.status(),
+                answer.url()
+            );
             ExitCode::SUCCESS
         }
         Err(error) => {

@@ -247,7 +247,10 @@ async fn a_server_behind_oauth_stays_connected_across_refreshes_and_revives_afte
     serve
         .arg("--config")
         .arg(&machine.config)
-        .args(["--log-dir", machine.dir.path().join("logs").to_str().unwrap()])
+        .args([
+            "--log-dir",
+            machine.dir.path().join("logs").to_str().unwrap(),
+        ])
         .args(["--policy-settings", FAST_POLICY])
         .stderr(Stdio::piped());
     let gateway = start_http(serve).await;
@@ -288,13 +291,19 @@ async fn a_server_behind_oauth_stays_connected_across_refreshes_and_revives_afte
         1,
         "a refresh withdrew or republished tools: {view}\n{log}"
     );
-    assert_eq!((&view["parks"], &view["reconnects"]), (&json!(0), &json!(1)), "{view}");
+    assert_eq!(
+        (&view["parks"], &view["reconnects"]),
+        (&json!(0), &json!(1)),
+        "{view}"
+    );
 
     // The grant is revoked: the server parks with the fault that says what to do.
     assert!(oauth.revoke().await > 0);
     let refused = echo(&client, "revoked").await;
     assert!(
-        refused.as_ref().is_err_and(|words| words.contains("tether auth login remote")),
+        refused
+            .as_ref()
+            .is_err_and(|words| words.contains("tether auth login remote")),
         "{refused:?}\n{}",
         gateway.stderr.lock().unwrap()
     );
@@ -325,7 +334,10 @@ async fn a_server_behind_oauth_stays_connected_across_refreshes_and_revives_afte
     tokio::time::sleep(Duration::from_millis(600)).await;
     let still = oauth.stats().await;
     assert_eq!(quiet["refreshes"], still["refreshes"], "{still}");
-    assert_eq!(quiet["refresh_failures"], still["refresh_failures"], "{still}");
+    assert_eq!(
+        quiet["refresh_failures"], still["refresh_failures"],
+        "{still}"
+    );
     assert_eq!(still["registrations"], 1, "{still}");
 
     // A new login revives it in the running gateway at once.
@@ -349,7 +361,10 @@ async fn a_server_behind_oauth_stays_connected_across_refreshes_and_revives_afte
         .run(&["auth", "logout", "remote", "--config", config], false)
         .await;
     assert!(output.status.success());
-    assert!(machine.token_files().1.is_empty(), "logout removed the tokens");
+    assert!(
+        machine.token_files().1.is_empty(),
+        "logout removed the tokens"
+    );
     assert_eq!(machine.auth_status().await[0]["authorized"], false);
     drop(oauth.child);
 }
@@ -474,8 +489,14 @@ async fn hostile_authorization_server() -> std::net::SocketAddr {
     };
     let app = axum::Router::new()
         .route("/mcp/{mode}", post(challenge.clone()).get(challenge))
-        .route("/.well-known/oauth-protected-resource/mcp/{mode}", get(resource))
-        .route("/.well-known/oauth-authorization-server/{mode}", get(metadata))
+        .route(
+            "/.well-known/oauth-protected-resource/mcp/{mode}",
+            get(resource),
+        )
+        .route(
+            "/.well-known/oauth-authorization-server/{mode}",
+            get(metadata),
+        )
         .route("/{mode}/authorize", get(authorize))
         .route("/{mode}/token", post(token));
     tokio::spawn(async move { axum::serve(listener, app).await });

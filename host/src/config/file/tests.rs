@@ -1089,7 +1089,10 @@ fn an_oauth_table_configures_how_tether_authorizes_and_never_shows_its_secret() 
     let a = &config.servers[0];
     let oauth = a.oauth().expect("oauth on an HTTP server");
     assert_eq!(oauth.client_id.as_deref(), Some("tether"));
-    assert_eq!(oauth.client_secret.as_ref().map(Secret::expose), Some(SECRET));
+    assert_eq!(
+        oauth.client_secret.as_ref().map(Secret::expose),
+        Some(SECRET)
+    );
     assert_eq!(oauth.scopes, ["read", "write"]);
     assert_eq!(oauth.grant, Grant::ClientCredentials);
     assert!(!format!("{a:?}").contains(SECRET), "{a:?}");
@@ -1110,9 +1113,15 @@ fn an_oauth_table_configures_how_tether_authorizes_and_never_shows_its_secret() 
 
     for (oauth, key) in [
         (r#"{"grant": "password"}"#, "oauth.grant"),
-        (r#"{"grant": "client_credentials", "client_id": "x"}"#, "oauth.grant"),
+        (
+            r#"{"grant": "client_credentials", "client_id": "x"}"#,
+            "oauth.grant",
+        ),
         (r#"{"client_secret": "${TOKEN}"}"#, "oauth.client_secret"),
-        (r#"{"client_metadata_url": "http://h/c.json"}"#, "oauth.client_metadata_url"),
+        (
+            r#"{"client_metadata_url": "http://h/c.json"}"#,
+            "oauth.client_metadata_url",
+        ),
         (r#"{"scopes": 3}"#, "oauth.scopes"),
         (r#""x""#, "oauth"),
     ] {
