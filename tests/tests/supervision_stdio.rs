@@ -695,3 +695,41 @@ async fn a_call_during_a_respawn_waits_for_the_fresh_session_and_runs_once() {
     );
     host.supervisor.shutdown().await;
 }
+
+/// A frozen server (SIGSTOP) fails its keepalive: its tools are withdrawn then, while its
+/// process is still being torn down (stdin closed, SIGTERM, a grace after each, SIGKILL), not
+/// once the teardown is over; and the process is reaped all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_servers_tools_are_withdrawn_before_its_teardown_ends() {
+    let host = Host::fast();
+    let state = host.state_dir("frozen");
+    let mut spec = stdio_fixture("frozen", &state, &[]);
+    spec.timeouts.keepalive_interval = Duration::from_millis(200);
+    spec.timeouts.keepalive_deadline = Duration::from_millis(300);
+    // The teardown of a frozen child takes two graces: 6 s.
+    spec.timeouts.stop_grace = Duration::from_secs(3);
+    host.supervisor.add_server(spec).unwrap();
+    wait_until("tools visible", || !host.tools("frozen").is_empty()).await;
+    let pid = state.pid().unwrap();
+    kill(pid, libc::SIGSTOP);
+    let frozen = std::time::Instant::now();
+    wait_until("the frozen server's tools are withdrawn", || {
+        host.tools("frozen").is_empty()
+    })
+    .await;
+    let withdrawn = frozen.elapsed();
+    assert!(
+        process_exists(pid),
+        "the tools were withdrawn only after the teardown ({withdrawn:?})"
+    );
+    // The keepalive's interval and deadline, and the wait for an exit that does not come.
+    assert!(withdrawn < Duration::from_secs(3), "{withdrawn:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while process_exists(pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the frozen child {pid} was never reaped"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

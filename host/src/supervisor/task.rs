@@ -163,8 +163,30 @@ impl ServerTask {
                     Input::ToolsListed(result)
                 }
             };
+            // A closed session is torn down (a frozen child: stdin closed, SIGTERM, the grace,
+            // SIGKILL) once the policy has heard of its end in the same step, so its tools do not
+            // outlive what is known of it; and before anything else is done, so a new attempt
+            // never overlaps the old process.
+            let mut closing = None;
             for effect in lifecycle.handle(input, clock.now_ms()) {
-                self.apply(effect, &mut io).await;
+                match effect {
+                    Effect::Feed(_) | Effect::NoteFault(_) => self.apply(effect, &mut io).await,
+                    Effect::CloseSession => {
+                        if let Some(old) = closing.take() {
+                            self.tear_down(old).await;
+                        }
+                        closing = self.detach(&mut io);
+                    }
+                    other => {
+                        if let Some(old) = closing.take() {
+                            self.tear_down(old).await;
+                        }
+                        self.apply(other, &mut io).await;
+                    }
+                }
+            }
+            if let Some(old) = closing {
+                self.tear_down(old).await;
             }
         }
     }
@@ -314,14 +336,25 @@ impl ServerTask {
     }
 
     async fn close_session(&self, io: &mut Io) {
+        if let Some(old) = self.detach(io) {
+            self.tear_down(old).await;
+        }
+    }
+
+    /// Lets go of the session: nothing more is read or sent on it, and calls stop seeing it.
+    fn detach(&self, io: &mut Io) -> Option<Arc<dyn Link>> {
         io.keepalive = None;
         io.tools = None;
         io.catalog = None;
-        if let Some(old) = io.link.take() {
-            let _ = self.session_tx.send(None);
-            self.view().pid = None;
-            old.close(self.spec.timeouts.stop_grace).await;
-        }
+        let old = io.link.take()?;
+        let _ = self.session_tx.send(None);
+        self.view().pid = None;
+        Some(old)
+    }
+
+    /// Ends a detached session: closes its transport, stops its process.
+    async fn tear_down(&self, old: Arc<dyn Link>) {
+        old.close(self.spec.timeouts.stop_grace).await;
     }
 }
 
