@@ -8,12 +8,13 @@ use std::cell::RefCell;
 
 use crate::model;
 
-/// Bindings for `wit/0.2/policy.wit` (contract 0.2.1), shared with wrapper components.
+/// Bindings for `wit/0.2/policy.wit` (contract 0.2.2, the world that hears about
+/// authorizations), shared with wrapper components.
 #[allow(clippy::all, missing_docs)]
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../wit/0.2",
-        world: "policy-component",
+        world: "authorizing-policy-component",
         pub_export_macro: true,
         export_macro_name: "export_policy",
         default_bindings_module: "tether_policy::component::bindings",
@@ -50,6 +51,11 @@ pub trait PolicyLogic {
     fn set_naming(&mut self, naming: model::Naming);
     /// The names agents see for a server's prompts (contract 0.2.1); changes no state.
     fn name_prompts(&self, server: &str, originals: &[String]) -> Vec<model::NamedPrompt>;
+    /// A server needs an authorization only a person can give (contract 0.2.2); a policy that
+    /// does not care treats the `auth-required` fault that follows like any other.
+    fn authorization_required(&mut self, server: &str, what_to_do: &str) {
+        let _ = (server, what_to_do);
+    }
 }
 
 impl PolicyLogic for crate::Policy {
@@ -88,6 +94,9 @@ impl PolicyLogic for crate::Policy {
     }
     fn name_prompts(&self, server: &str, originals: &[String]) -> Vec<model::NamedPrompt> {
         crate::Policy::name_prompts(self, server, originals)
+    }
+    fn authorization_required(&mut self, server: &str, what_to_do: &str) {
+        crate::Policy::authorization_required(self, server, what_to_do)
     }
 }
 
@@ -204,6 +213,10 @@ pub fn guest_set_naming(naming: wit::Naming) {
     with_instance((), |p| p.set_naming(naming))
 }
 
+pub fn guest_authorization_required(server: String, what_to_do: String) {
+    with_instance((), |p| p.authorization_required(&server, &what_to_do))
+}
+
 pub fn guest_name_prompts(server: String, originals: Vec<String>) -> Vec<wit::NamedPrompt> {
     with_instance(Vec::new(), |p| {
         p.name_prompts(&server, &originals)
@@ -266,6 +279,14 @@ macro_rules! export_policy_logic {
                 originals: Vec<String>,
             ) -> Vec<$crate::component::bindings::tether::policy::types::NamedPrompt> {
                 $crate::component::guest_name_prompts(server, originals)
+            }
+        }
+
+        impl $crate::component::bindings::exports::tether::policy::authorization::Guest
+            for TetherPolicyExport
+        {
+            fn authorization_required(server: String, what_to_do: String) {
+                $crate::component::guest_authorization_required(server, what_to_do)
             }
         }
 

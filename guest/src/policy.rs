@@ -88,6 +88,16 @@ impl Policy {
         };
     }
 
+    /// A server needs an authorization only a person or the operator can give (contract
+    /// 0.2.2; the host says so right before the `auth-required` fault): that fault parks it
+    /// without self-probes, which would only be refused, until the host reports the
+    /// authorization with `reconnect-requested`.
+    pub fn authorization_required(&mut self, server: &str, what_to_do: &str) {
+        if let Some(server) = self.servers.get_mut(server) {
+            server.awaiting_authorization = Some(what_to_do.chars().take(300).collect());
+        }
+    }
+
     /// The names agents see for a server's prompts: the rule its tools are named by. Prompts
     /// that would share a name are all withheld, as tools are.
     pub fn name_prompts(&self, server: &str, originals: &[String]) -> Vec<NamedPrompt> {
@@ -575,6 +585,7 @@ impl Policy {
         server.proven = false;
         server.ever_connected = true;
         server.wake = None;
+        server.awaiting_authorization = None;
         server.tools = tools;
         // A fresh session closes the breaker on every transport.
         server.breaker.reset();
@@ -837,7 +848,10 @@ impl Policy {
         let failures = server.failures;
         let limit = server.limit();
         let reviving = server.reviving;
-        if fault.is_permanent() {
+        let awaiting = server.awaiting_authorization.take();
+        if let (Fault::AuthRequired(_), Some(what_to_do)) = (&fault, awaiting) {
+            self.park(name, ParkReason::Authorization(what_to_do), false, out);
+        } else if fault.is_permanent() {
             self.park(name, ParkReason::Permanent(fault), reviving, out);
         } else if reviving {
             // A revival is one attempt, not a fresh budget.
@@ -897,15 +911,27 @@ impl Policy {
         server.probe_delay_ms = base.clamp(initial, max);
         let delay = probe_delay(server.probe_delay_ms, &mut server.rng);
         server.enter(ServerState::Parked, now);
-        let detail = format!(
-            "parked: {}; next self-probe in {}",
-            reason.detail(),
-            words::secs(delay)
-        );
+        // Waiting for an authorization: a probe would only be refused; the host reports it.
+        let probes = !matches!(reason, ParkReason::Authorization(_));
+        let detail = if probes {
+            format!(
+                "parked: {}; next self-probe in {}",
+                reason.detail(),
+                words::secs(delay)
+            )
+        } else {
+            server.wake = None;
+            format!(
+                "parked: {}; no self-probe until it is authorized",
+                reason.detail()
+            )
+        };
         server.park_reason = Some(reason);
         self.log(LogLevel::Debug, format!("server {name:?} {detail}"));
         out.push(change(name, ServerState::Parked, detail));
-        out.extend(self.arm(name, delay));
+        if probes {
+            out.extend(self.arm(name, delay));
+        }
         self.reoffer(freed, out);
     }
 

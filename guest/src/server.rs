@@ -23,6 +23,9 @@ pub enum ParkReason {
     Config(String),
     /// Parked by the policy this one took over from.
     HandedOver,
+    /// It needs an authorization only a person or the operator can give (contract 0.2.2);
+    /// the host's words say how. Not probed: attempts are refused until it is given.
+    Authorization(String),
 }
 
 impl ParkReason {
@@ -36,6 +39,7 @@ impl ParkReason {
             ParkReason::RevivalFailed(fault) => format!("revival attempt failed: {fault}"),
             ParkReason::Config(error) => format!("configuration error: {error}"),
             ParkReason::HandedOver => "parked by the previous policy".into(),
+            ParkReason::Authorization(what_to_do) => what_to_do.clone(),
         }
     }
 
@@ -53,6 +57,9 @@ impl ParkReason {
             ),
             ParkReason::Config(_) => "parked: its configuration is invalid".into(),
             ParkReason::HandedOver => "parked after repeated connection failures".into(),
+            ParkReason::Authorization(_) => {
+                "parked: it needs an authorization (a login) from the user or the operator".into()
+            }
         }
     }
 }
@@ -101,6 +108,10 @@ pub struct Server {
     /// The last fault as another implementation described it, when this policy took over.
     #[serde(default)]
     pub handed_fault: Option<String>,
+    /// What gives the authorization the host says the server needs (contract 0.2.2), until
+    /// the fault that follows is handled.
+    #[serde(default)]
+    pub awaiting_authorization: Option<String>,
 }
 
 impl Server {
@@ -126,6 +137,7 @@ impl Server {
             prev_backoff: None,
             tools: Vec::new(),
             handed_fault: None,
+            awaiting_authorization: None,
         }
     }
 

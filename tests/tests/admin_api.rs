@@ -211,7 +211,7 @@ async fn status_lists_servers_with_state_tools_and_the_policy() {
     assert_eq!(policy["label"], "embedded default policy", "{status}");
     assert!(!policy["name"].as_str().unwrap().is_empty(), "{status}");
     assert!(!policy["digest"].as_str().unwrap().is_empty(), "{status}");
-    assert_eq!(policy["contract"], "0.2.1", "{status}");
+    assert_eq!(policy["contract"], "0.2.2", "{status}");
     assert_eq!(policy["settings"]["backoff"]["base_ms"], 20, "{status}");
 
     let names: Vec<&str> = status["servers"]

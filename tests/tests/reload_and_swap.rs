@@ -288,7 +288,7 @@ async fn swaps_across_implementations_and_contract_versions_keep_sessions_calls_
         .await
         .expect("swap");
     assert_eq!(report.path, SwapPath::Handover);
-    assert_eq!(host.supervisor.policy().running().contract, "0.2.1");
+    assert_eq!(host.supervisor.policy().running().contract, "0.2.2");
     callers.flowing().await;
     // And back to 0.1: 0.1 -> 0.2 -> 0.1 as well.
     let report = host.supervisor.swap_policy(next_minor).await.expect("swap");

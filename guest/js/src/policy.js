@@ -13,7 +13,7 @@
 // first time seen is below 2^52, else that time minus 2^52. The origin is added back to every
 // time handed out, so any host time works exactly for the next 2^52 ms (some 142 000 years).
 
-import { log } from 'tether:policy/log@0.2.1';
+import { log } from 'tether:policy/log@0.2.2';
 
 import { INFO, WindowPolicy } from './machine.js';
 import { restorePolicy, snapshotBytes } from './snapshot.js';

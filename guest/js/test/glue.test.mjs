@@ -9,7 +9,7 @@ import { test } from 'node:test';
 const stub = 'export function log(level, message) { (globalThis.__policyLogs ??= []).push([level, message]); }';
 const hook = `
 export async function resolve(specifier, context, next) {
-  if (specifier === 'tether:policy/log@0.2.1') {
+  if (specifier === 'tether:policy/log@0.2.2') {
     return { url: ${JSON.stringify(`data:text/javascript,${encodeURIComponent(stub)}`)}, shortCircuit: true };
   }
   return next(specifier, context);

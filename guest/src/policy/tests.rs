@@ -394,6 +394,46 @@ fn auth_required_and_not_mcp_endpoint_park_at_once_too() {
 }
 
 #[test]
+fn a_server_that_needs_a_login_parks_without_probes_until_it_is_authorized() {
+    let mut p = healthy(NO_JITTER, "web", &["search"]);
+    let login = "authorization required: run `tether auth login web`";
+    // The grant was revoked: the session ends, the host says what gives the authorization.
+    p.authorization_required("web", login);
+    let a = p.handle(ev(10, disconnected("web", Fault::AuthRequired(401))));
+    assert_eq!(status_of(&p, "web").state, ServerState::Parked, "{a:?}");
+    assert_eq!(
+        count(&a, |a| matches!(a, Action::WithdrawTools(_))),
+        1,
+        "{a:?}"
+    );
+    assert_eq!(
+        count(&a, |a| matches!(a, Action::WakeAt(_))),
+        0,
+        "no self-probe: {a:?}"
+    );
+    let detail = detail_of(&a, ServerState::Parked);
+    assert!(
+        detail.contains(login) && detail.contains("no self-probe"),
+        "{detail}"
+    );
+    // A login: the host reports it as the operator's reconnect.
+    let a = p.handle(ev(60_000, reconnect("web", ReconnectSource::Operator)));
+    assert_eq!(count(&a, |a| matches!(a, Action::Connect(_))), 1, "{a:?}");
+    // The login did not take (still refused): parked again, still without probes.
+    p.authorization_required("web", login);
+    let a = p.handle(ev(60_010, connect_failed("web", Fault::AuthRequired(401))));
+    assert_eq!(status_of(&p, "web").state, ServerState::Parked, "{a:?}");
+    assert_eq!(count(&a, |a| matches!(a, Action::WakeAt(_))), 0, "{a:?}");
+    // It survives a snapshot, and a good session clears it: an ordinary 401 later probes.
+    let mut p = Policy::restore(&p.snapshot()).unwrap();
+    p.handle(ev(70_000, reconnect("web", ReconnectSource::Operator)));
+    p.handle(ev(70_010, connected("web", &["search"])));
+    let a = p.handle(ev(80_000, disconnected("web", Fault::AuthRequired(401))));
+    assert_eq!(status_of(&p, "web").state, ServerState::Parked, "{a:?}");
+    assert_eq!(count(&a, |a| matches!(a, Action::WakeAt(_))), 1, "{a:?}");
+}
+
+#[test]
 fn connect_failure_backs_off_naming_fault_attempt_and_delay() {
     let mut p = Policy::new(NO_JITTER).unwrap();
     p.handle(ev(0, configured("files")));

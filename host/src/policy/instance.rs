@@ -41,8 +41,8 @@ use super::guest_output::GuestOutput;
 use super::ledger::Ledger;
 use super::outputs::check_prompt_names;
 use super::types::{
-    Action, Admission, CallRequest, Event, EventKind, Handover, LogLevel, Millis, NamedPrompt,
-    Naming, PolicyInfo, ServerStatus, Tool,
+    Action, Admission, CallRequest, Event, EventKind, Fault, Handover, LogLevel, Millis,
+    NamedPrompt, Naming, PolicyInfo, ServerStatus, Tool,
 };
 use super::{PolicyError, PolicyFault};
 
@@ -450,6 +450,14 @@ impl PolicyInstance {
         {
             self.set_naming(&naming)?;
         }
+        // What gives a missing authorization reaches a 0.2.2 policy right before the fault.
+        if let EventKind::ConnectFailed(f)
+        | EventKind::Disconnected(f)
+        | EventKind::KeepaliveFailed(f) = &event.kind
+            && let Fault::AuthorizationRequired(what_to_do) = &f.fault
+        {
+            self.authorization_required(&f.server, what_to_do)?;
+        }
         let handed = handed_over(event, self.descriptions());
         let incoming = handed.map_or(0, |(_, bytes)| bytes);
         let converted = match &self.bindings {
@@ -570,6 +578,30 @@ impl PolicyInstance {
         answer.map_err(|reason| self.policy.refused("the saved state", reason))?;
         self.held = held;
         Ok(())
+    }
+
+    /// Whether this policy hears about missing authorizations (contract 0.2.2).
+    pub fn takes_authorization(&self) -> bool {
+        matches!(&self.bindings, Bindings::V0_2(b) if b.authorization.is_some())
+    }
+
+    /// Tells a 0.2.2 policy that `server` needs an authorization only a person can give, and
+    /// what gives it; older policies hear only the `auth-required` fault.
+    pub fn authorization_required(
+        &mut self,
+        server: &str,
+        what_to_do: &str,
+    ) -> Result<(), PolicyError> {
+        if !self.takes_authorization() {
+            return Ok(());
+        }
+        self.call("authorization-required", 0, |b, s| match b {
+            Bindings::V0_2(Bound {
+                authorization: Some(funcs),
+                ..
+            }) => funcs.required(s, server, what_to_do),
+            _ => unreachable!("checked above"),
+        })
     }
 
     /// Whether this policy names tools and prompts as the operator asks (contract 0.2.1).

@@ -329,10 +329,18 @@ async fn a_server_behind_oauth_stays_connected_across_refreshes_and_revives_afte
         fault.contains("refused to refresh") && fault.contains("tether auth login remote"),
         "{parked}"
     );
-    // Parked means quiet: no more refreshes or registrations while nobody logs in.
+    // Parked means quiet: no self-probe (the policy heard that only a login helps, contract
+    // 0.2.2; its probes would come every 0.3-0.6 s), no refresh, no registration.
+    assert!(
+        parked["detail"].as_str().unwrap().contains("no self-probe"),
+        "{parked}"
+    );
     let quiet = oauth.stats().await;
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let still = oauth.stats().await;
+    let view = machine.server_status().await;
+    assert_eq!(view["reconnects"], parked["reconnects"], "{view}");
+    assert_eq!(view["state"], "parked", "{view}");
     assert_eq!(quiet["refreshes"], still["refreshes"], "{still}");
     assert_eq!(
         quiet["refresh_failures"], still["refresh_failures"],
@@ -353,9 +361,26 @@ async fn a_server_behind_oauth_stays_connected_across_refreshes_and_revives_afte
     for secret in machine.stored_secrets().iter().chain(&secrets) {
         assert!(!log.contains(secret.as_str()), "the log shows a secret");
     }
+
+    // The server leaves the config: a reload stops it and forgets its tokens.
+    let kept = std::fs::read_to_string(&machine.config).unwrap();
+    std::fs::write(&machine.config, "[servers]\n").unwrap();
+    let output = machine.run(&["reload"], false).await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        machine.token_files().1.is_empty(),
+        "a server that left the config keeps no tokens"
+    );
     assert!(terminate(gateway.tether).await.success());
 
     // Logging out forgets the tokens.
+    std::fs::write(&machine.config, kept).unwrap();
+    machine.login().await;
+    assert_eq!(machine.token_files().1.len(), 1);
     let config = machine.config.to_str().unwrap();
     let output = machine
         .run(&["auth", "logout", "remote", "--config", config], false)

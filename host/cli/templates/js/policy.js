@@ -12,7 +12,7 @@
 // strings, option<T> is T or undefined, u64 is a BigInt, list<u8> a Uint8Array. A function
 // returning result<_, string> returns for ok and throws the error string.
 
-import { log } from 'tether:policy/log@0.2.1';
+import { log } from 'tether:policy/log@0.2.2';
 
 // ----- settings: a JSON object; unknown keys are refused -----
 // (These are the policy's own settings, given to init and setSettings. A server's per-server

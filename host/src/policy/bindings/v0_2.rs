@@ -4,8 +4,8 @@
 //!
 //! The bindings are generated from the line as first published (`wit/0.2.0`), so every 0.2.x
 //! component loads; what a later minor adds is looked up by name when the component has it
-//! (0.2.1: `set-naming` and `name-prompts`, [`Naming`]), and a component without it is
-//! named as 0.2.0 was.
+//! (0.2.1: `set-naming` and `name-prompts`, [`Naming`]; 0.2.2: `authorization-required`,
+//! [`Authorization`]), and a component without it is treated as the older minor was.
 
 wasmtime::component::bindgen!({
     path: "../wit/0.2.0",
@@ -24,20 +24,43 @@ use crate::policy::types as host;
 /// The contract version these bindings were generated from.
 pub const VERSION: &str = "0.2.0";
 
-/// The newest minor of the line this host knows (what `wit/0.2` declares).
-pub const NEWEST: &str = "0.2.1";
+/// The minor that added the operator's naming.
+const NAMING_SINCE: &str = "0.2.1";
+
+/// The minor that added authorizations (the newest this host knows: what `wit/0.2` declares).
+const AUTHORIZATION_SINCE: &str = "0.2.2";
 
 /// A component of the 0.2 line ready to instantiate: the 0.2.0 exports, and where a later
 /// minor's additions are, if it has them.
 pub(crate) struct Pre {
     exports: PolicyComponentPre<StoreState>,
     naming: Option<NamingIndices>,
+    authorization: Option<ComponentExportIndex>,
 }
 
 /// An instance's 0.2 exports.
 pub(crate) struct Bound {
     pub(crate) exports: PolicyComponent,
     pub(crate) naming: Option<Naming>,
+    pub(crate) authorization: Option<Authorization>,
+}
+
+/// 0.2.2's `authorization` interface of one instance.
+pub(crate) struct Authorization {
+    required: TypedFunc<(String, String), ()>,
+}
+
+impl Authorization {
+    /// `authorization-required(server, what-to-do)`.
+    pub(crate) fn required(
+        &self,
+        store: &mut Store<StoreState>,
+        server: &str,
+        what_to_do: &str,
+    ) -> wasmtime::Result<()> {
+        self.required
+            .call(store, (server.to_string(), what_to_do.to_string()))
+    }
 }
 
 /// Where 0.2.1's `set-naming` and `name-prompts` are in a component.
@@ -75,16 +98,26 @@ impl Pre {
     ) -> wasmtime::Result<Self> {
         // Found by semver: a 0.2.2 component's `policy@0.2.2` answers for 0.2.1.
         let naming = component
-            .get_export_index(None, format!("tether:policy/policy@{NEWEST}").as_str())
+            .get_export_index(
+                None,
+                format!("tether:policy/policy@{NAMING_SINCE}").as_str(),
+            )
             .and_then(|policy| {
                 Some(NamingIndices {
                     set_naming: component.get_export_index(Some(&policy), "set-naming")?,
                     name_prompts: component.get_export_index(Some(&policy), "name-prompts")?,
                 })
             });
+        let authorization = component
+            .get_export_index(
+                None,
+                format!("tether:policy/authorization@{AUTHORIZATION_SINCE}").as_str(),
+            )
+            .and_then(|at| component.get_export_index(Some(&at), "authorization-required"));
         Ok(Self {
             exports: PolicyComponentPre::new(instance_pre)?,
             naming,
+            authorization,
         })
     }
 
@@ -98,7 +131,17 @@ impl Pre {
             }),
             None => None,
         };
-        Ok(Bound { exports, naming })
+        let authorization = match &self.authorization {
+            Some(at) => Some(Authorization {
+                required: instance.get_typed_func(&mut *store, at)?,
+            }),
+            None => None,
+        };
+        Ok(Bound {
+            exports,
+            naming,
+            authorization,
+        })
     }
 }
 
