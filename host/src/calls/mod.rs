@@ -297,6 +297,11 @@ impl Supervisor {
             Err(CallFailure::Protocol(error)) => {
                 return Err(CallError::Rejected { server, error });
             }
+            // A retry that never left does not undo the loss before it: the call may have run.
+            Err(CallFailure::NotSent(fault)) if lost_before => refused(format!(
+                "The connection to server \"{server}\" was lost during the call, and the retry on a fresh session could not be sent ({}). The tool is read-only, so retrying is safe: wait a few seconds and retry.",
+                fault_words(&fault)
+            )),
             Err(CallFailure::Lost(fault)) if lost_before && tries == 2 => refused(format!(
                 "The connection to server \"{server}\" was lost during the call, and again during one retry on a fresh session ({}). The tool is read-only, so retrying is safe: wait a few seconds and retry.",
                 fault_words(&fault)
