@@ -992,6 +992,45 @@ async fn the_cli_shows_status_as_a_table_and_as_json_and_requests_reconnects() {
     admin.stop().await;
 }
 
+/// `tether --version` and `tether version --json` say what the build is.
+#[tokio::test]
+async fn the_version_names_the_commit_target_wasmtime_and_contract_lines() {
+    let (code, stdout, stderr) = cli(&["--version"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    for part in [
+        &format!("tether {}", env!("CARGO_PKG_VERSION")),
+        "commit:",
+        "target:",
+        "wasmtime:  48.",
+        "tether:policy 0.2.0 to 0.2.2",
+        "tether:policy 0.1.0",
+    ] {
+        assert!(stdout.contains(part), "{part:?} in {stdout}");
+    }
+    let (code, stdout, stderr) = cli(&["version", "--json"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let build: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(build["version"], env!("CARGO_PKG_VERSION"));
+    assert!(
+        build["target"].as_str().unwrap().contains("linux"),
+        "{build}"
+    );
+    // The checkout's commit (with `-modified` for uncommitted changes); "unknown" only
+    // outside a git checkout.
+    let head = std::process::Command::new("git")
+        .args(["-C", env!("CARGO_MANIFEST_DIR"), "rev-parse", "HEAD"])
+        .output()
+        .ok()
+        .filter(|output| output.status.success())
+        .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_string());
+    let commit = build["commit"].as_str().unwrap();
+    match head {
+        Some(head) => assert!(head.starts_with(&commit[..12]), "{commit} is not {head}"),
+        None => assert_eq!(commit, "unknown"),
+    }
+    assert_eq!(build["contracts"][0]["newest"], "0.2.2", "{build}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_finds_the_gateway_through_the_state_file_and_explains_failures() {
     let admin = Admin::start(Host::fast()).await;
@@ -1000,9 +1039,9 @@ async fn the_cli_finds_the_gateway_through_the_state_file_and_explains_failures(
     let path = dir.path().join("serve.json");
     let path_str = path.to_str().unwrap();
 
-    // No state file.
+    // No state file: no gateway to reach (exit 3, not a usage error).
     let (code, _, stderr) = cli(&["status", "--state-file", path_str]).await;
-    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(code, Some(3), "{stderr}");
     assert!(
         stderr.contains(&format!("no running gateway found (looked in {path_str})"))
             && stderr.contains("--admin"),
@@ -1056,7 +1095,7 @@ async fn the_cli_finds_the_gateway_through_the_state_file_and_explains_failures(
         path_str,
     ])
     .await;
-    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(code, Some(3), "{stderr}");
     assert!(
         stderr.contains(&format!("cannot reach the gateway at {closed}")),
         "{stderr}"
@@ -1074,7 +1113,7 @@ async fn the_cli_finds_the_gateway_through_the_state_file_and_explains_failures(
     )
     .unwrap();
     let (code, _, stderr) = cli(&["status", "--state-file", path_str]).await;
-    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(code, Some(3), "{stderr}");
     assert!(stderr.contains("no longer running"), "{stderr}");
 
     // Settings refused by the policy: exit 1 with its reason; good ones apply.

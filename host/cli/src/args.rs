@@ -62,6 +62,13 @@ pub enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+    /// What this build is: version, commit, target, wasmtime, the policy contract lines it
+    /// loads (`--version` says the same).
+    Version {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]

@@ -29,27 +29,26 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a request may take (a swap compiles the component; a reload may stop servers).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Why a command did not succeed, and so its exit code.
+/// Why a command did not succeed, and so its exit code (see [`crate::exit`]).
 #[derive(Debug)]
 enum Failure {
-    /// The request failed or was refused (exit 1).
+    /// The request failed or was refused.
     Failed(String),
-    /// The gateway cannot be reached or found (exit 2).
+    /// The command does not say which gateway, or how to reach it.
+    Usage(String),
+    /// The gateway cannot be reached or found.
     Unreachable(String),
 }
 
 impl Failure {
     fn report(self) -> ExitCode {
-        match self {
-            Failure::Failed(message) => {
-                eprintln!("error: {message}");
-                ExitCode::from(1)
-            }
-            Failure::Unreachable(message) => {
-                eprintln!("error: {message}");
-                ExitCode::from(2)
-            }
-        }
+        let (message, code) = match self {
+            Failure::Failed(message) => (message, crate::exit::REFUSED),
+            Failure::Usage(message) => (message, crate::exit::USAGE),
+            Failure::Unreachable(message) => (message, crate::exit::UNREACHABLE),
+        };
+        eprintln!("error: {message}");
+        ExitCode::from(code)
     }
 }
 
@@ -85,7 +84,7 @@ fn state_path(admin: &AdminArgs) -> Result<PathBuf, Failure> {
         ))),
         // Nothing runs: name where the HTTP gateway's file would be.
         (0, None) => Ok(state_file::default_path()),
-        (_, _) => Err(Failure::Unreachable(format!(
+        (_, _) => Err(Failure::Usage(format!(
             "{} gateways are running ({}); pick one with --pid PID or --state-file FILE (`tether gateways` lists them)",
             chosen.len(),
             chosen
@@ -156,7 +155,7 @@ fn locate(admin: &AdminArgs) -> Result<Gateway, Failure> {
                 None => match state_file::read(&path) {
                     Ok(state) if state.addr == addr => state.token,
                     _ => {
-                        return Err(Failure::Unreachable(format!(
+                        return Err(Failure::Usage(format!(
                             "no admin token for {addr}: pass --token or set TETHER_ADMIN_TOKEN (the state file {} does not name {addr})",
                             path.display()
                         )));

@@ -5,21 +5,27 @@
 mod args;
 pub mod auth;
 mod client;
+pub mod exit;
 mod policy;
 mod serve;
 mod starter;
 pub mod state_file;
+pub mod version;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 use args::{AuthCommand, Cli, Command, PolicyCommand};
 
 /// Runs the command line: parses the arguments, runs the command, and says how it ended.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // The long version names the commit, target, wasmtime and contract lines (built once).
+    let long_version: &'static str = Box::leak(version::long().into_boxed_str());
+    let matches = Cli::command().long_version(long_version).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
     match cli.command {
+        Command::Version { json } => version::print(json),
         Command::Serve(args) => {
             // rmcp logs every session start and end at info; ours say it better.
             init_logging("info,rmcp=warn");
@@ -93,6 +99,7 @@ async fn admin_command(command: Command) -> ExitCode {
             command: PolicyCommand::Set { settings, admin },
         } => client::policy_set(&admin, &settings).await,
         Command::Serve(_)
+        | Command::Version { .. }
         | Command::Policy {
             command:
                 PolicyCommand::Check(_) | PolicyCommand::New { .. } | PolicyCommand::Replay { .. },
@@ -109,10 +116,31 @@ pub(crate) fn default_cache_dir() -> Option<std::path::PathBuf> {
 fn init_logging(default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    // Colours only on a terminal: stderr redirected to a file gets plain text.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(colours(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
         .try_init();
+}
+
+/// Colours only on a terminal (stderr redirected to a file gets plain text), and never when
+/// `NO_COLOR` is set to anything but the empty string (no-color.org).
+fn colours(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(|value| value.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_color_turns_colours_off_on_a_terminal() {
+        assert!(colours(true, None));
+        assert!(colours(true, Some("".as_ref())));
+        assert!(!colours(true, Some("1".as_ref())));
+        assert!(!colours(false, None));
+    }
 }

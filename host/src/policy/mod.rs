@@ -116,6 +116,15 @@ pub enum PolicyError {
     NoShadow,
 }
 
+/// The policy contract lines this host loads, newest first, each as the oldest version it
+/// loads and the newest whose additions it knows (for `tether version`).
+pub fn contract_support() -> Vec<(&'static str, &'static str)> {
+    bindings::CONTRACT_VERSIONS
+        .into_iter()
+        .zip(bindings::CONTRACT_NEWEST)
+        .collect()
+}
+
 /// The contract lines this host loads, for messages: "0.2.x (0.2.0 or newer) and 0.1.x (...)".
 fn contract_lines() -> String {
     bindings::CONTRACT_VERSIONS

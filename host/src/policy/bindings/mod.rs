@@ -11,6 +11,10 @@ pub const CONTRACT_PACKAGE: &str = "tether:policy";
 /// minor version of the same 0.x line is loaded as that line (additive changes only).
 pub const CONTRACT_VERSIONS: [&str; 2] = [v0_2::VERSION, v0_1::VERSION];
 
+/// The newest version of each line this host knows all of, in the order of
+/// [`CONTRACT_VERSIONS`] (a later minor loads too, as the newest known).
+pub const CONTRACT_NEWEST: [&str; 2] = [v0_2::NEWEST, v0_1::VERSION];
+
 /// The contract line a component speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Contract {

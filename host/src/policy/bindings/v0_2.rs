@@ -27,8 +27,11 @@ pub const VERSION: &str = "0.2.0";
 /// The minor that added the operator's naming.
 const NAMING_SINCE: &str = "0.2.1";
 
-/// The minor that added authorizations (the newest this host knows: what `wit/0.2` declares).
+/// The minor that added authorizations.
 const AUTHORIZATION_SINCE: &str = "0.2.2";
+
+/// The newest minor of the line this host knows (what `wit/0.2` declares).
+pub const NEWEST: &str = AUTHORIZATION_SINCE;
 
 /// A component of the 0.2 line ready to instantiate: the 0.2.0 exports, and where a later
 /// minor's additions are, if it has them.
