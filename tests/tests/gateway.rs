@@ -331,7 +331,8 @@ async fn config_errors_name_the_file_the_server_and_the_key() {
         .await
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    // A config that cannot be used exits 2, as a usage error does.
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("bad.json") && stderr.contains("files") && stderr.contains("command"),
         "{stderr}"
@@ -374,7 +375,7 @@ async fn invalid_server_names_and_policy_overrides_stop_serve_at_once() {
             .await
             .unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(1), "{name}: {stderr}");
+        assert_eq!(output.status.code(), Some(2), "{name}: {stderr}");
         assert!(stderr.contains(name), "{name}: {stderr}");
         for word in words {
             assert!(stderr.contains(word), "{name}: no {word:?} in {stderr}");

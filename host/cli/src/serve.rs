@@ -41,8 +41,19 @@ pub fn main(args: ServeArgs) -> ExitCode {
         // Once: the log goes to stderr too.
         Err(error) => {
             eprintln!("error: {error:#}");
-            ExitCode::FAILURE
+            ExitCode::from(exit_code(&error))
         }
+    }
+}
+
+/// A config, a server or a policy that cannot be used is the operator's to fix (2); anything
+/// else failed while serving (1).
+fn exit_code(error: &anyhow::Error) -> u8 {
+    match error.downcast_ref::<tether::Error>() {
+        Some(tether::Error::Config(_) | tether::Error::Server(_) | tether::Error::Policy(_)) => {
+            crate::exit::USAGE
+        }
+        _ => crate::exit::REFUSED,
     }
 }
 

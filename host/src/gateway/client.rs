@@ -92,6 +92,9 @@ enum Item {
 
 /// Passes an upstream request's progress to its client under the client's own token, in the
 /// order it came, never backwards; [`ProgressForward::flush`] lets the answer wait for it.
+/// Progress notifications of one request waiting for a slow client.
+const PROGRESS_BACKLOG: usize = 4096;
+
 pub(super) struct Forwarder {
     token: ProgressToken,
     items: mpsc::Sender<Item>,
@@ -103,7 +106,9 @@ impl Forwarder {
     fn for_request(context: &RequestContext<RoleServer>) -> Option<Arc<dyn ProgressForward>> {
         let token = context.meta.get_progress_token()?;
         let peer = context.peer.clone();
-        let (items, mut pending) = mpsc::channel(64);
+        // Room for a long burst while the client is slow to read (slots are allocated as
+        // used); only a client that stops reading misses some, and memory stays bounded.
+        let (items, mut pending) = mpsc::channel(PROGRESS_BACKLOG);
         tokio::spawn(async move {
             let mut broken = false;
             while let Some(item) = pending.recv().await {
