@@ -63,6 +63,32 @@ pub fn advertised_name_with(prefix: Option<&str>, server: &str, tool: &str) -> S
     format!("{}_{:08x}", &full[..keep.min(full.len())], folded)
 }
 
+/// The names agents see for a server's prompts (`originals`), by the rule of its tools;
+/// prompts that would share a name are all withheld, as tools are.
+pub fn prompt_names(
+    prefix: Option<&str>,
+    server: &str,
+    originals: &[String],
+) -> Vec<crate::model::NamedPrompt> {
+    let mut by_name: std::collections::BTreeMap<String, Vec<&String>> = Default::default();
+    for original in originals {
+        by_name
+            .entry(advertised_name_with(prefix, server, original))
+            .or_default()
+            .push(original);
+    }
+    by_name
+        .into_iter()
+        .filter_map(|(advertised, group)| match group.as_slice() {
+            [original] => Some(crate::model::NamedPrompt {
+                advertised,
+                original: (*original).clone(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -102,25 +102,7 @@ impl Policy {
     /// that would share a name are all withheld, as tools are.
     pub fn name_prompts(&self, server: &str, originals: &[String]) -> Vec<NamedPrompt> {
         let prefix = self.namings.get(server).map(String::as_str);
-        let mut by_name: BTreeMap<String, Vec<&String>> = BTreeMap::new();
-        for original in originals {
-            by_name
-                .entry(crate::naming::advertised_name_with(
-                    prefix, server, original,
-                ))
-                .or_default()
-                .push(original);
-        }
-        by_name
-            .into_iter()
-            .filter_map(|(advertised, group)| match group.as_slice() {
-                [original] => Some(NamedPrompt {
-                    advertised,
-                    original: (*original).clone(),
-                }),
-                _ => None,
-            })
-            .collect()
+        crate::naming::prompt_names(prefix, server, originals)
     }
 
     pub fn info() -> PolicyInfo {

@@ -643,6 +643,14 @@ impl ServerHandler for Gateway {
             let asker = client::Client::of(&context);
             let retries = client::can_be_asked(&asker);
             let mut arguments = request.arguments;
+            // For the words of a request for input: whose it is.
+            let server_of = || {
+                self.supervisor
+                    .registry()
+                    .route_for_call(&request.name)
+                    .map(|route| route.server)
+                    .unwrap_or_default()
+            };
             for round in 0..=MAX_INPUT_ROUNDS {
                 let kept = retries.then(|| arguments.clone()).flatten();
                 let response = self
@@ -653,25 +661,14 @@ impl ServerHandler for Gateway {
                     Ok(CallToolResponse::InputRequired(input))
                         if retries && round < MAX_INPUT_ROUNDS =>
                     {
-                        let server = self
-                            .supervisor
-                            .registry()
-                            .route_for_call(&request.name)
-                            .map(|route| route.server)
-                            .unwrap_or_default();
-                        call.input_responses = Some(client::fulfil(&server, &asker, &input).await?);
+                        call.input_responses =
+                            Some(client::fulfil(&server_of(), &asker, &input).await?);
                         call.request_state = input.request_state;
                         arguments = kept;
                     }
                     // An older client that declared none of what a server may ask.
                     Ok(CallToolResponse::InputRequired(input)) if !retries => {
-                        let server = self
-                            .supervisor
-                            .registry()
-                            .route_for_call(&request.name)
-                            .map(|route| route.server)
-                            .unwrap_or_default();
-                        return Err(client::unanswerable(&server, &asker, &input));
+                        return Err(client::unanswerable(&server_of(), &asker, &input));
                     }
                     outcome => return call_answer(&request.name, outcome, false),
                 }

@@ -68,6 +68,26 @@ async fn recovery(authorizer: &Arc<Authorizer>, failed: &Failed) -> Recovery {
     }
 }
 
+/// `first`, then, if the authorizer obtained new tokens after its failure, `again` (a request
+/// not sent until then). Whatever is answered lets the authorizer open a login again later.
+async fn recovering<T>(
+    authorizer: &Arc<Authorizer>,
+    first: impl Future<Output = Result<T, Failed>>,
+    again: Option<impl Future<Output = Result<T, Failed>>>,
+) -> Result<T, Failed> {
+    let mut outcome = first.await;
+    if let Err(failed) = &outcome
+        && recovery(authorizer, failed).await == Recovery::Retry
+        && let Some(again) = again
+    {
+        outcome = again.await;
+    }
+    if outcome.is_ok() {
+        authorizer.answered();
+    }
+    outcome
+}
+
 impl StreamableHttpClient for Signing {
     type Error = reqwest::Error;
 
@@ -112,12 +132,8 @@ impl StreamableHttpClient for Signing {
                 )
                 .await;
         };
-        // A copy only where new tokens could come while the request waits.
-        let again = authorizer
-            .may_retry()
-            .then(|| (message.clone(), custom_headers.clone()));
-        let first = signer
-            .post_message_with_response_limits(
+        let send = |message, custom_headers| {
+            signer.post_message_with_response_limits(
                 uri.clone(),
                 message,
                 session_id.clone(),
@@ -125,34 +141,12 @@ impl StreamableHttpClient for Signing {
                 custom_headers,
                 limits,
             )
-            .await;
-        let outcome = match (first, again) {
-            (Err(failed), Some((message, custom_headers))) => {
-                if recovery(authorizer, &failed).await == Recovery::Retry {
-                    signer
-                        .post_message_with_response_limits(
-                            uri,
-                            message,
-                            session_id,
-                            auth_header,
-                            custom_headers,
-                            limits,
-                        )
-                        .await
-                } else {
-                    Err(failed)
-                }
-            }
-            (Err(failed), None) => {
-                recovery(authorizer, &failed).await;
-                Err(failed)
-            }
-            (answer, _) => answer,
         };
-        if outcome.is_ok() {
-            authorizer.answered();
-        }
-        outcome
+        // A copy only where new tokens could come while the request waits.
+        let again = authorizer
+            .may_retry()
+            .then(|| send(message.clone(), custom_headers.clone()));
+        recovering(authorizer, send(message, custom_headers), again).await
     }
 
     async fn delete_session(
@@ -228,15 +222,6 @@ impl StreamableHttpClient for Signing {
                 max_sse_event_size,
             )
         };
-        match open().await {
-            Err(failed) => {
-                if recovery(authorizer, &failed).await == Recovery::Retry {
-                    open().await
-                } else {
-                    Err(failed)
-                }
-            }
-            stream => stream,
-        }
+        recovering(authorizer, open(), Some(open())).await
     }
 }

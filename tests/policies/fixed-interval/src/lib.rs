@@ -17,7 +17,7 @@ use tether_policy::model::{
     LogLevel, Millis, NamedPrompt, Naming, PolicyInfo, ServerConfig, ServerState, ServerStatus,
     StateChange, Tool, Wake,
 };
-use tether_policy::naming::advertised_name_with;
+use tether_policy::naming::prompt_names;
 use tether_policy::registry::{Filters, Registry};
 
 /// What an instance is given: one setting, the interval.
@@ -410,34 +410,12 @@ impl PolicyLogic for FixedInterval {
     }
 
     fn name_prompts(&self, server: &str, originals: &[String]) -> Vec<NamedPrompt> {
-        name_prompts(
+        prompt_names(
             self.namings.get(server).map(String::as_str),
             server,
             originals,
         )
     }
-}
-
-/// Each prompt under the rule of the server's tools; prompts that would share a name are all
-/// withheld (as the default policy does).
-fn name_prompts(prefix: Option<&str>, server: &str, originals: &[String]) -> Vec<NamedPrompt> {
-    let mut by_name: BTreeMap<String, Vec<&String>> = BTreeMap::new();
-    for original in originals {
-        by_name
-            .entry(advertised_name_with(prefix, server, original))
-            .or_default()
-            .push(original);
-    }
-    by_name
-        .into_iter()
-        .filter_map(|(advertised, group)| match group.as_slice() {
-            [original] => Some(NamedPrompt {
-                advertised,
-                original: (*original).clone(),
-            }),
-            _ => None,
-        })
-        .collect()
 }
 
 tether_policy::export_policy_logic!(FixedInterval);

@@ -17,7 +17,7 @@ use tether_policy::model::{
     LogLevel, Millis, NamedPrompt, Naming, PolicyInfo, ServerConfig, ServerState, ServerStatus,
     StateChange, Tool, Wake,
 };
-use tether_policy::naming::advertised_name_with;
+use tether_policy::naming::prompt_names;
 use tether_policy::registry::{Filters, Registry};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -449,24 +449,7 @@ impl PolicyLogic for GivesUp {
 
     fn name_prompts(&self, server: &str, originals: &[String]) -> Vec<NamedPrompt> {
         let prefix = self.namings.get(server).map(String::as_str);
-        let mut by_name: BTreeMap<String, Vec<&String>> = BTreeMap::new();
-        for original in originals {
-            by_name
-                .entry(advertised_name_with(prefix, server, original))
-                .or_default()
-                .push(original);
-        }
-        // Prompts that would share a name are all withheld.
-        by_name
-            .into_iter()
-            .filter_map(|(advertised, group)| match group.as_slice() {
-                [original] => Some(NamedPrompt {
-                    advertised,
-                    original: (*original).clone(),
-                }),
-                _ => None,
-            })
-            .collect()
+        prompt_names(prefix, server, originals)
     }
 }
 
