@@ -111,6 +111,39 @@ async fn an_oversized_answer_fails_its_call_at_once_and_the_session_lives_on() {
     }
 }
 
+/// A child that closes its stdout and lives on ends its session as such (not as "exited"),
+/// within the short wait for an exit; it is then stopped and reaped, and a new one started.
+#[tokio::test]
+async fn a_child_that_closes_its_stdout_and_lives_on_is_ended_and_reaped() {
+    let host = Host::fast();
+    let mut spec = hostile("mute", &["closes-stdout"]);
+    spec.timeouts.stop_grace = Duration::from_millis(200);
+    host.supervisor.add_server(spec).unwrap();
+    healthy(&host, "mute").await;
+    let pid = host.view("mute").pid.expect("a stdio child");
+    let (words, failed, took) = call(&host, "mute__big", serde_json::json!({})).await;
+    assert!(failed && words.contains("lost"), "{words}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    wait_until("the fault names the closed stdout", || {
+        host.view("mute")
+            .last_fault
+            .is_some_and(|fault| fault.contains("closed its stdout but did not exit"))
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while process_exists(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the mute child {pid} was never reaped"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_until("a new child", || {
+        host.view("mute").pid.is_some_and(|new| new != pid)
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn an_answer_without_end_fails_at_once_and_memory_stays_bounded() {
     if !in_own_process(

@@ -733,8 +733,8 @@ async fn a_frozen_servers_tools_are_withdrawn_before_its_teardown_ends() {
         process_exists(pid),
         "the tools were withdrawn only after the teardown ({withdrawn:?})"
     );
-    // At most the keepalive's interval (its floor) and deadline, and the short wait for an
-    // exit that does not come: well before the teardown's two graces are over.
+    // At most the keepalive's interval (its floor) and deadline (virtual time shows there is
+    // no wait after it): well before the teardown's two graces are over.
     let detection = tether::config::Timeouts::KEEPALIVE_FLOOR + Duration::from_secs(3);
     assert!(withdrawn < detection, "{withdrawn:?}");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);

@@ -5,6 +5,7 @@
 //! (reaping, process groups, pipes) stays in `supervision_stdio`.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,8 +32,8 @@ enum Plan {
         tools: Vec<&'static str>,
         hangs: bool,
     },
-    /// A session whose process dies during its first keepalive: the keepalive fails at once,
-    /// and the session is seen to end (exit code 7) a few milliseconds later.
+    /// A session whose process dies during its first keepalive: the keepalive fails at once on
+    /// a closed transport, and the session's end (exit code 7) settles a few milliseconds later.
     DiesOnKeepalive,
 }
 
@@ -96,6 +97,7 @@ impl Connector for FakeConnector {
                         end: watch::channel(None).0,
                         hangs,
                         dies,
+                        closed: AtomicBool::new(false),
                         tools: tools.iter().map(|t| tether_tests::tool(t)).collect(),
                     });
                     *server.live.lock().unwrap() = Some(link.clone());
@@ -117,6 +119,8 @@ struct FakeLink {
     end: watch::Sender<Option<Fault>>,
     hangs: bool,
     dies: bool,
+    /// The transport closed (the end is settling).
+    closed: AtomicBool,
     tools: Vec<Tool>,
 }
 
@@ -143,18 +147,22 @@ impl Link for FakeLink {
         TransportKind::Stdio
     }
     fn is_alive(&self) -> bool {
-        self.end.borrow().is_none()
+        self.end.borrow().is_none() && !self.closed.load(Ordering::SeqCst)
     }
-    fn ended(&self) -> BoxFuture<'_, ()> {
+    fn ended(&self) -> BoxFuture<'_, Fault> {
         let mut end = self.end.subscribe();
         async move {
-            let _ = end.wait_for(Option::is_some).await;
+            let settled = end
+                .wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|f| f.clone());
+            match settled {
+                Some(fault) => fault,
+                None => std::future::pending().await,
+            }
         }
         .boxed()
-    }
-    fn end_fault(&self) -> BoxFuture<'_, Fault> {
-        let fault = self.end.borrow().clone();
-        async move { fault.unwrap_or(Fault::TransportClosed("still open".into())) }.boxed()
     }
     fn recorded_end(&self) -> Option<Fault> {
         self.end.borrow().clone()
@@ -163,6 +171,7 @@ impl Link for FakeLink {
         async move {
             self.server.keepalives.lock().unwrap().push(Instant::now());
             if self.dies {
+                self.closed.store(true, Ordering::SeqCst);
                 let end = self.end.clone();
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(5)).await;
@@ -310,15 +319,16 @@ async fn keepalives_prove_a_session_early_and_one_unanswered_ends_it() {
         .collect();
     assert_eq!(keepalives, [5, 65, 125, 185]);
 
-    // The next session never answers: it ends one keepalive deadline after its first probe,
-    // and half a second more in which a dying child would have been seen to end.
+    // The next session never answers: it ends, and its tools go, the moment its first probe's
+    // deadline passes; no wait for an end that a frozen session never shows.
     server.kill(Fault::ProcessExited(Some(1)));
     let second = reaches(&supervisor, ServerState::Connected).await;
     let ended = reaches(&supervisor, ServerState::BackingOff).await;
     assert_eq!(
         ended - second,
-        Timeouts::KEEPALIVE_FLOOR + test_timeouts().keepalive_deadline + Duration::from_millis(500)
+        Timeouts::KEEPALIVE_FLOOR + test_timeouts().keepalive_deadline
     );
+    assert!(tools(&supervisor).is_empty());
     let fault = supervisor.views()[0].last_fault.clone().unwrap_or_default();
     assert!(fault.contains("no answer"), "{fault}");
     reaches(&supervisor, ServerState::Connected).await;

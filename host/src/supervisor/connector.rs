@@ -58,13 +58,12 @@ pub trait Link: Send + Sync {
     fn pid(&self) -> Option<u32>;
     /// How the session reaches the server.
     fn transport(&self) -> TransportKind;
-    /// Whether the session has not ended.
+    /// Whether the session has not ended. Once false, `ended` resolves promptly: the
+    /// transport that saw the end settles its cause (a stdio child's exit status) itself.
     fn is_alive(&self) -> bool;
-    /// Resolves when the session ends.
-    fn ended(&self) -> BoxFuture<'_, ()>;
-    /// Why the session ended (once it has).
-    fn end_fault(&self) -> BoxFuture<'_, Fault>;
-    /// What the transport saw end the session, if anything yet.
+    /// Resolves when the session ends, with why.
+    fn ended(&self) -> BoxFuture<'_, Fault>;
+    /// What the transport recorded against the session, if anything yet (it may still run).
     fn recorded_end(&self) -> Option<Fault>;
     /// Proves the session answers.
     fn keepalive<'a>(&'a self, timeouts: &'a Timeouts) -> BoxFuture<'a, Result<(), Fault>>;
@@ -139,11 +138,8 @@ impl Link for Session {
     fn is_alive(&self) -> bool {
         Session::is_alive(self)
     }
-    fn ended(&self) -> BoxFuture<'_, ()> {
+    fn ended(&self) -> BoxFuture<'_, Fault> {
         Session::ended(self).boxed()
-    }
-    fn end_fault(&self) -> BoxFuture<'_, Fault> {
-        Session::end_fault(self).boxed()
     }
     fn recorded_end(&self) -> Option<Fault> {
         Session::recorded_end(self)

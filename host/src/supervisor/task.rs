@@ -116,11 +116,7 @@ impl ServerTask {
                     }
                 }
                 _ = sleep_until_option(deadline) => Input::Tick,
-                () = ended(io.link.as_deref()) => {
-                    // Waited for here, not in the race above: a stdio session's exit code may
-                    // take a moment, and nothing else may be handled before its end is.
-                    let Some(link) = io.link.clone() else { continue };
-                    let fault = link.end_fault().await;
+                fault = ended(io.link.as_deref()) => {
                     tracing::info!(server = %name, "session ended: {fault}");
                     Input::Ended(fault)
                 }
@@ -129,11 +125,12 @@ impl ServerTask {
                     let mut recorded_end = None;
                     if let (Err(fault), Some(link)) = (&result, io.link.clone()) {
                         tracing::warn!(server = %name, "{fault}; closing the session");
-                        // A child that died fails its keepalive a moment before its session
-                        // is seen to end: what ended it (its exit code) says more.
-                        recorded_end = match tokio::time::timeout(END_GRACE, link.ended()).await {
-                            Ok(()) => Some(link.end_fault().await),
-                            Err(_) => link.recorded_end(),
+                        // A child that died fails its keepalive a moment before its end is
+                        // settled, which then follows at once and says more (its exit code).
+                        // A session still open (frozen, slow) is given up now.
+                        recorded_end = match link.is_alive() {
+                            true => link.recorded_end(),
+                            false => Some(link.ended().await),
                         };
                     }
                     Input::KeepaliveDone { result, recorded_end }
@@ -371,9 +368,6 @@ impl Drop for Settled {
     }
 }
 
-/// How long a failed keepalive waits to see whether its session ended too.
-const END_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
-
 /// Polls an optional future; pending forever when there is none.
 async fn poll_option<T>(future: &mut Option<BoxFuture<'static, T>>) -> T {
     match future {
@@ -389,8 +383,8 @@ async fn sleep_until_option(at: Option<tokio::time::Instant>) {
     }
 }
 
-/// Resolves once the session ends; never without a session.
-async fn ended(link: Option<&dyn Link>) {
+/// Resolves with its cause once the session ends; never without a session.
+async fn ended(link: Option<&dyn Link>) -> Fault {
     match link {
         Some(link) => link.ended().await,
         None => std::future::pending().await,

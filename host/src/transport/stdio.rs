@@ -47,11 +47,12 @@ impl ChildProcess {
 
     /// Waits up to `within` for the process to exit; returns its status if it did.
     pub async fn wait_exit(&self, within: Duration) -> Option<Option<i32>> {
-        let mut exit = self.exit.clone();
-        tokio::time::timeout(within, exit.wait_for(Option::is_some))
-            .await
-            .ok()
-            .and_then(|status| status.ok().and_then(|s| *s))
+        self.exit_watch().within(within).await
+    }
+
+    /// Its exit, to wait for apart from the process (the session's end watcher).
+    pub fn exit_watch(&self) -> ExitWatch {
+        ExitWatch(self.exit.clone())
     }
 
     /// Stops the process group: the caller has already closed stdin; wait `grace`, then SIGTERM,
@@ -65,6 +66,26 @@ impl ChildProcess {
                 let _ = self.wait_exit(Duration::from_secs(5)).await;
             }
         }
+    }
+}
+
+/// A child's exit, published by its reaper the moment it is reaped.
+#[derive(Debug, Clone)]
+pub struct ExitWatch(watch::Receiver<Option<Option<i32>>>);
+
+impl ExitWatch {
+    /// Resolves with the exit status (`None`: killed by a signal) once the child is reaped.
+    pub async fn exited(mut self) -> Option<i32> {
+        match self.0.wait_for(Option::is_some).await {
+            Ok(status) => status.flatten(),
+            // The reaper never drops its sender before publishing.
+            Err(_) => None,
+        }
+    }
+
+    /// The exit status, if the child exits within `within`.
+    pub async fn within(self, within: Duration) -> Option<Option<i32>> {
+        tokio::time::timeout(within, self.exited()).await.ok()
     }
 }
 

@@ -12,6 +12,7 @@ use rmcp::{Peer, RoleClient};
 use tokio::sync::{broadcast, watch};
 
 use super::{CATALOG_CHANGED, ListChanges, ServerEvent, TOOLS_CHANGED};
+use crate::policy::Fault;
 use std::sync::Arc;
 
 /// Longest pause between attempts to reopen a stream.
@@ -25,8 +26,8 @@ pub(super) struct Listener {
     pub changes: Arc<ListChanges>,
     pub events: broadcast::Sender<ServerEvent>,
     pub uris: watch::Receiver<BTreeSet<String>>,
-    /// True once the session ended: the listener stops.
-    pub ended: watch::Receiver<bool>,
+    /// Set once the session ended: the listener stops.
+    pub ended: watch::Receiver<Option<Fault>>,
 }
 
 /// What to ask the server for: every notification it offers, and the wanted URIs if it offers
@@ -55,8 +56,8 @@ pub(super) fn filter(
 }
 
 /// Resolves once the session has ended.
-async fn ended(ended: &mut watch::Receiver<bool>) {
-    let _ = ended.wait_for(|ended| *ended).await;
+async fn ended(ended: &mut watch::Receiver<Option<Fault>>) {
+    let _ = ended.wait_for(Option::is_some).await;
 }
 
 pub(super) fn spawn(listener: Listener) {
@@ -68,7 +69,7 @@ impl Listener {
         let mut retry = RETRY_FIRST;
         let mut renewed = false;
         loop {
-            if *self.ended.borrow() {
+            if self.ended.borrow().is_some() {
                 return;
             }
             let uris = self.uris.borrow_and_update().clone();

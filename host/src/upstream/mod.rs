@@ -357,7 +357,8 @@ pub struct Session {
     server: String,
     peer: Peer<RoleClient>,
     cancel: std::sync::Mutex<Option<rmcp::service::RunningServiceCancellationToken>>,
-    ended: watch::Receiver<bool>,
+    /// The session's end with its cause, once the transport knows both (see `watch_end`).
+    ended: watch::Receiver<Option<Fault>>,
     process: Option<ChildProcess>,
     transport: TransportKind,
     server_info: String,
@@ -485,8 +486,7 @@ impl Session {
                 (session.service, None, TransportKind::Sse)
             }
         };
-        let mut session = Self::from_service(&spec.name, service, process, transport);
-        session.end = end;
+        let mut session = Self::from_service(&spec.name, service, process, transport, end);
         session.max_message = spec.max_message;
         session.routes = routes;
         remembered.generation = Some(session.generation);
@@ -509,6 +509,7 @@ impl Session {
         service: RunningService<RoleClient, UpstreamHandler>,
         process: Option<ChildProcess>,
         transport: TransportKind,
+        end: SessionEnd,
     ) -> Session {
         let peer = service.peer().clone();
         let generation = peer.peer_info().map_or(Generation::Legacy, |info| {
@@ -523,11 +524,9 @@ impl Session {
             })
             .unwrap_or_default();
         let cancel = std::sync::Mutex::new(Some(service.cancellation_token()));
-        let (ended_tx, ended) = watch::channel(false);
-        tokio::spawn(async move {
-            let _ = service.waiting().await;
-            let _ = ended_tx.send(true);
-        });
+        let (ended_tx, ended) = watch::channel(None);
+        let exit = process.as_ref().map(ChildProcess::exit_watch);
+        tokio::spawn(watch_end(service, exit, transport, end.clone(), ended_tx));
         Session {
             server: server.to_string(),
             peer,
@@ -537,7 +536,7 @@ impl Session {
             transport,
             server_info,
             ping_unsupported: AtomicBool::new(false),
-            end: SessionEnd::new(),
+            end,
             max_message: ServerSpec::DEFAULT_MAX_MESSAGE,
             routes: Arc::default(),
             generation,
@@ -615,39 +614,39 @@ impl Session {
     }
 
     /// Whether requests can still go out: the session has not ended and its process lives.
+    /// Once false, the session's end follows promptly (see `watch_end`).
     pub fn is_alive(&self) -> bool {
-        !*self.ended.borrow()
+        self.ended.borrow().is_none()
             && !self.peer.is_transport_closed()
             && self.process.as_ref().is_none_or(ChildProcess::is_alive)
     }
 
-    /// Resolves when the session has ended (transport closed, process gone).
-    pub async fn ended(&self) {
+    /// Resolves when the session has ended, with why: what the transport recorded (HTTP 404,
+    /// 401/403, a broken stream), else the process's exit, else "the session ended".
+    pub async fn ended(&self) -> Fault {
         let mut ended = self.ended.clone();
-        let _ = ended.wait_for(|ended| *ended).await;
+        let fault = match ended.wait_for(Option::is_some).await {
+            Ok(fault) => fault.clone(),
+            Err(_) => None,
+        };
+        fault.unwrap_or_else(|| session_closed(self.transport))
     }
 
-    /// The fault the transport recorded when it ended the session, if it did.
+    /// What the transport recorded against the session (it may not have ended yet).
     pub fn recorded_end(&self) -> Option<Fault> {
         self.end.fault()
     }
 
-    /// Why the session ended, as a fault: what the transport recorded (HTTP 404, 401/403, a
-    /// broken stream), else the process's exit, else "the session ended".
+    /// Why a request found the session closed: its end, which follows a closed transport
+    /// within the stop grace; the bound only guards against a transport that never closes.
     pub async fn end_fault(&self) -> Fault {
         if let Some(fault) = self.end.fault() {
             return fault;
         }
-        if let Some(process) = &self.process {
-            // The pipe usually closes a moment before the process is reaped.
-            if let Some(code) = process.wait_exit(Duration::from_millis(500)).await {
-                return Fault::ProcessExited(code);
-            }
+        match tokio::time::timeout(END_SETTLES_WITHIN, self.ended()).await {
+            Ok(fault) => fault,
+            Err(_) => session_closed(self.transport),
         }
-        Fault::TransportClosed(format!(
-            "the {} session ended",
-            crate::transport::kind_words(self.transport)
-        ))
     }
 
     /// The full tool list, following pagination up to `max_tool_pages`, in at most
@@ -1043,6 +1042,54 @@ impl Session {
             process.terminate(grace).await;
         }
     }
+}
+
+/// How long a request that found its transport closed waits for the session's end to settle.
+const END_SETTLES_WITHIN: Duration = Duration::from_secs(5);
+
+/// Publishes the session's end with its cause, the moment both are known: when the service
+/// stops, or (stdio) when the process is reaped, whichever is first. A pipe closes a moment
+/// before its process is reaped, so a stdio session whose stdout closed waits for the exit
+/// status; a process that closes stdout and lives on is reported as such after `STDOUT_GRACE`.
+async fn watch_end(
+    service: RunningService<RoleClient, UpstreamHandler>,
+    exit: Option<stdio::ExitWatch>,
+    transport: TransportKind,
+    recorded: SessionEnd,
+    ended: watch::Sender<Option<Fault>>,
+) {
+    let cause = match exit {
+        None => {
+            let _ = service.waiting().await;
+            None
+        }
+        Some(exit) => tokio::select! {
+            _ = service.waiting() => Some(match exit.within(STDOUT_GRACE).await {
+                Some(code) => Fault::ProcessExited(code),
+                None => Fault::TransportClosed(
+                    "the server closed its stdout but did not exit".into(),
+                ),
+            }),
+            code = exit.clone().exited() => Some(Fault::ProcessExited(code)),
+        },
+    };
+    // What the transport recorded (a line too large, HTTP 404) came first and says most.
+    let fault = recorded
+        .fault()
+        .or(cause)
+        .unwrap_or_else(|| session_closed(transport));
+    tracing::debug!(%fault, "session ended");
+    let _ = ended.send(Some(fault));
+}
+
+/// How long a child whose stdout closed has to exit before that is its session's end.
+const STDOUT_GRACE: Duration = Duration::from_secs(2);
+
+fn session_closed(transport: TransportKind) -> Fault {
+    Fault::TransportClosed(format!(
+        "the {} session ended",
+        crate::transport::kind_words(transport)
+    ))
 }
 
 fn describe_service_error(error: &ServiceError) -> String {

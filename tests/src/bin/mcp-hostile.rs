@@ -132,6 +132,17 @@ fn main() {
                     continue;
                 }
                 match mode.as_str() {
+                    "closes-stdout" => {
+                        // Closes its end of the pipe and lives on, deaf to its stdin closing:
+                        // only a signal ends it.
+                        // SAFETY: closes this process's own stdout; nothing writes to it after.
+                        unsafe {
+                            libc::close(1);
+                        }
+                        loop {
+                            std::thread::sleep(std::time::Duration::from_secs(3600));
+                        }
+                    }
                     "huge-answer" => {
                         let text = "y".repeat(number(1));
                         let line = if arg(2) == "id-last" {
