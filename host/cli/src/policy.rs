@@ -145,7 +145,7 @@ pub fn replay(
             return ExitCode::from(2);
         }
     };
-    let report = match record::replay(&records, &runtime) {
+    let report = match tether::policy::replay::run(&records, &runtime) {
         Ok(report) => report,
         Err(error) => {
             eprintln!("error: the candidate failed during the replay: {error}");

@@ -13,8 +13,8 @@ use wasmtime::Engine;
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, Linker};
 
-use super::bindings::{CONTRACT_PACKAGE, Contract, v0_1, v0_2};
-use super::instance::StoreState;
+use super::bindings::{self, CONTRACT_PACKAGE, Contract, Prepared};
+use super::store::StoreState;
 use super::{PolicyError, PolicyFault};
 
 /// The default policy, built from `guest/` for wasm32-wasip2 by `host/build.rs`.
@@ -85,17 +85,7 @@ impl PolicyEngine {
             .map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
         output_streams_on_any_thread(&mut linker)
             .map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
-        // Both contract lines: their `log` imports have different versioned names.
-        v0_1::PolicyComponent::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
-            &mut linker,
-            |s| s,
-        )
-        .map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
-        v0_2::PolicyComponent::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
-            &mut linker,
-            |s| s,
-        )
-        .map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
+        bindings::add_to_linker(&mut linker).map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
         Ok(Arc::new(Self {
             engine,
             linker,
@@ -140,18 +130,13 @@ impl PolicyEngine {
                     policy: label.clone(),
                     reason: format!("it needs something this host does not provide: {e:#}"),
                 })?;
-        let not_a_policy = |e: wasmtime::Error| PolicyError::NotAPolicy {
-            policy: label.clone(),
-            reason: format!("its exports do not match tether:policy@{version}: {e:#}"),
-        };
-        let pre = match contract {
-            Contract::V0_1 => {
-                PolicyPre::V0_1(v0_1::PolicyComponentPre::new(instance_pre).map_err(not_a_policy)?)
-            }
-            Contract::V0_2 => {
-                PolicyPre::V0_2(v0_2::Pre::new(&component, instance_pre).map_err(not_a_policy)?)
-            }
-        };
+        let pre =
+            contract
+                .prepare(&component, instance_pre)
+                .map_err(|e| PolicyError::NotAPolicy {
+                    policy: label.clone(),
+                    reason: format!("its exports do not match tether:policy@{version}: {e:#}"),
+                })?;
         Ok(Arc::new(LoadedPolicy {
             engine: self.clone(),
             pre,
@@ -370,17 +355,11 @@ impl std::fmt::Debug for LoadedPolicy {
 /// A compiled, vetted policy component, ready to instantiate.
 pub struct LoadedPolicy {
     engine: Arc<PolicyEngine>,
-    pre: PolicyPre,
+    pre: Box<dyn Prepared>,
     label: String,
     digest: String,
     version: semver::Version,
     contract: Contract,
-}
-
-/// A component ready to instantiate, with the bindings of its contract line.
-pub(crate) enum PolicyPre {
-    V0_1(v0_1::PolicyComponentPre<StoreState>),
-    V0_2(v0_2::Pre),
 }
 
 impl LoadedPolicy {
@@ -389,8 +368,9 @@ impl LoadedPolicy {
         &self.engine.engine
     }
 
-    pub(crate) fn pre(&self) -> &PolicyPre {
-        &self.pre
+    /// The component, ready to instantiate in the bindings of its contract line.
+    pub(crate) fn pre(&self) -> &dyn Prepared {
+        &*self.pre
     }
 
     /// The contract line the component speaks.

@@ -30,19 +30,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use wasmtime::component::ResourceTable;
-use wasmtime::{Store, StoreLimits, StoreLimitsBuilder, Trap};
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime::{Store, Trap};
 
-use super::bindings::v0_2::Bound;
-use super::bindings::{v0_1, v0_2};
-use super::engine::{LoadedPolicy, PolicyPre};
-use super::guest_output::GuestOutput;
+use super::bindings::{Actions, Exports, Lookup};
+use super::engine::LoadedPolicy;
 use super::ledger::Ledger;
-use super::outputs::check_prompt_names;
+use super::outputs::{check_actions, check_admission, check_prompt_names};
+use super::store::StoreState;
 use super::types::{
-    Action, Admission, CallRequest, Event, EventKind, Fault, Handover, LogLevel, Millis,
-    NamedPrompt, Naming, PolicyInfo, ServerStatus, Tool,
+    Action, Admission, CallRequest, Event, EventKind, Fault, Handover, Millis, NamedPrompt, Naming,
+    PolicyInfo, ServerStatus, Tool,
 };
 use super::{PolicyError, PolicyFault};
 
@@ -216,59 +213,10 @@ fn memory_cap(limits: &Limits, data: usize) -> usize {
     usize::try_from(WASM32_MAX_MEMORY).map_or(cap, |max| cap.min(max))
 }
 
-fn store_limits(memory_bytes: usize) -> StoreLimits {
-    StoreLimitsBuilder::new()
-        .memory_size(memory_bytes)
-        .trap_on_grow_failure(true)
-        .build()
-}
-
-/// The state a policy `Store` carries.
-pub struct StoreState {
-    wasi: WasiCtx,
-    table: ResourceTable,
-    limits: StoreLimits,
-    label: Arc<str>,
-}
-
-impl WasiView for StoreState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
-    }
-}
-
-impl StoreState {
-    /// The resource table, for host functions defined outside wasmtime-wasi.
-    pub(crate) fn table(&mut self) -> &mut ResourceTable {
-        &mut self.table
-    }
-
-    /// A record the guest logs (through its contract's `log` import).
-    pub(crate) fn write_log(&mut self, level: LogLevel, message: &str) {
-        let policy = &*self.label;
-        match level {
-            LogLevel::Trace => tracing::trace!(target: "tether::policy", policy, "{message}"),
-            LogLevel::Debug => tracing::debug!(target: "tether::policy", policy, "{message}"),
-            LogLevel::Info => tracing::info!(target: "tether::policy", policy, "{message}"),
-            LogLevel::Warn => tracing::warn!(target: "tether::policy", policy, "{message}"),
-            LogLevel::Error => tracing::error!(target: "tether::policy", policy, "{message}"),
-        }
-    }
-}
-
-/// An instance's exports, in the bindings of its contract line.
-enum Bindings {
-    V0_1(v0_1::PolicyComponent),
-    V0_2(v0_2::Bound),
-}
-
 /// A live instance of a loaded policy component, in its own sandbox with fuel and memory limits.
 pub struct PolicyInstance {
     store: Store<StoreState>,
-    bindings: Bindings,
+    exports: Box<dyn Exports>,
     policy: Arc<LoadedPolicy>,
     limits: Limits,
     /// At most this much fuel per guest call, when set (an inline decision's smaller budget).
@@ -287,39 +235,21 @@ pub struct PolicyInstance {
 impl PolicyInstance {
     /// Instantiates `policy` in a fresh, empty sandbox. The guest is not initialized yet.
     pub fn instantiate(policy: &Arc<LoadedPolicy>, limits: &Limits) -> Result<Self, PolicyError> {
-        let label: Arc<str> = Arc::from(policy.label());
-        let output = GuestOutput::new(label.clone());
         // No preopens, no env, no args, no network: the policy can reach nothing.
-        let wasi = WasiCtxBuilder::new()
-            .stdout(output.clone())
-            .stderr(output)
-            .allow_ip_name_lookup(false)
-            .allow_tcp(false)
-            .allow_udp(false)
-            .build();
-        let state = StoreState {
-            wasi,
-            table: ResourceTable::new(),
-            limits: store_limits(memory_cap(limits, 0)),
-            label,
-        };
+        let state = StoreState::new(Arc::from(policy.label()), memory_cap(limits, 0));
         let mut store = Store::new(policy.engine(), state);
-        store.limiter(|state| &mut state.limits);
+        store.limiter(|state| state.limits());
         store
             .set_fuel(limits.fuel_per_call)
             .map_err(|e| policy.fault("instantiation", PolicyFault::Trap(format!("{e:#}"))))?;
         let memory_cap = memory_cap(limits, 0);
-        let instantiated = match policy.pre() {
-            PolicyPre::V0_1(pre) => pre.instantiate(&mut store).map(Bindings::V0_1),
-            PolicyPre::V0_2(pre) => pre.instantiate(&mut store).map(Bindings::V0_2),
-        };
-        let bindings = instantiated.map_err(|e| {
+        let exports = policy.pre().instantiate(&mut store).map_err(|e| {
             let fault = classify(&e, limits.fuel_per_call, memory_cap);
             policy.fault("instantiation", fault)
         })?;
         Ok(Self {
             store,
-            bindings,
+            exports,
             policy: policy.clone(),
             limits: limits.clone(),
             fuel_cap: None,
@@ -359,7 +289,7 @@ impl PolicyInstance {
         &mut self,
         during: &'static str,
         incoming: usize,
-        f: impl FnOnce(&Bindings, &mut Store<StoreState>) -> wasmtime::Result<R>,
+        f: impl FnOnce(&dyn Exports, &mut Store<StoreState>) -> wasmtime::Result<R>,
     ) -> Result<R, PolicyError> {
         let data = self.held.total().saturating_add(incoming);
         let fuel = fuel_budget(&self.limits, data);
@@ -371,15 +301,14 @@ impl PolicyInstance {
         );
         let cap = memory_cap(&self.limits, data);
         if cap != self.memory_cap {
-            // The limiter hands wasmtime `&mut state.limits`: replacing it moves the cap.
-            self.store.data_mut().limits = store_limits(cap);
+            self.store.data_mut().set_memory_cap(cap);
             self.memory_cap = cap;
         }
         self.store.set_fuel(self.fuel_budget).map_err(|e| {
             self.policy
                 .fault(during, PolicyFault::Trap(format!("{e:#}")))
         })?;
-        f(&self.bindings, &mut self.store).map_err(|e| {
+        f(&*self.exports, &mut self.store).map_err(|e| {
             let fault = classify(&e, self.fuel_budget, self.memory_cap);
             self.policy.fault(during, fault)
         })
@@ -392,22 +321,12 @@ impl PolicyInstance {
 
     /// Asks the guest who it is (its name and version).
     pub fn info(&mut self) -> Result<PolicyInfo, PolicyError> {
-        self.call("info", 0, |b, s| match b {
-            Bindings::V0_1(b) => b.tether_policy_policy().call_info(s).map(Into::into),
-            Bindings::V0_2(b) => b
-                .exports
-                .tether_policy_policy()
-                .call_info(s)
-                .map(Into::into),
-        })
+        self.call("info", 0, |x, s| x.info(s))
     }
 
     /// Initializes the guest with settings; a refusal is an error naming the policy, not a fault.
     pub fn init(&mut self, settings: &str) -> Result<(), PolicyError> {
-        let answer = self.call("init", 0, |b, s| match b {
-            Bindings::V0_1(b) => b.tether_policy_policy().call_init(s, settings),
-            Bindings::V0_2(b) => b.exports.tether_policy_policy().call_init(s, settings),
-        })?;
+        let answer = self.call("init", 0, |x, s| x.init(s, settings))?;
         answer.map_err(|reason| self.policy.refused("the settings", reason))?;
         // `init` forgets all state.
         self.held = HeldData::default();
@@ -416,13 +335,7 @@ impl PolicyInstance {
 
     /// Changes the guest's settings, keeping its state; a refusal is an error naming the policy.
     pub fn set_settings(&mut self, settings: &str) -> Result<(), PolicyError> {
-        let answer = self.call("set-settings", 0, |b, s| match b {
-            Bindings::V0_1(b) => b.tether_policy_policy().call_set_settings(s, settings),
-            Bindings::V0_2(b) => b
-                .exports
-                .tether_policy_policy()
-                .call_set_settings(s, settings),
-        })?;
+        let answer = self.call("set-settings", 0, |x, s| x.set_settings(s, settings))?;
         answer.map_err(|reason| self.policy.refused("the settings", reason))
     }
 
@@ -442,7 +355,7 @@ impl PolicyInstance {
     pub(crate) fn handle_with<'a>(
         &mut self,
         event: &Event,
-        lookup: &dyn Fn(&str, &str) -> Option<&'a Tool>,
+        lookup: &Lookup<'a>,
     ) -> Result<Vec<Action>, PolicyError> {
         // The operator's naming reaches a 0.2.1 policy right before the server's configuration.
         if let EventKind::ServerConfigured(config) = &event.kind
@@ -460,97 +373,68 @@ impl PolicyInstance {
         }
         let handed = handed_over(event, self.descriptions());
         let incoming = handed.map_or(0, |(_, bytes)| bytes);
-        let converted = match &self.bindings {
-            Bindings::V0_1(_) => v0_1::event(event).map(Converted::V0_1),
-            Bindings::V0_2(_) => v0_2::event(event).map(Converted::V0_2),
-        };
-        let Some(converted) = converted else {
+        let max_actions = self.limits.max_actions;
+        let answer = self.call("handle", incoming, |x, s| {
+            x.handle(s, event, lookup, max_actions)
+        })?;
+        let Some(actions) = answer else {
             return Ok(Vec::new());
         };
-        let answer = self.call("handle", incoming, |b, s| {
-            Ok(match (b, &converted) {
-                (Bindings::V0_1(b), Converted::V0_1(e)) => {
-                    Answer::V0_1(b.tether_policy_policy().call_handle(s, e)?)
-                }
-                (Bindings::V0_2(b), Converted::V0_2(e)) => {
-                    Answer::V0_2(b.exports.tether_policy_policy().call_handle(s, e)?)
-                }
-                _ => unreachable!("the event was converted for this instance's contract"),
-            })
-        })?;
         self.held.note(event, handed);
-        let count = match &answer {
-            Answer::V0_1(actions) => actions.len(),
-            Answer::V0_2(actions) => actions.len(),
-        };
-        if count > self.limits.max_actions {
-            return Err(self.policy.fault(
-                "handle",
-                PolicyFault::InvalidOutput(format!(
-                    "returned {count} actions for one event (limit {})",
-                    self.limits.max_actions
-                )),
-            ));
-        }
-        self.actions(answer, lookup, "handle")
+        self.checked(actions, "handle")
     }
 
-    /// Converts a guest's actions; one the host cannot take is invalid output.
-    fn actions<'a>(
-        &self,
-        answer: Answer,
-        lookup: &dyn Fn(&str, &str) -> Option<&'a Tool>,
-        during: &'static str,
+    /// Feeds `event` and checks the actions, keeping `ledger` (what the host knows) in step:
+    /// it hears the event first (a 0.2 publication needs the tools it brings), except a
+    /// removal (the policy still acts on the server it forgets), then the actions.
+    pub(crate) fn decide_event(
+        &mut self,
+        ledger: &mut Ledger,
+        event: &Event,
     ) -> Result<Vec<Action>, PolicyError> {
-        let converted: Result<Vec<Action>, String> = match answer {
-            Answer::V0_1(actions) => actions
-                .into_iter()
-                .map(|a| v0_1::action(a, lookup))
-                .collect(),
-            Answer::V0_2(actions) => actions
-                .into_iter()
-                .map(|a| v0_2::action(a, lookup))
-                .collect(),
-        };
-        converted.map_err(|why| self.policy.fault(during, PolicyFault::InvalidOutput(why)))
+        let removal = matches!(event.kind, EventKind::ServerRemoved(_));
+        if !removal {
+            ledger.note_event(event);
+        }
+        let actions = self.handle_with(event, &|server, original| ledger.tool(server, original))?;
+        check_actions(&actions, ledger)
+            .map_err(|why| self.policy.fault("handle", PolicyFault::InvalidOutput(why)))?;
+        if removal {
+            ledger.note_event(event);
+        }
+        ledger.note_actions(&actions);
+        Ok(actions)
+    }
+
+    /// Asks whether a call may be made, and checks the answer.
+    pub(crate) fn decide_admission(
+        &mut self,
+        request: &CallRequest,
+    ) -> Result<Admission, PolicyError> {
+        let admission = self.admit(request)?;
+        check_admission(&admission)
+            .map_err(|why| self.policy.fault("admit", PolicyFault::InvalidOutput(why)))?;
+        Ok(admission)
+    }
+
+    /// Actions the host can take; others are the policy's invalid output.
+    fn checked(&self, actions: Actions, during: &'static str) -> Result<Vec<Action>, PolicyError> {
+        actions.map_err(|why| self.policy.fault(during, PolicyFault::InvalidOutput(why)))
     }
 
     /// Asks the guest whether a tool call may be made.
     pub fn admit(&mut self, request: &CallRequest) -> Result<Admission, PolicyError> {
-        self.call("admit", 0, |b, s| match b {
-            Bindings::V0_1(b) => b
-                .tether_policy_policy()
-                .call_admit(s, &request.clone().into())
-                .map(v0_1::admission),
-            Bindings::V0_2(b) => b
-                .exports
-                .tether_policy_policy()
-                .call_admit(s, &request.clone().into())
-                .map(v0_2::admission),
-        })
+        self.call("admit", 0, |x, s| x.admit(s, request))
     }
 
     /// Every server's status at host time `now` (0.1 policies know no time here).
     pub fn status(&mut self, now: Millis) -> Result<Vec<ServerStatus>, PolicyError> {
-        self.call("status", 0, |b, s| match b {
-            Bindings::V0_1(b) => b
-                .tether_policy_policy()
-                .call_status(s)
-                .map(|all| all.into_iter().map(v0_1::status).collect()),
-            Bindings::V0_2(b) => b
-                .exports
-                .tether_policy_policy()
-                .call_status(s, now)
-                .map(|all| all.into_iter().map(v0_2::status).collect()),
-        })
+        self.call("status", 0, |x, s| x.status(s, now))
     }
 
     /// Serializes the guest's whole state, for `restore` in a fresh instance of the same policy.
     pub fn snapshot(&mut self) -> Result<Vec<u8>, PolicyError> {
-        self.call("snapshot", 0, |b, s| match b {
-            Bindings::V0_1(b) => b.tether_policy_policy().call_snapshot(s),
-            Bindings::V0_2(b) => b.exports.tether_policy_policy().call_snapshot(s),
-        })
+        self.call("snapshot", 0, |x, s| x.snapshot(s))
     }
 
     /// Restores a snapshot. The data it carries is accounted as the snapshot's size; the runtime,
@@ -571,10 +455,7 @@ impl PolicyInstance {
     ) -> Result<(), PolicyError> {
         // Sized for the larger of the snapshot and the data it carries, as accounted.
         let incoming = snapshot.len().max(held.total());
-        let answer = self.call("restore", incoming, |b, s| match b {
-            Bindings::V0_1(b) => b.tether_policy_policy().call_restore(s, snapshot),
-            Bindings::V0_2(b) => b.exports.tether_policy_policy().call_restore(s, snapshot),
-        })?;
+        let answer = self.call("restore", incoming, |x, s| x.restore(s, snapshot))?;
         answer.map_err(|reason| self.policy.refused("the saved state", reason))?;
         self.held = held;
         Ok(())
@@ -582,7 +463,7 @@ impl PolicyInstance {
 
     /// Whether this policy hears about missing authorizations (contract 0.2.2).
     pub fn takes_authorization(&self) -> bool {
-        matches!(&self.bindings, Bindings::V0_2(b) if b.authorization.is_some())
+        self.exports.takes_authorization()
     }
 
     /// Tells a 0.2.2 policy that `server` needs an authorization only a person can give, and
@@ -595,18 +476,14 @@ impl PolicyInstance {
         if !self.takes_authorization() {
             return Ok(());
         }
-        self.call("authorization-required", 0, |b, s| match b {
-            Bindings::V0_2(Bound {
-                authorization: Some(funcs),
-                ..
-            }) => funcs.required(s, server, what_to_do),
-            _ => unreachable!("checked above"),
+        self.call("authorization-required", 0, |x, s| {
+            x.authorization_required(s, server, what_to_do)
         })
     }
 
     /// Whether this policy names tools and prompts as the operator asks (contract 0.2.1).
     pub fn takes_naming(&self) -> bool {
-        matches!(&self.bindings, Bindings::V0_2(b) if b.naming.is_some())
+        self.exports.takes_naming()
     }
 
     /// Tells a 0.2.1 policy the operator's naming of a server; older policies ignore it.
@@ -614,13 +491,7 @@ impl PolicyInstance {
         if !self.takes_naming() {
             return Ok(());
         }
-        self.call("set-naming", 0, |b, s| match b {
-            Bindings::V0_2(Bound {
-                naming: Some(funcs),
-                ..
-            }) => funcs.set(s, naming),
-            _ => unreachable!("checked above"),
-        })
+        self.call("set-naming", 0, |x, s| x.set_naming(s, naming))
     }
 
     /// The names a 0.2.1 policy gives a server's prompts (checked: usable, unique, and only of
@@ -633,23 +504,21 @@ impl PolicyInstance {
         if !self.takes_naming() {
             return Ok(None);
         }
-        let named = self.call("name-prompts", 0, |b, s| match b {
-            Bindings::V0_2(Bound {
-                naming: Some(funcs),
-                ..
-            }) => funcs.name_prompts(s, server, originals),
-            _ => unreachable!("checked above"),
+        let named = self.call("name-prompts", 0, |x, s| {
+            x.name_prompts(s, server, originals)
         })?;
-        check_prompt_names(originals, &named).map_err(|why| {
-            self.policy
-                .fault("name-prompts", PolicyFault::InvalidOutput(why))
-        })?;
-        Ok(Some(named))
+        if let Some(named) = &named {
+            check_prompt_names(originals, named).map_err(|why| {
+                self.policy
+                    .fault("name-prompts", PolicyFault::InvalidOutput(why))
+            })?;
+        }
+        Ok(named)
     }
 
     /// Whether this policy can take over another implementation's state (contract 0.2).
     pub fn can_take_over(&self) -> bool {
-        matches!(self.bindings, Bindings::V0_2(_))
+        self.exports.can_take_over()
     }
 
     /// Hands a 0.2 policy the state of another implementation; returns its actions. `lookup`
@@ -657,7 +526,7 @@ impl PolicyInstance {
     pub fn take_over<'a>(
         &mut self,
         handover: &Handover,
-        lookup: &dyn Fn(&str, &str) -> Option<&'a Tool>,
+        lookup: &Lookup<'a>,
     ) -> Result<Vec<Action>, PolicyError> {
         let mut held = HeldData::default();
         for server in &handover.servers {
@@ -672,41 +541,16 @@ impl PolicyInstance {
                 self.set_naming(&naming)?;
             }
         }
-        let converted = v0_2::handover(handover);
-        let answer = self.call("take-over", held.total(), |b, s| match b {
-            Bindings::V0_2(b) => b
-                .exports
-                .tether_policy_policy()
-                .call_take_over(s, &converted),
-            Bindings::V0_1(_) => Ok(Err("contract 0.1 knows no handover".into())),
+        let max_actions = self.limits.max_actions;
+        let answer = self.call("take-over", held.total(), |x, s| {
+            x.take_over(s, handover, lookup, max_actions)
         })?;
         let actions =
             answer.map_err(|reason| self.policy.refused("the handed-over state", reason))?;
-        if actions.len() > self.limits.max_actions {
-            return Err(self.policy.fault(
-                "take-over",
-                PolicyFault::InvalidOutput(format!(
-                    "returned {} actions for a handover (limit {})",
-                    actions.len(),
-                    self.limits.max_actions
-                )),
-            ));
-        }
+        let actions = self.checked(actions, "take-over")?;
         self.held = held;
-        self.actions(Answer::V0_2(actions), lookup, "take-over")
+        Ok(actions)
     }
-}
-
-/// An event in the terms of an instance's contract.
-enum Converted {
-    V0_1(v0_1::tether::policy::types::Event),
-    V0_2(v0_2::tether::policy::types::Event),
-}
-
-/// A guest's actions in the terms of its contract.
-enum Answer {
-    V0_1(Vec<v0_1::tether::policy::types::Action>),
-    V0_2(Vec<v0_2::tether::policy::types::Action>),
 }
 
 /// Names what stopped a guest call made with `fuel` and a memory cap of `memory_cap` bytes.

@@ -11,7 +11,9 @@ mod instance;
 mod ledger;
 mod outputs;
 pub mod record;
+pub mod replay;
 mod runtime;
+mod store;
 pub mod types;
 
 pub use bindings::Contract;

@@ -1,52 +1,11 @@
 //! What a policy's answers may be. A policy is someone else's code: the host checks every
 //! answer before acting on it, and refuses as invalid output what no correct policy produces.
-//! An event and an admission take one path here ([`decide_event`], [`decide_admission`]), which
-//! the runtime and the conformance suite both use, so that a component that passes the check is
-//! not refused live.
+//! An event and an admission take one checked path (`PolicyInstance::decide_event` and
+//! `decide_admission`), which the runtime and the conformance suite both use, so that a
+//! component that passes the check is not refused live.
 
-use super::instance::PolicyInstance;
 use super::ledger::Ledger;
-use super::types::{Action, Admission, CallRequest, Event, EventKind};
-use super::{PolicyError, PolicyFault};
-
-/// Feeds `event` to the policy and checks its actions, keeping `ledger` (what the host knows)
-/// in step: it hears the event first (a 0.2 publication needs the tools it brings), except a
-/// removal (the policy still acts on the server it forgets), then the actions.
-pub(crate) fn decide_event(
-    instance: &mut PolicyInstance,
-    ledger: &mut Ledger,
-    event: &Event,
-) -> Result<Vec<Action>, PolicyError> {
-    let removal = matches!(event.kind, EventKind::ServerRemoved(_));
-    if !removal {
-        ledger.note_event(event);
-    }
-    let actions = instance.handle_with(event, &|server, original| ledger.tool(server, original))?;
-    check_actions(&actions, ledger).map_err(|why| {
-        instance
-            .policy()
-            .fault("handle", PolicyFault::InvalidOutput(why))
-    })?;
-    if removal {
-        ledger.note_event(event);
-    }
-    ledger.note_actions(&actions);
-    Ok(actions)
-}
-
-/// Asks the policy to admit a call and checks its answer.
-pub(crate) fn decide_admission(
-    instance: &mut PolicyInstance,
-    request: &CallRequest,
-) -> Result<Admission, PolicyError> {
-    let admission = instance.admit(request)?;
-    check_admission(&admission).map_err(|why| {
-        instance
-            .policy()
-            .fault("admit", PolicyFault::InvalidOutput(why))
-    })?;
-    Ok(admission)
-}
+use super::types::{Action, Admission};
 
 /// The longest message for the model a policy may produce.
 const MAX_MESSAGE: usize = 4096;
@@ -54,7 +13,7 @@ const MAX_MESSAGE: usize = 4096;
 /// The longest a policy may hold a call (the call's own deadline usually ends it sooner).
 const MAX_HOLD_MS: u64 = 60_000;
 
-fn check_admission(admission: &Admission) -> Result<(), String> {
+pub(crate) fn check_admission(admission: &Admission) -> Result<(), String> {
     if let Admission::Hold(hold) = admission
         && hold.wait_ms > MAX_HOLD_MS
     {

@@ -1,5 +1,5 @@
 //! Know before you swap: a recording of the policy's inputs and outputs (JSON lines, one per
-//! decision), and the replay of a recording against a candidate policy, which reports where the
+//! decision), which [`super::replay`] plays against a candidate policy to report where the
 //! candidate would have decided differently.
 //!
 //! A recording holds no secrets: server configurations carry no commands, URLs, environment or
@@ -7,7 +7,6 @@
 //! classification, and tool descriptions and schemas are replaced by a digest (so a candidate
 //! still sees when they changed).
 
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
@@ -16,7 +15,6 @@ use serde::{Deserialize, Serialize};
 
 use super::PolicyError;
 use super::bindings::v0_2::revision;
-use super::runtime::PolicyRuntime;
 use super::types::{Action, Admission, CallRequest, Event, EventKind, Tool};
 
 /// One line of a recording.
@@ -133,21 +131,6 @@ pub struct Divergence {
     pub candidate: serde_json::Value,
 }
 
-/// What a replay found.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct ReplayReport {
-    /// Decisions replayed (events and admissions).
-    pub decisions: usize,
-    /// Decisions the candidate made differently.
-    pub divergences: usize,
-    /// Divergences by kind.
-    pub by_kind: BTreeMap<String, usize>,
-    /// The first divergence on each server (later ones may be its consequences).
-    pub first_per_server: BTreeMap<String, Divergence>,
-    /// Policies the recording changed to (swaps, fallbacks) after its start.
-    pub policy_changes: usize,
-}
-
 /// Reads a recording.
 pub fn read(path: &Path) -> Result<Vec<(usize, Record)>, String> {
     let file = File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -175,67 +158,6 @@ pub fn initial_settings(records: &[(usize, Record)]) -> Option<&str> {
         Record::Policy { settings, .. } => Some(settings.as_str()),
         _ => None,
     })
-}
-
-/// Feeds a recording's inputs to `candidate`, in order, and compares its decisions with the
-/// recorded ones. `candidate` should start as the recording did (same settings).
-pub fn replay(
-    records: &[(usize, Record)],
-    candidate: &PolicyRuntime,
-) -> Result<ReplayReport, PolicyError> {
-    let mut report = ReplayReport::default();
-    let mut seen_policy = false;
-    for (line, record) in records {
-        let (server, kind, recorded, decided) = match record {
-            Record::Policy { .. } => {
-                report.policy_changes += usize::from(seen_policy);
-                seen_policy = true;
-                continue;
-            }
-            Record::Settings { settings } => {
-                candidate.set_settings(settings.clone()).wait()?;
-                continue;
-            }
-            Record::Event { event, actions } => {
-                let mut decided = candidate.handle(event.clone()).wait()?;
-                redact_actions(&mut decided);
-                let server = event.kind.server().unwrap_or("(all)").to_string();
-                let kind = format!("{} actions", event_name(&event.kind));
-                (server, kind, to_value(actions), to_value(&decided))
-            }
-            Record::Admit { request, admission } => {
-                let decided = candidate.admit(request.clone()).wait()?;
-                let kind = "admission".to_string();
-                (
-                    request.server.clone(),
-                    kind,
-                    to_value(admission),
-                    to_value(&decided),
-                )
-            }
-        };
-        report.decisions += 1;
-        if recorded == decided {
-            continue;
-        }
-        report.divergences += 1;
-        *report.by_kind.entry(kind.clone()).or_default() += 1;
-        report
-            .first_per_server
-            .entry(server.clone())
-            .or_insert(Divergence {
-                line: *line,
-                server,
-                kind,
-                recorded,
-                candidate: decided,
-            });
-    }
-    Ok(report)
-}
-
-fn to_value(value: &impl Serialize) -> serde_json::Value {
-    serde_json::to_value(value).unwrap_or_default()
 }
 
 /// The contract's name of an event kind.

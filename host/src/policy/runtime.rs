@@ -40,7 +40,7 @@ use tokio::sync::{broadcast, oneshot};
 use super::engine::{LoadedPolicy, PolicyEngine, PolicySource};
 use super::instance::{HeldData, Limits, PolicyInstance, rough_tool_data};
 use super::ledger::Ledger;
-use super::outputs::{check_actions, check_take_over, decide_admission, decide_event};
+use super::outputs::{check_actions, check_take_over};
 use super::record::{Divergence, Record, Recorder, event_name, redact_actions};
 use super::types::{
     Action, Admission, BreakerState, CallRequest, Event, EventKind, Millis, NamedPrompt,
@@ -777,8 +777,8 @@ impl Worker {
         input: &Input,
     ) -> Result<Output, PolicyError> {
         Ok(match input {
-            Input::Event(event) => Output::Actions(decide_event(instance, ledger, event)?),
-            Input::Admit(request) => Output::Admission(decide_admission(instance, request)?),
+            Input::Event(event) => Output::Actions(instance.decide_event(ledger, event)?),
+            Input::Admit(request) => Output::Admission(instance.decide_admission(request)?),
             Input::Settings(settings) => {
                 instance.set_settings(settings)?;
                 Output::Done

@@ -4,6 +4,7 @@
 pub mod gate;
 pub mod generation;
 pub mod http;
+mod http_error;
 pub mod limit;
 pub(crate) mod oauth;
 pub mod sse;

@@ -22,11 +22,7 @@ use url::Url;
 
 use crate::auth::Authorizer;
 
-use super::{
-    Fault,
-    http::{HttpError, SessionEnd},
-    limit::BoundedEvents,
-};
+use super::{Fault, SessionEnd, http_error::HttpError, limit::BoundedEvents};
 
 type Events = BoxStream<'static, Result<Sse, sse_stream::Error>>;
 

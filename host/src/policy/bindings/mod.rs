@@ -1,5 +1,17 @@
-//! One binding module per contract version (`tether:policy@0.1.x`, `@0.2.x`), each converting
-//! between its generated types and the host's own ([`super::types`]) at the edge.
+//! The policy contract table: every contract line this host speaks (`tether:policy@0.1.x`,
+//! `@0.2.x`), one binding module each, converting between its generated types and the host's
+//! own ([`super::types`]) at the edge. This module owns what differs by line: linking, preparing
+//! a component, and every call into an instance ([`Exports`]). The rest of the host never
+//! matches on a contract version; a new line is one new module and its row in [`LINES`].
+
+use wasmtime::Store;
+use wasmtime::component::{Component, InstancePre, Linker};
+
+use super::store::StoreState;
+use super::types::{
+    Action, Admission, CallRequest, Event, Handover, Millis, NamedPrompt, Naming, PolicyInfo,
+    ServerStatus, Tool,
+};
 
 pub(crate) mod v0_1;
 pub(crate) mod v0_2;
@@ -7,13 +19,41 @@ pub(crate) mod v0_2;
 /// The WIT package a policy component exports `policy` from.
 pub const CONTRACT_PACKAGE: &str = "tether:policy";
 
+/// One contract line: its first version, the newest this host knows all of, and how to link
+/// and prepare its components.
+struct Line {
+    contract: Contract,
+    version: &'static str,
+    newest: &'static str,
+    add_to_linker: fn(&mut Linker<StoreState>) -> wasmtime::Result<()>,
+    prepare: fn(&Component, InstancePre<StoreState>) -> wasmtime::Result<Box<dyn Prepared>>,
+}
+
+/// The lines this host speaks, newest first.
+const LINES: [Line; 2] = [
+    Line {
+        contract: Contract::V0_2,
+        version: v0_2::VERSION,
+        newest: v0_2::NEWEST,
+        add_to_linker: v0_2::add_to_linker,
+        prepare: v0_2::prepare,
+    },
+    Line {
+        contract: Contract::V0_1,
+        version: v0_1::VERSION,
+        newest: v0_1::VERSION,
+        add_to_linker: v0_1::add_to_linker,
+        prepare: v0_1::prepare,
+    },
+];
+
 /// The contract versions this host loads, newest first. A component built for a later patch or
 /// minor version of the same 0.x line is loaded as that line (additive changes only).
-pub const CONTRACT_VERSIONS: [&str; 2] = [v0_2::VERSION, v0_1::VERSION];
+pub const CONTRACT_VERSIONS: [&str; 2] = [LINES[0].version, LINES[1].version];
 
 /// The newest version of each line this host knows all of, in the order of
 /// [`CONTRACT_VERSIONS`] (a later minor loads too, as the newest known).
-pub const CONTRACT_NEWEST: [&str; 2] = [v0_2::NEWEST, v0_1::VERSION];
+pub const CONTRACT_NEWEST: [&str; 2] = [LINES[0].newest, LINES[1].newest];
 
 /// The contract line a component speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,23 +67,158 @@ pub enum Contract {
 impl Contract {
     /// The line a component of contract `version` belongs to, if this host speaks it.
     pub fn of(version: &semver::Version) -> Option<Contract> {
-        [Contract::V0_2, Contract::V0_1]
-            .into_iter()
-            .find(|line| compatible(&line.base(), version))
+        LINES
+            .iter()
+            .find(|line| {
+                let base = semver::Version::parse(line.version).expect("valid contract version");
+                compatible(&base, version)
+            })
+            .map(|line| line.contract)
     }
 
-    fn base(self) -> semver::Version {
-        let text = match self {
-            Contract::V0_1 => v0_1::VERSION,
-            Contract::V0_2 => v0_2::VERSION,
-        };
-        semver::Version::parse(text).expect("valid contract version")
+    fn line(self) -> &'static Line {
+        LINES
+            .iter()
+            .find(|line| line.contract == self)
+            .expect("every contract has a line")
     }
 
     /// Whether policies of this line keep tool descriptions and schemas (0.1) or only names.
     pub fn carries_descriptions(self) -> bool {
         self == Contract::V0_1
     }
+
+    /// A component of this line, ready to instantiate.
+    pub(crate) fn prepare(
+        self,
+        component: &Component,
+        instance_pre: InstancePre<StoreState>,
+    ) -> wasmtime::Result<Box<dyn Prepared>> {
+        (self.line().prepare)(component, instance_pre)
+    }
+}
+
+/// Links what every line imports (their `log` interfaces have different versioned names).
+pub(crate) fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
+    LINES
+        .iter()
+        .try_for_each(|line| (line.add_to_linker)(linker))
+}
+
+/// A tool in a server's latest list, by server and original name.
+pub(crate) type Lookup<'a> = dyn Fn(&str, &str) -> Option<&'a Tool> + 'a;
+
+/// What a guest's list of actions became: the host's actions, or why they cannot be taken
+/// (invalid output).
+pub(crate) type Actions = Result<Vec<Action>, String>;
+
+/// A component of one line, ready to instantiate.
+pub(crate) trait Prepared: Send + Sync {
+    fn instantiate(&self, store: &mut Store<StoreState>) -> wasmtime::Result<Box<dyn Exports>>;
+}
+
+/// One instance's exports in the host's terms: every call a policy answers. The outer error is
+/// the guest call's failure (a trap, fuel, memory); an inner `Err` is the policy's own answer
+/// (a refusal) or output the host cannot take.
+pub(crate) trait Exports: Send {
+    fn info(&self, store: &mut Store<StoreState>) -> wasmtime::Result<PolicyInfo>;
+    fn init(
+        &self,
+        store: &mut Store<StoreState>,
+        settings: &str,
+    ) -> wasmtime::Result<Result<(), String>>;
+    fn set_settings(
+        &self,
+        store: &mut Store<StoreState>,
+        settings: &str,
+    ) -> wasmtime::Result<Result<(), String>>;
+    /// `None` when the line has no word for the event: it is not fed.
+    fn handle<'a>(
+        &self,
+        store: &mut Store<StoreState>,
+        event: &Event,
+        lookup: &Lookup<'a>,
+        max_actions: usize,
+    ) -> wasmtime::Result<Option<Actions>>;
+    fn admit(
+        &self,
+        store: &mut Store<StoreState>,
+        request: &CallRequest,
+    ) -> wasmtime::Result<Admission>;
+    /// Every server's status at host time `now` (0.1 knows no time here).
+    fn status(
+        &self,
+        store: &mut Store<StoreState>,
+        now: Millis,
+    ) -> wasmtime::Result<Vec<ServerStatus>>;
+    fn snapshot(&self, store: &mut Store<StoreState>) -> wasmtime::Result<Vec<u8>>;
+    fn restore(
+        &self,
+        store: &mut Store<StoreState>,
+        snapshot: &[u8],
+    ) -> wasmtime::Result<Result<(), String>>;
+
+    /// Whether the line takes another implementation's state (0.2).
+    fn can_take_over(&self) -> bool {
+        false
+    }
+    /// The inner `Err` is a refusal; a line without handover refuses.
+    fn take_over<'a>(
+        &self,
+        _store: &mut Store<StoreState>,
+        _handover: &Handover,
+        _lookup: &Lookup<'a>,
+        _max_actions: usize,
+    ) -> wasmtime::Result<Result<Actions, String>> {
+        Ok(Err("this contract line knows no handover".into()))
+    }
+
+    /// Whether the instance names tools and prompts as the operator asks (0.2.1).
+    fn takes_naming(&self) -> bool {
+        false
+    }
+    fn set_naming(&self, _store: &mut Store<StoreState>, _naming: &Naming) -> wasmtime::Result<()> {
+        Ok(())
+    }
+    /// `None` from an instance that cannot be asked.
+    fn name_prompts(
+        &self,
+        _store: &mut Store<StoreState>,
+        _server: &str,
+        _originals: &[String],
+    ) -> wasmtime::Result<Option<Vec<NamedPrompt>>> {
+        Ok(None)
+    }
+
+    /// Whether the instance hears about missing authorizations (0.2.2).
+    fn takes_authorization(&self) -> bool {
+        false
+    }
+    fn authorization_required(
+        &self,
+        _store: &mut Store<StoreState>,
+        _server: &str,
+        _what_to_do: &str,
+    ) -> wasmtime::Result<()> {
+        Ok(())
+    }
+}
+
+/// A guest's actions in the host's terms, refused whole above `max` (`what`: for what they
+/// were returned) or when one cannot be taken.
+fn convert_actions<A>(
+    actions: Vec<A>,
+    max: usize,
+    what: &str,
+    convert: impl FnMut(A) -> Result<Action, String>,
+) -> Actions {
+    if actions.len() > max {
+        return Err(format!(
+            "returned {} actions for {what} (limit {max})",
+            actions.len()
+        ));
+    }
+    actions.into_iter().map(convert).collect()
 }
 
 /// Semver compatibility as the component model applies it: same major (same minor for 0.x),
@@ -175,9 +350,9 @@ macro_rules! unchanged_types {
             }
         }
 
-        impl tether::policy::types::Host for StoreState {}
+        impl self::tether::policy::types::Host for StoreState {}
 
-        impl tether::policy::log::Host for StoreState {
+        impl self::tether::policy::log::Host for StoreState {
             fn log(&mut self, level: LogLevel, message: String) {
                 self.write_log(level.into(), &message);
             }
@@ -185,7 +360,7 @@ macro_rules! unchanged_types {
 
         /// The event in this version's terms, or `None` when this version has no word for it.
         /// Borrowed: a tool list is copied only as far as this version carries it.
-        pub(crate) fn event(event: &host::Event) -> Option<wit::Event> {
+        fn event(event: &host::Event) -> Option<wit::Event> {
             let kind = match &event.kind {
                 host::EventKind::ServerConfigured(c) => {
                     wit::EventKind::ServerConfigured(c.clone().into())
@@ -243,7 +418,7 @@ macro_rules! unchanged_types {
         }
 
         /// A guest's action in the host's terms; `lookup` finds a tool in a server's latest list.
-        pub(crate) fn action<'a>(
+        fn action<'a>(
             action: wit::Action,
             lookup: &dyn Fn(&str, &str) -> Option<&'a host::Tool>,
         ) -> Result<host::Action, String> {
@@ -277,3 +452,72 @@ macro_rules! unchanged_types {
 }
 
 use unchanged_types;
+
+/// The calls whose shape is the same in every line, for `impl Exports`; the line's module
+/// gives `self.policy()` (its generated `policy` interface), `event`, `action` and `admission`.
+macro_rules! same_calls {
+    () => {
+        fn info(&self, store: &mut Store<StoreState>) -> wasmtime::Result<host::PolicyInfo> {
+            self.policy().call_info(store).map(Into::into)
+        }
+
+        fn init(
+            &self,
+            store: &mut Store<StoreState>,
+            settings: &str,
+        ) -> wasmtime::Result<Result<(), String>> {
+            self.policy().call_init(store, settings)
+        }
+
+        fn set_settings(
+            &self,
+            store: &mut Store<StoreState>,
+            settings: &str,
+        ) -> wasmtime::Result<Result<(), String>> {
+            self.policy().call_set_settings(store, settings)
+        }
+
+        fn handle<'a>(
+            &self,
+            store: &mut Store<StoreState>,
+            event: &host::Event,
+            lookup: &super::Lookup<'a>,
+            max_actions: usize,
+        ) -> wasmtime::Result<Option<super::Actions>> {
+            let Some(event) = self::event(event) else {
+                return Ok(None);
+            };
+            let actions = self.policy().call_handle(store, &event)?;
+            Ok(Some(super::convert_actions(
+                actions,
+                max_actions,
+                "one event",
+                |a| action(a, lookup),
+            )))
+        }
+
+        fn admit(
+            &self,
+            store: &mut Store<StoreState>,
+            request: &host::CallRequest,
+        ) -> wasmtime::Result<host::Admission> {
+            self.policy()
+                .call_admit(store, &request.clone().into())
+                .map(admission)
+        }
+
+        fn snapshot(&self, store: &mut Store<StoreState>) -> wasmtime::Result<Vec<u8>> {
+            self.policy().call_snapshot(store)
+        }
+
+        fn restore(
+            &self,
+            store: &mut Store<StoreState>,
+            snapshot: &[u8],
+        ) -> wasmtime::Result<Result<(), String>> {
+            self.policy().call_restore(store, snapshot)
+        }
+    };
+}
+
+use same_calls;

@@ -6,15 +6,56 @@ wasmtime::component::bindgen!({
     world: "policy-component",
 });
 
+use wasmtime::Store;
+use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
+
+use self::exports::tether::policy::policy::Guest;
 use self::tether::policy::log::Level as LogLevel;
 use self::tether::policy::types as wit;
-use crate::policy::instance::StoreState;
+use super::{Exports, Prepared};
+use crate::policy::store::StoreState;
 use crate::policy::types as host;
 
 /// The contract version these bindings were generated from.
 pub const VERSION: &str = "0.1.0";
 
 super::unchanged_types!();
+
+pub(super) fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
+    PolicyComponent::add_to_linker::<_, HasSelf<_>>(linker, |s| s)
+}
+
+pub(super) fn prepare(
+    _component: &Component,
+    instance_pre: InstancePre<StoreState>,
+) -> wasmtime::Result<Box<dyn Prepared>> {
+    Ok(Box::new(PolicyComponentPre::new(instance_pre)?))
+}
+
+impl Prepared for PolicyComponentPre<StoreState> {
+    fn instantiate(&self, store: &mut Store<StoreState>) -> wasmtime::Result<Box<dyn Exports>> {
+        Ok(Box::new(PolicyComponentPre::instantiate(self, store)?))
+    }
+}
+
+impl PolicyComponent {
+    fn policy(&self) -> &Guest {
+        self.tether_policy_policy()
+    }
+}
+
+impl Exports for PolicyComponent {
+    super::same_calls!();
+
+    fn status(
+        &self,
+        store: &mut Store<StoreState>,
+        _now: host::Millis,
+    ) -> wasmtime::Result<Vec<host::ServerStatus>> {
+        let all = self.policy().call_status(store)?;
+        Ok(all.into_iter().map(status).collect())
+    }
+}
 
 fn tool(t: &host::Tool) -> wit::Tool {
     wit::Tool {
@@ -56,7 +97,7 @@ fn published_tool<'a>(
     })
 }
 
-pub(crate) fn admission(admission: wit::Admission) -> host::Admission {
+fn admission(admission: wit::Admission) -> host::Admission {
     match admission {
         wit::Admission::Allow => host::Admission::Allow,
         wit::Admission::Probe => host::Admission::Probe,
@@ -65,7 +106,7 @@ pub(crate) fn admission(admission: wit::Admission) -> host::Admission {
     }
 }
 
-pub(crate) fn status(s: wit::ServerStatus) -> host::ServerStatus {
+fn status(s: wit::ServerStatus) -> host::ServerStatus {
     host::ServerStatus {
         server: s.server,
         state: s.state.into(),

@@ -14,11 +14,16 @@ wasmtime::component::bindgen!({
 
 use sha2::{Digest, Sha256};
 use wasmtime::Store;
-use wasmtime::component::{Component, ComponentExportIndex, ComponentType, Lift, Lower, TypedFunc};
+use wasmtime::component::{
+    Component, ComponentExportIndex, ComponentType, HasSelf, InstancePre, Lift, Linker, Lower,
+    TypedFunc,
+};
 
+use self::exports::tether::policy::policy::Guest;
 use self::tether::policy::log::Level as LogLevel;
 use self::tether::policy::types as wit;
-use crate::policy::instance::StoreState;
+use super::{Actions, Exports, Lookup, Prepared};
+use crate::policy::store::StoreState;
 use crate::policy::types as host;
 
 /// The contract version these bindings were generated from.
@@ -35,27 +40,27 @@ pub const NEWEST: &str = AUTHORIZATION_SINCE;
 
 /// A component of the 0.2 line ready to instantiate: the 0.2.0 exports, and where a later
 /// minor's additions are, if it has them.
-pub(crate) struct Pre {
+struct Pre {
     exports: PolicyComponentPre<StoreState>,
     naming: Option<NamingIndices>,
     authorization: Option<ComponentExportIndex>,
 }
 
 /// An instance's 0.2 exports.
-pub(crate) struct Bound {
-    pub(crate) exports: PolicyComponent,
-    pub(crate) naming: Option<Naming>,
-    pub(crate) authorization: Option<Authorization>,
+struct Bound {
+    exports: PolicyComponent,
+    naming: Option<Naming>,
+    authorization: Option<Authorization>,
 }
 
 /// 0.2.2's `authorization` interface of one instance.
-pub(crate) struct Authorization {
+struct Authorization {
     required: TypedFunc<(String, String), ()>,
 }
 
 impl Authorization {
     /// `authorization-required(server, what-to-do)`.
-    pub(crate) fn required(
+    fn required(
         &self,
         store: &mut Store<StoreState>,
         server: &str,
@@ -89,16 +94,24 @@ struct WitNamedPrompt {
 }
 
 /// 0.2.1's naming functions of one instance.
-pub(crate) struct Naming {
+struct Naming {
     set_naming: TypedFunc<(WitNaming,), ()>,
     name_prompts: TypedFunc<(String, Vec<String>), (Vec<WitNamedPrompt>,)>,
 }
 
+pub(super) fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
+    PolicyComponent::add_to_linker::<_, HasSelf<_>>(linker, |s| s)
+}
+
+pub(super) fn prepare(
+    component: &Component,
+    instance_pre: InstancePre<StoreState>,
+) -> wasmtime::Result<Box<dyn Prepared>> {
+    Ok(Box::new(Pre::new(component, instance_pre)?))
+}
+
 impl Pre {
-    pub(crate) fn new(
-        component: &Component,
-        instance_pre: wasmtime::component::InstancePre<StoreState>,
-    ) -> wasmtime::Result<Self> {
+    fn new(component: &Component, instance_pre: InstancePre<StoreState>) -> wasmtime::Result<Self> {
         // Found by semver: a 0.2.2 component's `policy@0.2.2` answers for 0.2.1.
         let naming = component
             .get_export_index(
@@ -124,7 +137,7 @@ impl Pre {
         })
     }
 
-    pub(crate) fn instantiate(&self, store: &mut Store<StoreState>) -> wasmtime::Result<Bound> {
+    fn bind(&self, store: &mut Store<StoreState>) -> wasmtime::Result<Bound> {
         let instance = self.exports.instance_pre().instantiate(&mut *store)?;
         let exports = PolicyComponent::new(&mut *store, &instance)?;
         let naming = match &self.naming {
@@ -148,13 +161,96 @@ impl Pre {
     }
 }
 
-impl Naming {
-    /// `set-naming(naming)`.
-    pub(crate) fn set(
+impl Prepared for Pre {
+    fn instantiate(&self, store: &mut Store<StoreState>) -> wasmtime::Result<Box<dyn Exports>> {
+        Ok(Box::new(self.bind(store)?))
+    }
+}
+
+impl Bound {
+    fn policy(&self) -> &Guest {
+        self.exports.tether_policy_policy()
+    }
+}
+
+impl Exports for Bound {
+    super::same_calls!();
+
+    fn status(
+        &self,
+        store: &mut Store<StoreState>,
+        now: host::Millis,
+    ) -> wasmtime::Result<Vec<host::ServerStatus>> {
+        let all = self.policy().call_status(store, now)?;
+        Ok(all.into_iter().map(status).collect())
+    }
+
+    fn can_take_over(&self) -> bool {
+        true
+    }
+
+    fn take_over<'a>(
+        &self,
+        store: &mut Store<StoreState>,
+        handover: &host::Handover,
+        lookup: &Lookup<'a>,
+        max_actions: usize,
+    ) -> wasmtime::Result<Result<Actions, String>> {
+        let answer = self
+            .policy()
+            .call_take_over(store, &self::handover(handover))?;
+        Ok(answer.map(|actions| {
+            super::convert_actions(actions, max_actions, "a handover", |a| action(a, lookup))
+        }))
+    }
+
+    fn takes_naming(&self) -> bool {
+        self.naming.is_some()
+    }
+
+    fn set_naming(
         &self,
         store: &mut Store<StoreState>,
         naming: &host::Naming,
     ) -> wasmtime::Result<()> {
+        match &self.naming {
+            Some(funcs) => funcs.set(store, naming),
+            None => Ok(()),
+        }
+    }
+
+    fn name_prompts(
+        &self,
+        store: &mut Store<StoreState>,
+        server: &str,
+        originals: &[String],
+    ) -> wasmtime::Result<Option<Vec<host::NamedPrompt>>> {
+        match &self.naming {
+            Some(funcs) => funcs.name_prompts(store, server, originals).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn takes_authorization(&self) -> bool {
+        self.authorization.is_some()
+    }
+
+    fn authorization_required(
+        &self,
+        store: &mut Store<StoreState>,
+        server: &str,
+        what_to_do: &str,
+    ) -> wasmtime::Result<()> {
+        match &self.authorization {
+            Some(funcs) => funcs.required(store, server, what_to_do),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Naming {
+    /// `set-naming(naming)`.
+    fn set(&self, store: &mut Store<StoreState>, naming: &host::Naming) -> wasmtime::Result<()> {
         self.set_naming.call(
             store,
             (WitNaming {
@@ -165,7 +261,7 @@ impl Naming {
     }
 
     /// `name-prompts(server, originals)`.
-    pub(crate) fn name_prompts(
+    fn name_prompts(
         &self,
         store: &mut Store<StoreState>,
         server: &str,
@@ -244,7 +340,7 @@ fn published_tool<'a>(
     })
 }
 
-pub(crate) fn admission(admission: wit::Admission) -> host::Admission {
+fn admission(admission: wit::Admission) -> host::Admission {
     match admission {
         wit::Admission::Allow => host::Admission::Allow,
         wit::Admission::Probe => host::Admission::Probe,
@@ -257,7 +353,7 @@ pub(crate) fn admission(admission: wit::Admission) -> host::Admission {
     }
 }
 
-pub(crate) fn status(s: wit::ServerStatus) -> host::ServerStatus {
+fn status(s: wit::ServerStatus) -> host::ServerStatus {
     host::ServerStatus {
         server: s.server,
         state: s.state.into(),
@@ -297,7 +393,7 @@ impl From<host::BreakerState> for wit::BreakerState {
 }
 
 /// Borrowed, like events: only names, flags and revisions of the tools are copied.
-pub(crate) fn handover(h: &host::Handover) -> wit::Handover {
+fn handover(h: &host::Handover) -> wit::Handover {
     wit::Handover {
         now: h.now,
         previous: wit::PolicyInfo {

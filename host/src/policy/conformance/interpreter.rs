@@ -10,9 +10,7 @@ use super::script::{AdmissionCase, Predicate, Step};
 use super::wire;
 use crate::policy::instance::{Limits, PolicyInstance};
 use crate::policy::ledger::Ledger;
-use crate::policy::outputs::{
-    check_actions, check_take_over, decide_admission, decide_event, valid_tool_name,
-};
+use crate::policy::outputs::{check_actions, check_take_over, valid_tool_name};
 use crate::policy::types::{
     Action, Admission, CallOutcome, CallReport, CallRequest, Event, EventKind, Handover,
     NamedPrompt, Naming, PublishedTool, ServerStatus, TimerFired,
@@ -279,7 +277,9 @@ impl Interpreter {
             now: self.host.now,
             kind,
         };
-        let actions = decide_event(&mut self.instance, &mut self.ledger, &event)
+        let actions = self
+            .instance
+            .decide_event(&mut self.ledger, &event)
             .map_err(|e| e.to_string())?;
         self.apply(actions);
         let line = Line::Handle {
@@ -339,8 +339,10 @@ impl Interpreter {
         };
         self.host.next_call += 1;
         self.host.last_call = Some(request.call_id);
-        let admission =
-            decide_admission(&mut self.instance, &request).map_err(|e| e.to_string())?;
+        let admission = self
+            .instance
+            .decide_admission(&request)
+            .map_err(|e| e.to_string())?;
         let line = Line::Admit {
             request: (&request).into(),
             admission: (&admission).into(),
