@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::admin::api::Status;
+use crate::admin::probes::{ProbeOptions, ProbeServer};
 use crate::admin::{AdminContext, AdminServer};
 use crate::auth::{AuthContext, Browser, MemoryTokenStore, TokenStore};
 use crate::config::ServerSpec;
@@ -53,6 +54,7 @@ pub struct Builder {
     record: Option<PathBuf>,
     observer: Option<Observer>,
     admin: Option<AdminOptions>,
+    probes: Option<ProbeOptions>,
     startup_wait: Duration,
     token_store: Option<Arc<dyn TokenStore>>,
     browser: Option<Browser>,
@@ -126,6 +128,13 @@ impl Builder {
         self
     }
 
+    /// Serve probes for an orchestrator, without a token: `/livez`, `/readyz` and, when asked,
+    /// `/metrics` ([`ProbeOptions`]).
+    pub fn probes(mut self, options: ProbeOptions) -> Self {
+        self.probes = Some(options);
+        self
+    }
+
     /// Serve the admin API (what the `tether` CLI's `status`, `reload`, `policy swap` … use).
     pub fn admin(mut self, options: AdminOptions) -> Self {
         self.admin = Some(options);
@@ -146,33 +155,61 @@ impl Builder {
         self
     }
 
-    /// Loads the config and the policy, checks every server's settings with the policy, and
-    /// starts supervising. Must run inside a multi-threaded tokio runtime.
-    pub async fn start(self) -> Result<Tether> {
+    /// Everything [`Builder::start`] would refuse, found without starting anything: reads the
+    /// config, checks the server names, loads the policy with its settings and shows it each
+    /// server's configuration. No server is started, nothing listens and nothing is recorded.
+    /// Must run inside a multi-threaded tokio runtime.
+    pub async fn check(mut self) -> Result<CheckedConfig> {
+        self.record = None;
+        let (servers, policy, warnings) = self.prepare().await?;
+        let running = policy.running();
+        Ok(CheckedConfig {
+            servers: servers
+                .iter()
+                .map(|spec| CheckedServer {
+                    name: spec.name.clone(),
+                    transport: crate::transport::kind_words(spec.transport.kind()).to_string(),
+                })
+                .collect(),
+            policy: CheckedPolicy {
+                label: running.label.clone(),
+                name: running.name.clone(),
+                version: running.version.clone(),
+                contract: running.contract.to_string(),
+            },
+            warnings,
+        })
+    }
+
+    /// The servers, the running policy and the config file's warnings, each checked as
+    /// [`Builder::check`] says; what `start` and `check` share.
+    async fn prepare(&mut self) -> Result<(Vec<ServerSpec>, PolicyRuntime, Vec<String>)> {
         let mut servers = Vec::new();
         let origin = self
             .config_file
             .as_ref()
             .map_or_else(|| "config".to_string(), |f| f.display().to_string());
         let mut file_settings = None;
+        let mut warnings = Vec::new();
         if let Some(path) = &self.config_file {
-            let (from_file, settings) = load_config(path)?;
-            servers = from_file;
-            file_settings = settings;
+            let loaded = load_config(path)?;
+            servers = loaded.servers;
+            file_settings = loaded.policy_settings;
+            warnings = loaded.warnings;
         }
-        servers.extend(self.servers);
+        servers.append(&mut self.servers);
         // Before anything starts: a bad list starts nothing.
         check_names(&servers, &origin)?;
-        let settings = match (self.policy_settings, file_settings) {
+        let settings = match (self.policy_settings.take(), file_settings) {
             (Some(given), _) => given,
             (None, Some(from_file)) => from_file.to_string(),
             (None, None) => "{}".to_string(),
         };
         let options = RuntimeOptions {
-            source: self.policy,
+            source: std::mem::replace(&mut self.policy, PolicySource::Embedded),
             settings,
-            cache_dir: self.cache_dir,
-            record: self.record,
+            cache_dir: self.cache_dir.clone(),
+            record: self.record.take(),
             ..RuntimeOptions::default()
         };
         let policy = tokio::task::spawn_blocking(move || PolicyRuntime::start(options))
@@ -184,6 +221,13 @@ impl Builder {
         let running = policy.running();
         tracing::info!(policy = %running.label, name = %running.name, version = %running.version, "policy loaded");
         check_with_policy(&policy, &servers, self.config_file.as_deref()).await?;
+        Ok((servers, policy, warnings))
+    }
+
+    /// Loads the config and the policy, checks every server's settings with the policy, and
+    /// starts supervising. Must run inside a multi-threaded tokio runtime.
+    pub async fn start(mut self) -> Result<Tether> {
+        let (servers, policy, _) = self.prepare().await?;
 
         let log_dir = self.log_dir.unwrap_or_else(default_log_dir);
         let supervisor = Supervisor::start(policy, log_dir);
@@ -228,6 +272,7 @@ impl Builder {
             observer_task,
             config_file: self.config_file,
             admin: None,
+            probes: None,
             fronts: Mutex::default(),
         };
         for spec in servers {
@@ -237,6 +282,18 @@ impl Builder {
             }
         }
         tracing::info!("supervising {} servers", tether.supervisor.specs().len());
+        if let Some(options) = self.probes {
+            let bind = options.bind;
+            match crate::admin::probes::start(options, tether.supervisor.clone(), metrics.clone())
+                .await
+            {
+                Ok(probes) => tether.probes = Some(probes),
+                Err(cause) => {
+                    tether.abandon().await;
+                    return Err(Error::Listen { addr: bind, cause });
+                }
+            }
+        }
         if let Some(admin) = self.admin {
             let reload = tether.reload_fn();
             let started = crate::admin::start(
@@ -273,6 +330,7 @@ pub struct Tether {
     observer_task: Option<(JoinHandle<()>, Arc<tokio::sync::Notify>)>,
     config_file: Option<PathBuf>,
     admin: Option<AdminServer>,
+    probes: Option<ProbeServer>,
     fronts: Mutex<Vec<Front>>,
 }
 
@@ -296,6 +354,7 @@ impl Tether {
             record: None,
             observer: None,
             admin: None,
+            probes: None,
             startup_wait: DEFAULT_STARTUP_WAIT,
             token_store: None,
             browser: None,
@@ -375,6 +434,11 @@ impl Tether {
         router
     }
 
+    /// The probe listener's address, when it runs.
+    pub fn probe_addr(&self) -> Option<SocketAddr> {
+        self.probes.as_ref().map(|probes| probes.addr)
+    }
+
     /// The admin API's address, when it runs.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin.as_ref().map(|admin| admin.addr)
@@ -399,6 +463,10 @@ impl Tether {
             if let Front::Http(server) = front {
                 server.stop_accepting();
             }
+        }
+        // Not ready from here on: the orchestrator stops sending traffic.
+        if let Some(probes) = self.probes {
+            probes.shutdown().await;
         }
         tracing::info!(within = ?drain, "shutting down: draining in-flight calls");
         self.supervisor.drain(drain).await;
@@ -483,16 +551,16 @@ fn default_log_dir() -> PathBuf {
         .join("logs")
 }
 
-fn load_config(path: &Path) -> Result<(Vec<ServerSpec>, Option<serde_json::Value>)> {
+fn load_config(path: &Path) -> Result<crate::config::file::LoadedConfig> {
     let loaded = crate::config::file::load(path)?;
     for warning in &loaded.warnings {
         tracing::warn!("{warning}");
     }
-    Ok((loaded.servers, loaded.policy_settings))
+    Ok(loaded)
 }
 
 async fn reload_file(supervisor: &Supervisor, path: &Path) -> Result<ReloadReport> {
-    let (servers, _) = load_config(path)?;
+    let servers = load_config(path)?.servers;
     check_with_policy(supervisor.policy(), &servers, Some(path)).await?;
     Ok(supervisor.reload(servers).await)
 }
@@ -506,26 +574,60 @@ async fn check_with_policy(
     file: Option<&Path>,
 ) -> Result<()> {
     let origin = file.map_or_else(|| "config".to_string(), |f| f.display().to_string());
+    // Every server is shown: the operator fixes all of them in one go.
+    let mut problems = Vec::new();
     for spec in servers {
         if spec.policy_settings.is_none() && spec.include.is_empty() && spec.exclude.is_empty() {
             continue;
         }
         match policy.check_server(spec.policy_config()).await {
             Ok(None) => {}
-            Ok(Some(reason)) => {
-                return Err(Error::Server(format!(
-                    "{origin}: server `{}`: the policy refuses its configuration (keys `policy`, \
-                     `include`, `exclude`): {reason}",
-                    spec.name
-                )));
-            }
-            Err(error) => {
-                return Err(Error::Server(format!(
-                    "{origin}: server `{}`: the policy could not check its configuration: {error}",
-                    spec.name
-                )));
-            }
+            Ok(Some(reason)) => problems.push(format!(
+                "{origin}: server `{}`: the policy refuses its configuration (keys `policy`, \
+                 `include`, `exclude`): {reason}",
+                spec.name
+            )),
+            Err(error) => problems.push(format!(
+                "{origin}: server `{}`: the policy could not check its configuration: {error}",
+                spec.name
+            )),
         }
     }
-    Ok(())
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(Error::Server(problems.join("\n"))),
+    }
+}
+
+/// What [`Builder::check`] found: the servers and the policy [`Builder::start`] would run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CheckedConfig {
+    /// The servers, in the config's order.
+    pub servers: Vec<CheckedServer>,
+    /// The policy, which accepted its settings and every server's configuration.
+    pub policy: CheckedPolicy,
+    /// What the config file says that Tether ignores (unknown keys, and the like).
+    pub warnings: Vec<String>,
+}
+
+/// A server [`Builder::check`] found usable.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CheckedServer {
+    /// Its name.
+    pub name: String,
+    /// How it is reached: `stdio`, `Streamable HTTP` or `SSE`.
+    pub transport: String,
+}
+
+/// The policy [`Builder::check`] loaded.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CheckedPolicy {
+    /// Where it comes from (a file, or the embedded default).
+    pub label: String,
+    /// Its name and version, as it says.
+    pub name: String,
+    /// Its version.
+    pub version: String,
+    /// The contract version it speaks.
+    pub contract: String,
 }

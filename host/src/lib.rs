@@ -49,6 +49,10 @@ pub mod transport;
 #[doc(hidden)]
 pub mod upstream;
 
-pub use embed::{AdminOptions, Builder, DEFAULT_STARTUP_WAIT, Tether};
+pub use admin::probes::ProbeOptions;
+pub use embed::{
+    AdminOptions, Builder, CheckedConfig, CheckedPolicy, CheckedServer, DEFAULT_STARTUP_WAIT,
+    Tether,
+};
 pub use error::{Error, Result};
 pub use events::Event;

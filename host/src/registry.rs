@@ -3,7 +3,7 @@
 //! a generation and is broadcast, which feeds `notifications/tools/list_changed` downstream.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use tokio::sync::broadcast;
 
@@ -35,11 +35,11 @@ pub struct RegistryChange {
 struct Tables {
     generation: u64,
     by_server: BTreeMap<String, Vec<PublishedTool>>,
-    routes: BTreeMap<String, Route>,
+    routes: BTreeMap<String, Arc<Route>>,
     /// Tools withdrawn while their server is still configured: agents holding an old list may
     /// still call them, and deserve the policy's words ("reconnecting, retry in N s") rather
     /// than "unknown tool". Never listed.
-    withdrawn: BTreeMap<String, Route>,
+    withdrawn: BTreeMap<String, Arc<Route>>,
 }
 
 /// The visible tools and their routes, as the policy published them.
@@ -99,10 +99,10 @@ impl Registry {
                 tables.withdrawn.remove(&tool.advertised);
                 tables.routes.insert(
                     tool.advertised.clone(),
-                    Route {
+                    Arc::new(Route {
                         server: server.to_string(),
                         tool: tool.clone(),
-                    },
+                    }),
                 );
             }
             if tools.is_empty() {
@@ -129,8 +129,8 @@ impl Registry {
         true
     }
 
-    /// The route of a visible tool.
-    pub fn route(&self, advertised: &str) -> Option<Route> {
+    /// The route of a visible tool (shared: a call copies no description or schema).
+    pub fn route(&self, advertised: &str) -> Option<Arc<Route>> {
         self.tables
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -140,7 +140,7 @@ impl Registry {
     }
 
     /// The route of a visible tool, or of one withdrawn from a server still configured.
-    pub fn route_for_call(&self, advertised: &str) -> Option<Route> {
+    pub fn route_for_call(&self, advertised: &str) -> Option<Arc<Route>> {
         let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
         tables
             .routes
@@ -160,13 +160,13 @@ impl Registry {
     }
 
     /// Every visible tool, sorted by advertised name, with the generation it belongs to.
-    pub fn snapshot(&self) -> (u64, Vec<Route>) {
+    pub fn snapshot(&self) -> (u64, Vec<Arc<Route>>) {
         let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
         (tables.generation, tables.routes.values().cloned().collect())
     }
 
     /// The route of a visible tool (not one just withdrawn).
-    pub fn visible_route(&self, advertised: &str) -> Option<Route> {
+    pub fn visible_route(&self, advertised: &str) -> Option<Arc<Route>> {
         let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
         tables.routes.get(advertised).cloned()
     }

@@ -67,21 +67,21 @@ fn another_implementation_keeps_the_contract_including_the_handover() {
 #[test]
 fn an_incompatible_or_broken_component_is_refused_before_any_scenario() {
     let (code, stdout, stderr) = policy_check(&[components::INCOMPATIBLE]);
-    assert_eq!(code, Some(2), "{stdout}\n{stderr}");
+    assert_eq!(code, Some(4), "{stdout}\n{stderr}");
     assert!(stderr.contains("tether:policy@0.3.0"), "{stderr}");
 
     let dir = tempfile::tempdir().unwrap();
     let junk = dir.path().join("junk.wasm");
     std::fs::write(&junk, b"\0asm junk").unwrap();
     let (code, _, stderr) = policy_check(&[junk.to_str().unwrap()]);
-    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(code, Some(4), "{stderr}");
     assert!(
         stderr.contains("junk.wasm") && stderr.contains("not a valid wasm component"),
         "{stderr}"
     );
 
     let (code, _, stderr) = policy_check(&["/nonexistent/policy.wasm"]);
-    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(code, Some(4), "{stderr}");
     assert!(
         stderr.contains("cannot read policy /nonexistent/policy.wasm"),
         "{stderr}"
@@ -129,7 +129,7 @@ fn settings_the_policy_refuses_are_one_clear_error_before_any_scenario() {
             args.push("--json");
         }
         let (code, stdout, stderr) = policy_check(&args);
-        assert_eq!(code, Some(2), "{stdout}\n{stderr}");
+        assert_eq!(code, Some(4), "{stdout}\n{stderr}");
         // No scenario ran: nothing about scenarios on stdout, one error on stderr.
         assert!(stdout.trim().is_empty(), "{stdout}");
         let errors: Vec<_> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();

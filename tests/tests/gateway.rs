@@ -331,8 +331,8 @@ async fn config_errors_name_the_file_the_server_and_the_key() {
         .await
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    // A config that cannot be used exits 2, as a usage error does.
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    // A config that cannot be used exits 4 (bad config), not 2 (usage).
+    assert_eq!(output.status.code(), Some(4), "{stderr}");
     assert!(
         stderr.contains("bad.json") && stderr.contains("files") && stderr.contains("command"),
         "{stderr}"
@@ -375,13 +375,189 @@ async fn invalid_server_names_and_policy_overrides_stop_serve_at_once() {
             .await
             .unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{name}: {stderr}");
+        assert_eq!(output.status.code(), Some(4), "{name}: {stderr}");
         assert!(stderr.contains(name), "{name}: {stderr}");
         for word in words {
             assert!(stderr.contains(word), "{name}: no {word:?} in {stderr}");
         }
         assert!(started.elapsed() < PATIENCE);
     }
+}
+
+/// `tether config check` finds what `serve` would refuse, every bad server at once, and exits 4;
+/// a usable config exits 0 and lists its servers and policy. Nothing is ever started: the
+/// servers' command would leave a mark.
+#[tokio::test]
+async fn config_check_finds_what_serve_would_refuse_without_starting_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let mark = dir.path().join("started");
+    let marker = json!({"command": "sh", "args": ["-c", format!("touch {}", mark.display())]});
+    let check = |config: &Path, json: bool| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tether-cli"));
+        command.args(["config", "check"]).arg(config);
+        command.arg("--cache-dir").arg(dir.path().join("cache"));
+        if json {
+            command.arg("--json");
+        }
+        let output = command.output().unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).to_string(),
+            String::from_utf8_lossy(&output.stderr).to_string(),
+        )
+    };
+
+    let good = dir.path().join("good.json");
+    let servers = json!({"files": marker, "web": {"url": "http://127.0.0.1:9/mcp"}});
+    std::fs::write(&good, json!({"mcpServers": servers}).to_string()).unwrap();
+    let (code, stdout, stderr) = check(&good, false);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("usable") && stdout.contains("files (stdio)"),
+        "{stdout}"
+    );
+    let (code, stdout, _) = check(&good, true);
+    assert_eq!(code, Some(0));
+    let answer: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(answer["ok"], true);
+    assert_eq!(answer["servers"][1]["name"], "web");
+    assert_eq!(answer["servers"][1]["transport"], "Streamable HTTP");
+    assert!(answer["policy"]["name"].is_string(), "{answer}");
+
+    // Two servers the policy refuses: both named, in one answer.
+    let bad = dir.path().join("bad.json");
+    let mut one = marker.clone();
+    one["policy"] = json!({"frob": 1});
+    let mut two = marker.clone();
+    two["policy"] = json!({"breaker": {"failure_threshold": "three"}});
+    std::fs::write(
+        &bad,
+        json!({"mcpServers": {"one": one, "two": two}}).to_string(),
+    )
+    .unwrap();
+    let (code, _, stderr) = check(&bad, false);
+    assert_eq!(code, Some(4), "{stderr}");
+    for word in ["bad.json", "`one`", "frob", "`two`", "failure_threshold"] {
+        assert!(stderr.contains(word), "no {word:?} in {stderr}");
+    }
+    let (code, stdout, _) = check(&bad, true);
+    assert_eq!(code, Some(4));
+    let answer: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        (answer["ok"].clone(), answer["kind"].clone()),
+        (json!(false), json!("server"))
+    );
+
+    // A file that is not a config at all.
+    let broken = dir.path().join("broken.json");
+    std::fs::write(&broken, r#"{"mcpServers": {"files": {"command": 42}}}"#).unwrap();
+    let (code, _, stderr) = check(&broken, false);
+    assert_eq!(code, Some(4), "{stderr}");
+    assert!(
+        stderr.contains("broken.json") && stderr.contains("command"),
+        "{stderr}"
+    );
+
+    assert!(!mark.exists(), "config check started a server");
+}
+
+/// Logs as JSON lines for a pipeline (`--log-format json`), fewer with `-q`; shell completions
+/// and the man page come from the same definition as the parser.
+#[test]
+fn json_logs_quiet_completions_and_the_man_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("odd.json");
+    let odd = json!({"mcpServers": {"files": {"command": "true", "frobnicate": 1}}});
+    std::fs::write(&config, odd.to_string()).unwrap();
+    let tether = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_tether-cli"))
+            .args(args)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).to_string(),
+            String::from_utf8_lossy(&output.stderr).to_string(),
+        )
+    };
+    let path = config.to_str().unwrap();
+    let (code, _, stderr) = tether(&["--log-format", "json", "config", "check", path]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let warning = stderr
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).expect(line))
+        .find(|line| line["level"] == "WARN")
+        .unwrap_or_else(|| panic!("no warning in {stderr}"));
+    let message = warning["message"].as_str().unwrap();
+    assert!(message.contains("frobnicate"), "{warning}");
+    assert!(warning["timestamp"].is_string() && warning["target"].is_string());
+
+    let (code, _, stderr) = tether(&["config", "check", path, "-q"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        !stderr.contains("frobnicate"),
+        "-q keeps warnings out: {stderr}"
+    );
+
+    let (code, script, _) = tether(&["completions", "bash"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        script.contains("_tether") && script.contains("config"),
+        "{script}"
+    );
+    let (code, page, _) = tether(&["manpage"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH tether"),
+        "{page}"
+    );
+}
+
+/// An orchestrator's probes answer without a token on their own listener: live, ready (the
+/// config loaded, the policy answering) and, when asked, the metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_answer_without_a_token_on_their_own_listener() {
+    let (dir, _state, config) = one_upstream();
+    let extra = [
+        "--http",
+        "127.0.0.1:0",
+        "--probes",
+        "127.0.0.1:0",
+        "--probe-metrics",
+    ];
+    let mut gateway = start_http(serve_command(dir.path(), &config, &extra)).await;
+    let probes = {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let seen = gateway.stderr.lock().unwrap().clone();
+            let addr = seen
+                .lines()
+                .filter(|line| line.contains("probes listening"))
+                .find_map(|line| line.split("addr=").nth(1))
+                .map(|rest| rest.split_whitespace().next().unwrap().to_string());
+            if let Some(addr) = addr {
+                break addr;
+            }
+            assert!(Instant::now() < deadline, "no probe address in {seen}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let get = |path: &str| {
+        let url = format!("http://{probes}{path}");
+        async move {
+            let response = reqwest::get(&url).await.unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        }
+    };
+    assert_eq!(get("/livez").await, (200, "ok\n".to_string()));
+    assert_eq!(get("/readyz").await, (200, "ready\n".to_string()));
+    let (status, metrics) = get("/metrics").await;
+    assert_eq!(status, 200);
+    assert!(metrics.contains("tether_"), "{metrics}");
+    // Only probes there: the admin API's operations are not.
+    assert_eq!(get("/status").await.0, 404);
+    gateway.tether.kill().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -549,6 +725,20 @@ async fn foreign_origins_get_403_before_any_session_and_loopback_or_allowed_ones
         .unwrap();
     assert!(body.contains("from a page"), "{body}");
     assert_eq!(state.calls_of("echo"), 2);
+
+    // A client closing its session gets 200, which the official SDKs take as success.
+    let closed = reqwest::Client::new()
+        .delete(url)
+        .header("mcp-session-id", session.as_str())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(closed.status(), 200);
+    assert_eq!(
+        post_mcp(url, &headers, echo).await.status(),
+        404,
+        "the session is gone"
+    );
 
     let stderr = gateway.stderr.lock().unwrap().clone();
     assert!(

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
 #[command(
@@ -13,8 +13,31 @@ use clap::{Args, Parser, Subcommand};
     about = "Keeps MCP servers connected for AI agents"
 )]
 pub struct Cli {
+    #[command(flatten)]
+    pub logging: LogArgs,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How much is logged, and how (on stderr; `RUST_LOG` overrides the level).
+#[derive(Args, Clone, Copy)]
+pub struct LogArgs {
+    /// Log more: once for debug, twice for trace.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    pub verbose: u8,
+    /// Log less: once for errors only, twice for nothing.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub quiet: u8,
+    /// `text` (for people) or `json` (one object per line: timestamp, level, target, message
+    /// and the event's fields, for log pipelines).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -57,11 +80,24 @@ pub enum Command {
         #[command(subcommand)]
         command: AuthCommand,
     },
+    /// Work with config files.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
     /// Work with policy components.
     Policy {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+    /// Prints a completion script for SHELL to stdout (e.g. `tether completions bash >
+    /// ~/.local/share/bash-completion/completions/tether`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Prints the man page (roff) to stdout (e.g. `tether manpage > ~/.local/share/man/man1/tether.1`).
+    Manpage,
     /// What this build is: version, commit, target, wasmtime, the policy contract lines it
     /// loads (`--version` says the same).
     Version {
@@ -69,6 +105,32 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Subcommand)]
+pub enum ConfigCommand {
+    /// Finds everything `serve` would refuse in a config (the file, server names, the policy
+    /// and its settings, each server's settings as the policy judges them) without starting
+    /// anything. Exits 0 when it is usable, 4 when it is not.
+    Check(ConfigCheckArgs),
+}
+
+#[derive(Args)]
+pub struct ConfigCheckArgs {
+    /// The config file (mcpServers JSON, VS Code mcp.json or Tether TOML).
+    pub file: PathBuf,
+    /// The policy component `serve` would run (default: the embedded policy).
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// Policy settings (JSON) `serve` would be given, instead of the file's `policy`.
+    #[arg(long)]
+    pub policy_settings: Option<String>,
+    /// Where compiled policy components are kept.
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+    /// Machine-readable output on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Subcommand)]
@@ -210,6 +272,16 @@ pub struct ServeArgs {
     /// Allow a non-loopback admin address.
     #[arg(long)]
     pub admin_allow_remote: bool,
+    /// Serve probes for an orchestrator at ADDR, without a token: `GET /livez` (the process
+    /// answers) and `GET /readyz` (the config is loaded and the policy answers).
+    #[arg(long, value_name = "ADDR")]
+    pub probes: Option<SocketAddr>,
+    /// Serve `GET /metrics` on the probe listener too (no token there).
+    #[arg(long, requires = "probes")]
+    pub probe_metrics: bool,
+    /// `/readyz` answers ready only while every configured server is connected.
+    #[arg(long, requires = "probes")]
+    pub ready_requires_servers: bool,
     /// Policy component to run instead of the embedded default.
     #[arg(long)]
     pub policy: Option<PathBuf>,

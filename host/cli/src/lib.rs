@@ -5,6 +5,7 @@
 mod args;
 pub mod auth;
 mod client;
+mod config_check;
 pub mod exit;
 mod policy;
 mod serve;
@@ -16,7 +17,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
 
-use args::{AuthCommand, Cli, Command, PolicyCommand};
+use args::{AuthCommand, Cli, Command, ConfigCommand, PolicyCommand};
 
 /// Runs the command line: parses the arguments, runs the command, and says how it ended.
 pub fn main() -> ExitCode {
@@ -24,12 +25,35 @@ pub fn main() -> ExitCode {
     let long_version: &'static str = Box::leak(version::long().into_boxed_str());
     let matches = Cli::command().long_version(long_version).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
+    let logging = cli.logging;
+    let init_logging = |default: &str| init_logging(default, logging);
     match cli.command {
         Command::Version { json } => version::print(json),
+        Command::Completions { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(shell, &mut command, "tether", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Manpage => {
+            let command = Cli::command().long_version(long_version);
+            match clap_mangen::Man::new(command).render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("error: cannot write the man page: {error}");
+                    ExitCode::from(exit::REFUSED)
+                }
+            }
+        }
         Command::Serve(args) => {
             // rmcp logs every session start and end at info; ours say it better.
             init_logging("info,rmcp=warn");
             serve::main(args)
+        }
+        Command::Config {
+            command: ConfigCommand::Check(args),
+        } => {
+            init_logging("warn");
+            config_check::check(args)
         }
         Command::Policy {
             command: PolicyCommand::Check(args),
@@ -100,6 +124,9 @@ async fn admin_command(command: Command) -> ExitCode {
         } => client::policy_set(&admin, &settings).await,
         Command::Serve(_)
         | Command::Version { .. }
+        | Command::Completions { .. }
+        | Command::Manpage
+        | Command::Config { .. }
         | Command::Policy {
             command:
                 PolicyCommand::Check(_) | PolicyCommand::New { .. } | PolicyCommand::Replay { .. },
@@ -112,18 +139,41 @@ pub(crate) fn default_cache_dir() -> Option<std::path::PathBuf> {
     dirs::cache_dir().map(|dir| dir.join("tether").join("policies"))
 }
 
-/// Logs go to stderr (stdout may carry MCP); `RUST_LOG` overrides the default level.
-fn init_logging(default_level: &str) {
+/// Logs go to stderr (stdout may carry MCP). The level is the command's default, moved by
+/// `-v`/`-q`; `RUST_LOG` overrides both.
+fn init_logging(default_level: &str, logging: args::LogArgs) {
+    let level = adjusted_level(default_level, logging.verbose, logging.quiet);
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let _ = tracing_subscriber::fmt()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(colours(
-            std::io::IsTerminal::is_terminal(&std::io::stderr()),
-            std::env::var_os("NO_COLOR").as_deref(),
-        ))
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match logging.log_format {
+        args::LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .try_init(),
+        args::LogFormat::Text => builder
+            .with_ansi(colours(
+                std::io::IsTerminal::is_terminal(&std::io::stderr()),
+                std::env::var_os("NO_COLOR").as_deref(),
+            ))
+            .try_init(),
+    };
+}
+
+/// The default level moved by `-v` (more) and `-q` (less): `-v` makes Tether's own log debug,
+/// `-vv` trace, everything; `-q` errors only, `-qq` nothing.
+fn adjusted_level(default_level: &str, verbose: u8, quiet: u8) -> String {
+    match (verbose, quiet) {
+        (0, 0) => default_level.to_string(),
+        (1, _) => "debug,rmcp=info".to_string(),
+        (2.., _) => "trace".to_string(),
+        (_, 1) => "error".to_string(),
+        (_, _) => "off".to_string(),
+    }
 }
 
 /// Colours only on a terminal (stderr redirected to a file gets plain text), and never when
@@ -135,6 +185,15 @@ fn colours(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn verbose_and_quiet_move_the_level_from_the_commands_default() {
+        assert_eq!(adjusted_level("warn", 0, 0), "warn");
+        assert_eq!(adjusted_level("warn", 1, 0), "debug,rmcp=info");
+        assert_eq!(adjusted_level("warn", 3, 0), "trace");
+        assert_eq!(adjusted_level("info", 0, 1), "error");
+        assert_eq!(adjusted_level("info", 0, 2), "off");
+    }
 
     #[test]
     fn no_color_turns_colours_off_on_a_terminal() {

@@ -42,7 +42,7 @@ pub fn check(args: CheckArgs) -> ExitCode {
         Ok(engine) => engine,
         Err(error) => {
             eprintln!("error: {error}");
-            return ExitCode::from(2);
+            return ExitCode::from(crate::exit::CONFIG);
         }
     };
     let loaded = started.elapsed().as_secs_f64();
@@ -142,7 +142,7 @@ pub fn replay(
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: {error}");
-            return ExitCode::from(2);
+            return ExitCode::from(crate::exit::CONFIG);
         }
     };
     let report = match tether::policy::replay::run(&records, &runtime) {

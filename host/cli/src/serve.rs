@@ -46,12 +46,12 @@ pub fn main(args: ServeArgs) -> ExitCode {
     }
 }
 
-/// A config, a server or a policy that cannot be used is the operator's to fix (2); anything
+/// A config, a server or a policy that cannot be used is the operator's to fix (4); anything
 /// else failed while serving (1).
 fn exit_code(error: &anyhow::Error) -> u8 {
     match error.downcast_ref::<tether::Error>() {
         Some(tether::Error::Config(_) | tether::Error::Server(_) | tether::Error::Policy(_)) => {
-            crate::exit::USAGE
+            crate::exit::CONFIG
         }
         _ => crate::exit::REFUSED,
     }
@@ -148,6 +148,13 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
             allow_remote: args.admin_allow_remote,
             token: std::env::var("TETHER_ADMIN_TOKEN").ok(),
         });
+    if let Some(bind) = args.probes {
+        builder = builder.probes(tether::ProbeOptions {
+            bind,
+            metrics: args.probe_metrics,
+            ready_requires_servers: args.ready_requires_servers,
+        });
+    }
     if let Some(policy) = &args.policy {
         builder = builder.policy(PolicySource::File(policy.clone()));
     }

@@ -1,19 +1,27 @@
-//! The call path: advertised name → route → admission → exactly one call on a live session →
-//! report to the policy. Refusals and failures come back as tool errors whose text is meant for
-//! the model: it names the server, says whether the call reached it, and what to do.
+//! The call path, a service of its own: advertised name → route → admission → exactly one call
+//! on a live session (one more only where `retry` allows) → report to the policy. It owns what
+//! calls share: their ids, the count in flight (a shutdown drains them), the observer (metrics).
+//! It reaches the rest of the host only through [`CallHost`], which the supervisor implements
+//! and the tests fake (`tests.rs`, in paused time). Refusals and failures come back as tool
+//! errors whose text is meant for the model: it names the server, says whether the call
+//! reached it, and what to do.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
+use futures::future::BoxFuture;
 use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, JsonObject};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
+// The tokio clock: a test in paused time sees holds and deadlines as they are.
+use tokio::time::Instant;
 
+use crate::config::Timeouts;
 use crate::policy::{
     Admission, CallOutcome, CallReport, CallRequest, EventKind, Fault, Hold, PolicyError,
     ReconnectRequest, ReconnectSource,
 };
-use crate::supervisor::{SessionLookup, Supervisor};
+use crate::registry::Route;
 use crate::upstream::{CallContext, CallFailure, Session};
 
 mod retry;
@@ -92,87 +100,159 @@ pub enum CallError {
     },
 }
 
-impl Supervisor {
-    /// Calls the tool agents know as `advertised`. Tool errors from the server pass through
-    /// unchanged; refusals and transport failures become tool errors with words for the model.
-    pub async fn call_tool(
-        &self,
-        advertised: &str,
+/// A session a call can go out on.
+pub(crate) trait CallSession: Send + Sync + 'static {
+    /// Whether requests can still go out on it.
+    fn is_alive(&self) -> bool;
+    /// Calls a tool once; never retried here.
+    fn call<'a>(
+        &'a self,
+        tool: &'a str,
         arguments: Option<JsonObject>,
-    ) -> Result<CallToolResult, CallError> {
-        match self
-            .call_tool_in(advertised, arguments, CallContext::default())
-            .await
-        {
-            Ok(response) => Ok(complete(advertised, response)),
-            Err(CallError::Rejected { server, error }) => {
-                Ok(answer(&server, Err(CallFailure::Protocol(error)), false))
-            }
-            Err(unknown) => Err(unknown),
-        }
+        timeouts: &'a Timeouts,
+        context: &'a CallContext,
+    ) -> BoxFuture<'a, Result<CallToolResult, CallFailure>>;
+}
+
+impl CallSession for Session {
+    fn is_alive(&self) -> bool {
+        Session::is_alive(self)
     }
 
-    /// [`Supervisor::call_tool`] for a client that may cancel the call, wants its progress, or
-    /// can answer a server's request for input (protocol 2026-07-28): such a request comes back
-    /// as [`CallToolResponse::InputRequired`], and the retry carries the answers in `context`.
-    pub async fn call_tool_in(
+    fn call<'a>(
+        &'a self,
+        tool: &'a str,
+        arguments: Option<JsonObject>,
+        timeouts: &'a Timeouts,
+        context: &'a CallContext,
+    ) -> BoxFuture<'a, Result<CallToolResult, CallFailure>> {
+        Box::pin(Session::call(self, tool, arguments, timeouts, context))
+    }
+}
+
+/// A server's session as a call needs it: the current one (possibly dead), its replacements
+/// as they come, and the server's deadlines.
+pub(crate) struct Sessions<S> {
+    pub(crate) current: Option<Arc<S>>,
+    pub(crate) updates: watch::Receiver<Option<Arc<S>>>,
+    pub(crate) timeouts: Timeouts,
+}
+
+/// What the call path needs of the rest of the host: routes, the policy's admission and its
+/// ear, the time, and each server's sessions.
+pub(crate) trait CallHost: Send + Sync {
+    type Session: CallSession;
+    /// The route of a visible tool, or of one withdrawn from a server still configured.
+    fn route(&self, advertised: &str) -> Option<Arc<Route>>;
+    /// The policy's admission of a call (unchecked answers are the host's concern).
+    fn admit(&self, request: CallRequest) -> BoxFuture<'_, Result<Admission, PolicyError>>;
+    /// Gives the policy an event (a call's report, a reconnect request).
+    fn feed(&self, event: EventKind);
+    /// The host's time, as the policy sees it.
+    fn now_ms(&self) -> u64;
+    /// The sessions of `server`; `None` once it is removed.
+    fn sessions(&self, server: &str) -> Option<Sessions<Self::Session>>;
+}
+
+/// The call path's own state.
+#[derive(Default)]
+pub(crate) struct Calls {
+    next_call_id: AtomicU64,
+    /// Calls between admission and answer; a drain waits for them.
+    in_flight: AtomicUsize,
+    idle: Notify,
+    /// Set once a drain starts: new calls are refused.
+    draining: AtomicBool,
+    observer: std::sync::RwLock<Option<Arc<dyn CallObserver>>>,
+}
+
+impl Calls {
+    /// Calls the tool agents know as `advertised` through `host`, awaiting `before_dispatch`
+    /// between admission and dispatch (tests make the world change exactly there).
+    pub(crate) async fn call<H: CallHost>(
         &self,
+        host: &H,
         advertised: &str,
         arguments: Option<JsonObject>,
         context: CallContext,
+        before_dispatch: impl std::future::Future<Output = ()>,
     ) -> Result<CallToolResponse, CallError> {
-        self.call(advertised, arguments, context, async {}).await
+        Call { calls: self, host }
+            .run(advertised, arguments, context, before_dispatch)
+            .await
     }
 
-    /// Counts the call in flight for a graceful shutdown, or refuses it if one has begun.
+    /// Refuses new calls and waits up to `within` for the calls in flight to be answered.
+    pub(crate) async fn drain(&self, within: Duration) {
+        self.draining.store(true, Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let idle = self.idle.notified();
+            let busy = self.in_flight.load(Ordering::SeqCst);
+            if busy == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                tracing::warn!("{busy} calls still in flight after {within:?}; stopping anyway");
+                return;
+            }
+        }
+    }
+
+    /// Registers the one observer of finished calls (metrics).
+    pub(crate) fn observe_calls(&self, observer: Arc<dyn CallObserver>) {
+        *self.observer.write().unwrap_or_else(|e| e.into_inner()) = Some(observer);
+    }
+
+    fn next_call_id(&self) -> u64 {
+        // Ids start at 1.
+        self.next_call_id.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Counts the call in flight for a drain, or refuses it if one has begun.
     fn enter_call(&self) -> Option<InFlight<'_>> {
-        let shared = &self.shared;
-        shared.in_flight.fetch_add(1, Ordering::SeqCst);
-        let guard = InFlight(shared);
-        (!shared.draining.load(Ordering::SeqCst)).then_some(guard)
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let guard = InFlight(self);
+        (!self.draining.load(Ordering::SeqCst)).then_some(guard)
     }
 
-    /// [`Supervisor::call_tool`] with `before_dispatch` awaited between admission and dispatch,
-    /// so tests can make the world change exactly there (e.g. kill the server).
-    #[doc(hidden)]
-    pub async fn call_tool_with_hook(
-        &self,
-        advertised: &str,
-        arguments: Option<JsonObject>,
-        context: CallContext,
-        before_dispatch: impl std::future::Future<Output = ()>,
-    ) -> Result<CallToolResult, CallError> {
-        match self
-            .call(advertised, arguments, context, before_dispatch)
-            .await
-        {
-            Ok(response) => Ok(complete(advertised, response)),
-            Err(CallError::Rejected { server, error }) => {
-                Ok(answer(&server, Err(CallFailure::Protocol(error)), false))
-            }
-            Err(unknown) => Err(unknown),
+    fn observe(&self, server: &str, result: CallResultKind, duration: Duration) {
+        let observer = self
+            .observer
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(observer) = observer {
+            observer.observe(server, result, duration);
         }
     }
+}
 
-    async fn call(
+/// One call on its way: the call path's state and the host it reaches.
+struct Call<'a, H> {
+    calls: &'a Calls,
+    host: &'a H,
+}
+
+impl<H: CallHost> Call<'_, H> {
+    async fn run(
         &self,
         advertised: &str,
         arguments: Option<JsonObject>,
         context: CallContext,
         before_dispatch: impl std::future::Future<Output = ()>,
     ) -> Result<CallToolResponse, CallError> {
-        let Some(_in_flight) = self.enter_call() else {
+        let Some(_in_flight) = self.calls.enter_call() else {
             return Ok(refused(
                 "Tether is shutting down; the call was not sent. Do not retry it here.".into(),
             ));
         };
-        let shared = &self.shared;
-        let route = shared
-            .registry
-            .route_for_call(advertised)
+        let route = self
+            .host
+            .route(advertised)
             .ok_or_else(|| CallError::UnknownTool(advertised.to_string()))?;
         let server = route.server.clone();
-        let call_id = shared.next_call_id();
+        let call_id = self.calls.next_call_id();
         let (admission, held) = match self
             .admit(&server, call_id, &route.tool.original, &context.cancel)
             .await
@@ -208,11 +288,11 @@ impl Supervisor {
                 ..context
             },
         };
-        let Some(SessionLookup {
+        let Some(Sessions {
             current,
             updates: sessions,
-            spec,
-        }) = shared.session(&server)
+            timeouts: server_timeouts,
+        }) = self.host.sessions(&server)
         else {
             return Ok(self.refuse(
                 &server,
@@ -220,14 +300,13 @@ impl Supervisor {
             ));
         };
         // A hold counts against the call's deadline.
-        let timeouts = crate::config::Timeouts {
-            call: spec.timeouts.call.saturating_sub(held).max(MIN_CALL_TIME),
-            call_max: spec
-                .timeouts
+        let timeouts = Timeouts {
+            call: server_timeouts.call.saturating_sub(held).max(MIN_CALL_TIME),
+            call_max: server_timeouts
                 .call_max
                 .saturating_sub(held)
                 .max(MIN_CALL_TIME),
-            ..spec.timeouts.clone()
+            ..server_timeouts
         };
         before_dispatch.await;
         let started = Instant::now();
@@ -235,12 +314,8 @@ impl Supervisor {
         if session.is_none() {
             // Found dead before dispatch: nothing was sent, so one call on a fresh session is safe.
             self.reconnect_if_current(&server, current.as_ref(), &sessions);
-            session = wait_for_fresh(
-                sessions.clone(),
-                current.as_ref(),
-                spec.timeouts.reconnect_wait,
-            )
-            .await;
+            session =
+                wait_for_fresh(sessions.clone(), current.as_ref(), timeouts.reconnect_wait).await;
         }
         let Some(first) = session else {
             self.report(
@@ -251,7 +326,7 @@ impl Supervisor {
             );
             return Ok(refused(format!(
                 "Server \"{server}\" is reconnecting; the call was not sent. Wait about {} s and retry.",
-                spec.timeouts.reconnect_wait.as_secs().max(1)
+                timeouts.reconnect_wait.as_secs().max(1)
             )));
         };
         // One try, and one more only where `retry::after` says the call cannot run twice.
@@ -260,10 +335,17 @@ impl Supervisor {
         let mut tries = 0;
         // Whether an earlier try reached the server and was lost (and was reported).
         let mut lost_before = false;
+        // The arguments are copied only for a try that may be followed by another; the last
+        // possible try takes them (rmcp's request owns its arguments).
+        let mut arguments = arguments;
         let (result, reported) = loop {
             tries += 1;
+            let these = match retry::may_follow(tries) {
+                true => arguments.clone(),
+                false => arguments.take(),
+            };
             let result = target
-                .call(&route.tool.original, arguments.clone(), &timeouts, &context)
+                .call(&route.tool.original, these, &timeouts, &context)
                 .await;
             let retry::Next::Again { report_loss } =
                 retry::after(&result, route.tool.read_only, tries)
@@ -272,19 +354,13 @@ impl Supervisor {
             };
             if report_loss {
                 self.report_result(&server, id, &result, started);
-                id = shared.next_call_id();
+                id = self.calls.next_call_id();
                 lost_before = true;
             } else {
                 RESENT.fetch_add(1, Ordering::Relaxed);
             }
             self.reconnect_if_current(&server, Some(&target), &sessions);
-            match wait_for_fresh(
-                sessions.clone(),
-                Some(&target),
-                spec.timeouts.reconnect_wait,
-            )
-            .await
-            {
+            match wait_for_fresh(sessions.clone(), Some(&target), timeouts.reconnect_wait).await {
                 Some(fresh) => target = fresh,
                 None => break (result, report_loss),
             }
@@ -321,29 +397,28 @@ impl Supervisor {
         tool: &str,
         cancel: &tokio_util::sync::CancellationToken,
     ) -> Result<(Admission, Duration), Unadmitted> {
-        let shared = &self.shared;
         let begun = Instant::now();
         // Set at the first hold: the call's deadline, and when that hold ends.
         let mut deadline: Option<Instant> = None;
         loop {
             let request = CallRequest {
-                now: shared.clock.now_ms(),
+                now: self.host.now_ms(),
                 call_id,
                 server: server.to_string(),
                 tool: tool.to_string(),
             };
-            let admission = shared
-                .policy
+            let admission = self
+                .host
                 .admit(request)
                 .await
                 .map_err(Unadmitted::Undecided)?;
             let Admission::Hold(hold) = &admission else {
                 return Ok((admission, begun.elapsed()));
             };
-            let Some(lookup) = shared.session(server) else {
+            let Some(lookup) = self.host.sessions(server) else {
                 return Ok((admission, begun.elapsed()));
             };
-            let deadline = *deadline.get_or_insert(begun + lookup.spec.timeouts.call);
+            let deadline = *deadline.get_or_insert(begun + lookup.timeouts.call);
             let until = deadline.min(Instant::now() + Duration::from_millis(hold.wait_ms));
             // A session becomes visible once the policy has heard of it, so the next
             // admission after a fresh one is decided knowing it.
@@ -367,8 +442,8 @@ impl Supervisor {
     fn reconnect_if_current(
         &self,
         server: &str,
-        dead: Option<&Arc<Session>>,
-        sessions: &watch::Receiver<Option<Arc<Session>>>,
+        dead: Option<&Arc<H::Session>>,
+        sessions: &watch::Receiver<Option<Arc<H::Session>>>,
     ) {
         let replaced = match (&*sessions.borrow(), dead) {
             (Some(current), Some(dead)) => !Arc::ptr_eq(current, dead),
@@ -381,7 +456,7 @@ impl Supervisor {
     }
 
     fn reconnect_for_call(&self, server: &str) {
-        self.shared
+        self.host
             .feed(EventKind::ReconnectRequested(ReconnectRequest {
                 server: server.to_string(),
                 source: ReconnectSource::Probe,
@@ -395,24 +470,7 @@ impl Supervisor {
     }
 
     fn observe(&self, server: &str, result: CallResultKind, duration: Duration) {
-        let observer = self
-            .shared
-            .call_observer
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        if let Some(observer) = observer {
-            observer.observe(server, result, duration);
-        }
-    }
-
-    /// Registers the one observer of finished calls (metrics).
-    pub fn observe_calls(&self, observer: Arc<dyn CallObserver>) {
-        *self
-            .shared
-            .call_observer
-            .write()
-            .unwrap_or_else(|e| e.into_inner()) = Some(observer);
+        self.calls.observe(server, result, duration);
     }
 
     /// Tells the policy how a call that went out ended. A cancelled call is reported as such
@@ -439,7 +497,7 @@ impl Supervisor {
             CallOutcome::Cancelled => CallResultKind::Cancelled,
         };
         self.observe(server, kind, started.elapsed());
-        self.shared.feed(EventKind::CallFinished(CallReport {
+        self.host.feed(EventKind::CallFinished(CallReport {
             server: server.to_string(),
             call_id,
             outcome,
@@ -448,8 +506,8 @@ impl Supervisor {
     }
 }
 
-/// Marks one call in flight; the last one out wakes a draining shutdown.
-struct InFlight<'a>(&'a crate::supervisor::Shared);
+/// Marks one call in flight; the last one out wakes a drain.
+struct InFlight<'a>(&'a Calls);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
@@ -461,11 +519,11 @@ impl Drop for InFlight<'_> {
 
 /// Waits up to `within` for a live session other than `failed`: a retry must go to a session
 /// opened after the failure, never to the stale one that may still look alive for a moment.
-async fn wait_for_fresh(
-    mut sessions: watch::Receiver<Option<Arc<Session>>>,
-    failed: Option<&Arc<Session>>,
+async fn wait_for_fresh<S: CallSession>(
+    mut sessions: watch::Receiver<Option<Arc<S>>>,
+    failed: Option<&Arc<S>>,
     within: Duration,
-) -> Option<Arc<Session>> {
+) -> Option<Arc<S>> {
     let wait = sessions.wait_for(|s| {
         s.as_ref()
             .is_some_and(|s| s.is_alive() && failed.is_none_or(|failed| !Arc::ptr_eq(s, failed)))
@@ -524,6 +582,21 @@ fn respond(
     match result {
         Err(CallFailure::InputRequired(request)) => CallToolResponse::InputRequired(*request),
         other => answer(server, other, read_only).into(),
+    }
+}
+
+/// A call's response as a plain result, for a caller that cannot answer a server's request for
+/// input; the server's rejection of the request becomes a tool error with words for the model.
+pub(crate) fn as_result(
+    advertised: &str,
+    response: Result<CallToolResponse, CallError>,
+) -> Result<CallToolResult, CallError> {
+    match response {
+        Ok(response) => Ok(complete(advertised, response)),
+        Err(CallError::Rejected { server, error }) => {
+            Ok(answer(&server, Err(CallFailure::Protocol(error)), false))
+        }
+        Err(unknown) => Err(unknown),
     }
 }
 
@@ -597,3 +670,6 @@ fn fault_words(fault: &Fault) -> String {
         _ => "the connection closed".to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -17,6 +17,11 @@ pub(crate) enum Next {
     Again { report_loss: bool },
 }
 
+/// Whether another try may follow the `tries`-th (1-based).
+pub(crate) fn may_follow(tries: u32) -> bool {
+    tries < MAX_TRIES
+}
+
 /// What to do after the `tries`-th try (1-based) of a call to a tool that is `read_only` or
 /// not, whose outcome was `result`.
 pub(crate) fn after<T>(result: &Result<T, CallFailure>, read_only: bool, tries: u32) -> Next {

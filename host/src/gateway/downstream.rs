@@ -18,10 +18,7 @@ use rmcp::model::{
 use rmcp::service::SubscriptionSink;
 use rmcp::{Peer, RoleServer};
 
-use tokio::sync::broadcast::{self, error::RecvError};
-
 use crate::catalog::CatalogChange;
-use crate::registry::RegistryChange;
 
 /// A session of 2025-11-25 or older.
 struct LegacySession {
@@ -158,21 +155,8 @@ impl Downstream {
         self.lock().streams.retain(|stream| stream.id != id);
     }
 
-    /// Tells every client when the visible tools change (every registry change, or a lag,
-    /// is one `tools/list_changed`), until the registry is gone.
-    pub(super) async fn announce_tool_changes(
-        &self,
-        mut changes: broadcast::Receiver<RegistryChange>,
-    ) {
-        loop {
-            match changes.recv().await {
-                Ok(_) | Err(RecvError::Lagged(_)) => self.tools_changed(),
-                Err(RecvError::Closed) => return,
-            }
-        }
-    }
-
-    fn tools_changed(&self) {
+    /// Tells every client that the visible tools changed (`tools/list_changed`).
+    pub(super) fn tools_changed(&self) {
         let listeners = self.lock();
         for session in &listeners.sessions {
             let peer = session.peer.clone();

@@ -80,9 +80,13 @@ impl Gateway {
             config,
         );
         let answering = Arc::new(Answering::default());
-        let mut app = axum::Router::new().nest_service("/mcp", service).layer(
-            middleware::from_fn_with_state(answering.clone(), track_answers),
-        );
+        let mut app = axum::Router::new()
+            .nest_service("/mcp", service)
+            .layer(middleware::from_fn_with_state(
+                answering.clone(),
+                track_answers,
+            ))
+            .layer(middleware::from_fn(session_closed_is_ok));
         if let Some(token) = options.token {
             // Outermost: nothing reaches rmcp (or a session) without the token.
             app = app.layer(middleware::from_fn_with_state(
@@ -315,6 +319,17 @@ pub(crate) fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
         .and_then(|value| value.trim().split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim())
+}
+
+/// A session a client closes with DELETE is answered 200 (rmcp answers 202 Accepted, which the
+/// official SDKs take as a failed termination: "Session termination failed: 202").
+async fn session_closed_is_ok(request: Request, next: Next) -> Response {
+    let delete = request.method() == Method::DELETE;
+    let mut response = next.run(request).await;
+    if delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::OK;
+    }
+    response
 }
 
 /// Refuses, with 401, every request without `Authorization: Bearer <the token>`.

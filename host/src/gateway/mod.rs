@@ -80,7 +80,6 @@ impl Gateway {
     pub fn new(supervisor: Supervisor) -> (Self, JoinHandle<()>) {
         let downstream = Downstream::default();
         let mut tools = supervisor.registry().subscribe();
-        let tool_lists = supervisor.registry().subscribe();
         let mut catalog = supervisor.catalog().subscribe();
         let mut events = supervisor.server_events();
         let gateway = Self {
@@ -95,10 +94,12 @@ impl Gateway {
         let others = async move {
             loop {
                 tokio::select! {
-                    // The tool lists themselves are announced by `downstream` (below).
                     change = tools.recv() => match change {
-                        Ok(change) => announcer.resubscribe(&change.server),
-                        Err(RecvError::Lagged(_)) => {}
+                        Ok(change) => {
+                            announcer.downstream.tools_changed();
+                            announcer.resubscribe(&change.server);
+                        }
+                        Err(RecvError::Lagged(_)) => announcer.downstream.tools_changed(),
                         Err(RecvError::Closed) => return,
                     },
                     change = catalog.recv() => match change {
@@ -118,10 +119,7 @@ impl Gateway {
                 }
             }
         };
-        let downstream = gateway.downstream.clone();
-        let task = tokio::spawn(async move {
-            tokio::join!(downstream.announce_tool_changes(tool_lists), others);
-        });
+        let task = tokio::spawn(others);
         (gateway, task)
     }
 
@@ -253,7 +251,13 @@ impl Gateway {
         &self,
         server: &str,
         method: &str,
-    ) -> Result<(Arc<crate::upstream::Session>, crate::config::ServerSpec), McpError> {
+    ) -> Result<
+        (
+            Arc<crate::upstream::Session>,
+            Arc<crate::config::ServerSpec>,
+        ),
+        McpError,
+    > {
         let Some(lookup) = self.supervisor.shared.session(server) else {
             return Err(McpError::invalid_params(
                 format!("server {server:?} was removed; {method} was not sent"),
@@ -602,7 +606,7 @@ impl ServerHandler for Gateway {
         self.supervisor.startup_settled().await;
         let (_, routes) = self.supervisor.registry().snapshot();
         Ok(ListToolsResult::with_all_items(
-            routes.iter().map(tool_for_agents).collect(),
+            routes.iter().map(|route| tool_for_agents(route)).collect(),
         ))
     }
 
@@ -630,7 +634,7 @@ impl ServerHandler for Gateway {
             let server = (modern && context.meta.log_level().is_some())
                 .then(|| self.supervisor.registry().route_for_call(&request.name))
                 .flatten()
-                .map(|route| route.server);
+                .map(|route| route.server.clone());
             let mut call = self.call_context(server.as_deref().unwrap_or_default(), &context);
             if modern {
                 return self.call_for_modern_client(request, call, &context).await;
@@ -648,7 +652,7 @@ impl ServerHandler for Gateway {
                 self.supervisor
                     .registry()
                     .route_for_call(&request.name)
-                    .map(|route| route.server)
+                    .map(|route| route.server.clone())
                     .unwrap_or_default()
             };
             for round in 0..=MAX_INPUT_ROUNDS {

@@ -17,23 +17,26 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use futures::future::BoxFuture;
+use rmcp::model::{CallToolResponse, CallToolResult, JsonObject};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::auth::{AuthContext, Authorizer};
+use crate::calls::{CallError, CallHost, CallObserver, Calls, Sessions};
 use crate::catalog::Catalog;
 use crate::config::ServerSpec;
 use crate::policy::{
-    Action, Event, EventKind, PolicyError, PolicyRuntime, PolicySource, ServerState, ServerStatus,
-    StateChange, SwapReport, TransportKind,
+    Action, Admission, CallRequest, Event, EventKind, PolicyError, PolicyRuntime, PolicySource,
+    ServerState, ServerStatus, StateChange, SwapReport, TransportKind,
 };
-use crate::registry::Registry;
-use crate::upstream::{ServerEvent, Session};
+use crate::registry::{Registry, Route};
+use crate::upstream::{CallContext, ServerEvent, Session};
 
 mod connector;
 mod lifecycle;
@@ -132,7 +135,8 @@ pub struct LifecycleEvent {
 }
 
 struct ServerHandle {
-    spec: ServerSpec,
+    /// Shared with every call's lookup: a call copies none of it.
+    spec: Arc<ServerSpec>,
     /// Its OAuth, when it is an HTTP server that may use it.
     auth: Option<Arc<Authorizer>>,
     commands: mpsc::UnboundedSender<Command>,
@@ -158,26 +162,20 @@ pub(crate) struct Shared {
     log_dir: PathBuf,
     connector: Arc<dyn Connector>,
     lifecycle: broadcast::Sender<LifecycleEvent>,
-    next_call_id: AtomicU64,
     /// Tool actions of the policy that changed nothing (see [`Supervisor::redundant_actions`]).
     redundant_actions: AtomicU64,
-    /// Calls between admission and answer; shutdown waits for them.
-    pub(crate) in_flight: AtomicUsize,
-    pub(crate) idle: tokio::sync::Notify,
-    /// Set once shutdown starts: new calls are refused.
-    pub(crate) draining: AtomicBool,
-    pub(crate) call_observer: std::sync::RwLock<Option<Arc<dyn crate::calls::CallObserver>>>,
+    /// The call path (its ids, the calls in flight, their observer).
+    calls: Calls,
     /// The first answer's wait for the servers configured at start.
     startup: Arc<startup::Startup>,
     /// Where OAuth servers' tokens are kept, and the browser (see `crate::auth`).
     auth: std::sync::RwLock<Option<Arc<AuthContext>>>,
 }
 
-/// A server's current session (possibly dead), a receiver for its replacements, and its spec.
+/// A server's current session (possibly dead) and its spec, for the gateway's other requests.
 pub(crate) struct SessionLookup {
     pub(crate) current: Option<Arc<Session>>,
-    pub(crate) updates: watch::Receiver<Option<Arc<Session>>>,
-    pub(crate) spec: ServerSpec,
+    pub(crate) spec: Arc<ServerSpec>,
 }
 
 /// Handle to the supervisor; cheap to clone.
@@ -220,12 +218,9 @@ impl Supervisor {
             log_dir,
             connector,
             lifecycle: broadcast::channel(1024).0,
-            next_call_id: AtomicU64::new(1),
+
             redundant_actions: AtomicU64::new(0),
-            in_flight: AtomicUsize::new(0),
-            idle: tokio::sync::Notify::new(),
-            draining: AtomicBool::new(false),
-            call_observer: std::sync::RwLock::new(None),
+            calls: Calls::default(),
             startup: Arc::default(),
             auth: std::sync::RwLock::new(None),
         });
@@ -387,7 +382,7 @@ impl Supervisor {
         }
         let refused = view.clone();
         let handle = ServerHandle {
-            spec,
+            spec: Arc::new(spec),
             auth,
             commands,
             session,
@@ -448,7 +443,7 @@ impl Supervisor {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .values()
-            .map(|h| h.spec.clone())
+            .map(|h| ServerSpec::clone(&h.spec))
             .collect()
     }
 
@@ -581,19 +576,57 @@ impl Supervisor {
 
     /// Refuses new calls and waits up to `within` for the calls in flight to be answered.
     pub async fn drain(&self, within: Duration) {
-        self.shared.draining.store(true, Ordering::SeqCst);
-        let deadline = Instant::now() + within;
-        loop {
-            let idle = self.shared.idle.notified();
-            let busy = self.shared.in_flight.load(Ordering::SeqCst);
-            if busy == 0 {
-                return;
-            }
-            if tokio::time::timeout_at(deadline, idle).await.is_err() {
-                tracing::warn!("{busy} calls still in flight after {within:?}; stopping anyway");
-                return;
-            }
-        }
+        self.shared.calls.drain(within).await;
+    }
+
+    /// Calls the tool agents know as `advertised`. Tool errors from the server pass through
+    /// unchanged; refusals and transport failures become tool errors with words for the model.
+    pub async fn call_tool(
+        &self,
+        advertised: &str,
+        arguments: Option<JsonObject>,
+    ) -> Result<CallToolResult, CallError> {
+        self.call_tool_with_hook(advertised, arguments, CallContext::default(), async {})
+            .await
+    }
+
+    /// [`Supervisor::call_tool`] for a client that may cancel the call, wants its progress, or
+    /// can answer a server's request for input (protocol 2026-07-28): such a request comes back
+    /// as [`CallToolResponse::InputRequired`], and the retry carries the answers in `context`.
+    pub async fn call_tool_in(
+        &self,
+        advertised: &str,
+        arguments: Option<JsonObject>,
+        context: CallContext,
+    ) -> Result<CallToolResponse, CallError> {
+        let shared = &*self.shared;
+        shared
+            .calls
+            .call(shared, advertised, arguments, context, async {})
+            .await
+    }
+
+    /// [`Supervisor::call_tool`] with `before_dispatch` awaited between admission and dispatch,
+    /// so tests can make the world change exactly there (e.g. kill the server).
+    #[doc(hidden)]
+    pub async fn call_tool_with_hook(
+        &self,
+        advertised: &str,
+        arguments: Option<JsonObject>,
+        context: CallContext,
+        before_dispatch: impl std::future::Future<Output = ()>,
+    ) -> Result<CallToolResult, CallError> {
+        let shared = &*self.shared;
+        let response = shared
+            .calls
+            .call(shared, advertised, arguments, context, before_dispatch)
+            .await;
+        crate::calls::as_result(advertised, response)
+    }
+
+    /// Registers the one observer of finished calls (metrics).
+    pub fn observe_calls(&self, observer: Arc<dyn CallObserver>) {
+        self.shared.calls.observe_calls(observer);
     }
 
     /// Withdraws every tool, closes every session and reaps every child. Supervision ends.
@@ -627,6 +660,37 @@ async fn stop(handle: ServerHandle) {
     let _ = handle.task.await;
 }
 
+/// The call path reaches servers, the registry and the policy through the supervisor.
+impl CallHost for Shared {
+    type Session = Session;
+
+    fn route(&self, advertised: &str) -> Option<Arc<Route>> {
+        self.registry.route_for_call(advertised)
+    }
+
+    fn admit(&self, request: CallRequest) -> BoxFuture<'_, Result<Admission, PolicyError>> {
+        Box::pin(self.policy.admit(request))
+    }
+
+    fn feed(&self, event: EventKind) {
+        Shared::feed(self, event);
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    fn sessions(&self, server: &str) -> Option<Sessions<Session>> {
+        let servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
+        let handle = servers.get(server)?;
+        Some(Sessions {
+            current: handle.session.borrow().clone(),
+            updates: handle.session.clone(),
+            timeouts: handle.spec.timeouts.clone(),
+        })
+    }
+}
+
 impl Shared {
     fn membership(&self) -> std::sync::MutexGuard<'_, ()> {
         self.membership.lock().unwrap_or_else(|e| e.into_inner())
@@ -637,17 +701,12 @@ impl Shared {
         self.feeder.feed(kind);
     }
 
-    pub(crate) fn next_call_id(&self) -> u64 {
-        self.next_call_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// The session of `server` as a call needs it.
+    /// The session of `server` as the gateway's other requests need it.
     pub(crate) fn session(&self, server: &str) -> Option<SessionLookup> {
         let servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
         let handle = servers.get(server)?;
         Some(SessionLookup {
             current: handle.session.borrow().clone(),
-            updates: handle.session.clone(),
             spec: handle.spec.clone(),
         })
     }

@@ -44,6 +44,9 @@ async fn run_agent(python: &Path, target: &[String]) -> Value {
     .expect("the Python agent finishes in time")
     .expect("the Python agent runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // The SDK says so when Tether answers its DELETE with a status it takes as a failure.
+    assert!(!stderr.contains("Session termination failed"), "{stderr}");
     serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
         panic!(
             "the agent printed no report:\n{stdout}\n{}",

@@ -1,0 +1,89 @@
+//! `tether config check`: everything `serve` would refuse in a config, found without starting
+//! anything (no server spawned or connected, nothing listening).
+
+use std::process::ExitCode;
+
+use tether::Tether;
+use tether::policy::PolicySource;
+
+use crate::args::ConfigCheckArgs;
+
+pub fn check(args: ConfigCheckArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::from(crate::exit::REFUSED);
+        }
+    };
+    let mut builder = Tether::builder().config_file(&args.file);
+    if let Some(policy) = &args.policy {
+        builder = builder.policy(PolicySource::File(policy.clone()));
+    }
+    if let Some(settings) = &args.policy_settings {
+        builder = builder.policy_settings(settings);
+    }
+    if let Some(cache_dir) = args.cache_dir.clone().or_else(crate::default_cache_dir) {
+        builder = builder.cache_dir(cache_dir);
+    }
+    let checked = runtime.block_on(builder.check());
+    let file = args.file.display().to_string();
+    match checked {
+        Ok(report) => {
+            if args.json {
+                let answer = serde_json::json!({
+                    "ok": true,
+                    "config": file,
+                    "servers": report.servers,
+                    "policy": report.policy,
+                    "warnings": report.warnings,
+                });
+                println!("{answer:#}");
+            } else {
+                let servers: Vec<String> = report
+                    .servers
+                    .iter()
+                    .map(|s| format!("{} ({})", s.name, s.transport))
+                    .collect();
+                println!(
+                    "{file}: usable. {} server{}: {}. Policy {} {} (contract {}, {}).",
+                    servers.len(),
+                    if servers.len() == 1 { "" } else { "s" },
+                    if servers.is_empty() {
+                        "none".to_string()
+                    } else {
+                        servers.join(", ")
+                    },
+                    report.policy.name,
+                    report.policy.version,
+                    report.policy.contract,
+                    report.policy.label,
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            let (kind, code) = match &error {
+                tether::Error::Config(_) => ("config", crate::exit::CONFIG),
+                tether::Error::Server(_) => ("server", crate::exit::CONFIG),
+                tether::Error::Policy(_) => ("policy", crate::exit::CONFIG),
+                _ => ("other", crate::exit::REFUSED),
+            };
+            if args.json {
+                let answer = serde_json::json!({
+                    "ok": false,
+                    "config": file,
+                    "kind": kind,
+                    "error": error.to_string(),
+                });
+                println!("{answer:#}");
+            } else {
+                eprintln!("error: {error}");
+            }
+            ExitCode::from(code)
+        }
+    }
+}
