@@ -992,6 +992,68 @@ async fn the_cli_shows_status_as_a_table_and_as_json_and_requests_reconnects() {
     admin.stop().await;
 }
 
+/// `tether tools` says what agents see of each server's tools, under which name, and why
+/// not: a tool its filters exclude is listed as such.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_lists_every_offered_tool_with_what_agents_see_and_why() {
+    let admin = Admin::start(Host::fast()).await;
+    let state = admin.host.state_dir("alpha");
+    let mut spec = stdio_fixture("alpha", &state, &[]);
+    spec.exclude = vec!["exit_now".into()];
+    admin.host.supervisor.add_server(spec).unwrap();
+    wait_until("tools visible", || !admin.host.tools("alpha").is_empty()).await;
+    let addr = admin.server.addr.to_string();
+    let nowhere = admin.host.dir.path().join("no-state.json");
+    let flags = [
+        "--admin",
+        &addr,
+        "--token",
+        TOKEN,
+        "--state-file",
+        nowhere.to_str().unwrap(),
+    ];
+    let mut json = vec!["tools", "--json"];
+    json.extend_from_slice(&flags);
+    let (code, stdout, stderr) = cli(&json).await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let rows: Vec<Value> = serde_json::from_str(&stdout).expect("--json prints JSON");
+    let row = |tool: &str| {
+        rows.iter()
+            .find(|r| r["original"] == tool)
+            .unwrap_or_else(|| panic!("no {tool} in {stdout}"))
+            .clone()
+    };
+    let echo = row("echo");
+    assert_eq!(echo["server"], "alpha");
+    assert_eq!(echo["advertised"], "alpha__echo");
+    assert_eq!(
+        (echo["visible"].clone(), echo["why"].clone()),
+        (json!(true), json!("published"))
+    );
+    let excluded = row("exit_now");
+    assert_eq!(excluded["visible"], false);
+    assert!(excluded["advertised"].is_null());
+    assert!(
+        excluded["why"].as_str().unwrap().contains("exclude"),
+        "{excluded}"
+    );
+
+    let mut text = vec!["tools"];
+    text.extend_from_slice(&flags);
+    let (code, stdout, _) = cli(&text).await;
+    assert_eq!(code, Some(0));
+    assert!(
+        stdout.lines().next().unwrap().contains("AGENTS SEE"),
+        "{stdout}"
+    );
+    let line = stdout.lines().find(|l| l.contains("exit_now")).unwrap();
+    assert!(
+        line.trim_start().starts_with('-') && line.contains("exclude"),
+        "{stdout}"
+    );
+    admin.stop().await;
+}
+
 /// `tether --version` and `tether version --json` say what the build is.
 #[tokio::test]
 async fn the_version_names_the_commit_target_wasmtime_and_contract_lines() {

@@ -43,7 +43,7 @@ pub enum LogFormat {
 #[derive(Subcommand)]
 pub enum Command {
     /// Supervise the configured servers and serve their healthy tools as one MCP server.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// List the running gateways (each agent on stdio starts its own): pid, how it serves
     /// MCP, its admin address, config and state file.
     Gateways {
@@ -53,6 +53,12 @@ pub enum Command {
     },
     /// Show every server's state (from a running gateway).
     Status {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Every tool the servers offer (from a running gateway): the name agents see it by,
+    /// its server and name there, and why agents do not see it when they do not.
+    Tools {
         #[command(flatten)]
         admin: AdminArgs,
     },

@@ -421,6 +421,33 @@ pub async fn status(admin: &AdminArgs) -> ExitCode {
     .await
 }
 
+pub async fn tools(admin: &AdminArgs) -> ExitCode {
+    exchange(
+        admin,
+        |gateway| Ok(gateway.request(reqwest::Method::GET, "/tools")),
+        |rows: &Vec<api::ToolRow>| print!("{}", tools_text(rows)),
+    )
+    .await
+}
+
+fn tools_text(rows: &[api::ToolRow]) -> String {
+    if rows.is_empty() {
+        return "no server offers a tool now\n".to_string();
+    }
+    let mut table = Table::new();
+    table.load_style(presets::NOTHING);
+    table.set_header(["AGENTS SEE", "SERVER", "TOOL", "WHY"]);
+    for row in rows {
+        table.add_row([
+            row.advertised.clone().unwrap_or_else(|| "-".to_string()),
+            row.server.clone(),
+            row.original.clone(),
+            row.why.clone(),
+        ]);
+    }
+    format!("{table}\n")
+}
+
 /// One event as a readable line.
 fn event_line(timed: &api::TimedEvent) -> String {
     let time = humantime::parse_rfc3339_weak(&timed.time)

@@ -47,7 +47,7 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => {
             // rmcp logs every session start and end at info; ours say it better.
             init_logging("info,rmcp=warn");
-            serve::main(args)
+            serve::main(*args)
         }
         Command::Config {
             command: ConfigCommand::Check(args),
@@ -91,6 +91,7 @@ async fn admin_command(command: Command) -> ExitCode {
     match command {
         Command::Gateways { json } => client::gateways(json),
         Command::Status { admin } => client::status(&admin).await,
+        Command::Tools { admin } => client::tools(&admin).await,
         Command::Events { admin } => client::events(&admin).await,
         Command::Reconnect { name, admin } => client::reconnect(&admin, &name).await,
         Command::Reload { admin } => client::reload(&admin).await,

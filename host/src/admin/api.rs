@@ -117,6 +117,58 @@ impl Status {
     }
 }
 
+/// One tool a server offers: whether agents see it, under which name, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolRow {
+    /// The server that offers it.
+    pub server: String,
+    /// Its name on the server.
+    pub original: String,
+    /// The name agents see it by, while they see it.
+    pub advertised: Option<String>,
+    /// Whether agents see it now.
+    pub visible: bool,
+    /// Why (not): `published`, `excluded by the server's include/exclude`, `withheld by the
+    /// policy (another tool or server claims the name)`, or `the server is not connected`.
+    pub why: String,
+}
+
+impl ToolRow {
+    /// Every tool the servers' latest sessions offer, by server and name.
+    pub fn collect(supervisor: &Supervisor) -> Vec<ToolRow> {
+        let specs = supervisor.specs();
+        let (_, routes) = supervisor.registry().snapshot();
+        let mut rows = Vec::new();
+        for view in supervisor.views() {
+            let filters = specs.iter().find(|s| s.name == view.name).and_then(|spec| {
+                tether_policy::registry::Filters::compile(&spec.include, &spec.exclude).ok()
+            });
+            let live = matches!(view.state, ServerState::Connected | ServerState::Healthy);
+            for original in &view.offered {
+                let route = routes
+                    .iter()
+                    .find(|r| r.server == view.name && r.tool.original == *original);
+                let why = match route {
+                    Some(_) => "published",
+                    None if filters.as_ref().is_some_and(|f| !f.allows(original)) => {
+                        "excluded by the server's include/exclude"
+                    }
+                    None if !live => "the server is not connected",
+                    None => "withheld by the policy (another tool or server claims the name)",
+                };
+                rows.push(ToolRow {
+                    server: view.name.clone(),
+                    original: original.clone(),
+                    advertised: route.map(|r| r.tool.advertised.clone()),
+                    visible: route.is_some(),
+                    why: why.to_string(),
+                });
+            }
+        }
+        rows
+    }
+}
+
 /// What of a live server's offer agents cannot see although its filters allow it.
 fn withheld(supervisor: &Supervisor, view: &crate::supervisor::ServerView) -> Vec<String> {
     if !matches!(view.state, ServerState::Connected | ServerState::Healthy) {

@@ -201,6 +201,7 @@ impl App {
 fn router(app: App) -> Router {
     Router::new()
         .route("/status", get(status))
+        .route("/tools", get(tools))
         .route("/events", get(events))
         .route("/metrics", get(metrics))
         .route("/reconnect/{server}", post(reconnect))
@@ -281,6 +282,12 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     responses((status = 200, description = "The running policy and every server", body = api::Status)))]
 async fn status(State(app): State<App>) -> axum::Json<api::Status> {
     axum::Json(api::Status::collect(&app.ctx.supervisor).await)
+}
+
+#[utoipa::path(get, path = "/tools", tag = "admin",
+    responses((status = 200, description = "Every tool the servers offer: whether agents see it, under which name, and why", body = Vec<api::ToolRow>)))]
+async fn tools(State(app): State<App>) -> axum::Json<Vec<api::ToolRow>> {
+    axum::Json(api::ToolRow::collect(&app.ctx.supervisor))
 }
 
 #[utoipa::path(get, path = "/metrics", tag = "admin",
@@ -630,6 +637,7 @@ async fn events(State(app): State<App>) -> Sse<impl Stream<Item = Result<Event, 
     info(title = "Tether admin API", description = "Operate a running Tether gateway. Every request needs `Authorization: Bearer <token>` (the token is in the state file `tether serve` writes); a request without it gets 401 with an ApiError."),
     paths(
         status,
+        tools,
         events,
         metrics,
         reconnect,

@@ -26,8 +26,11 @@ struct Line {
     version: &'static str,
     newest: &'static str,
     add_to_linker: fn(&mut Linker<StoreState>) -> wasmtime::Result<()>,
-    prepare: fn(&Component, InstancePre<StoreState>) -> wasmtime::Result<Box<dyn Prepared>>,
+    prepare: Prepare,
 }
+
+/// How a line prepares a component for instantiation.
+type Prepare = fn(&Component, InstancePre<StoreState>) -> wasmtime::Result<Box<dyn Prepared>>;
 
 /// The lines this host speaks, newest first.
 const LINES: [Line; 2] = [
