@@ -3,7 +3,8 @@
 //! Two kinds of series:
 //! - tool calls, observed as they finish ([`Metrics::observe_call`]; the call path reaches it
 //!   through [`CallObserver`], registered with [`Supervisor::observe_calls`]):
-//!   `tether_tool_calls_total{server,outcome}` and `tether_tool_call_duration_seconds{server}`;
+//!   `tether_tool_calls_total{server,tool,outcome}` and
+//!   `tether_tool_call_duration_seconds{server,tool}` (`tool`: its name on the server);
 //! - everything else, read from the supervisor and the policy runtime at scrape time
 //!   ([`Metrics::render`]): per-server state, tools, reconnects, parks and breaker state, and the
 //!   policy runtime's counters, and what hostile upstreams sent that was dropped (notifications
@@ -38,15 +39,22 @@ impl EncodeLabelValue for CallResultKind {
 
 /// The call path reports every finished call here (see [`Supervisor::observe_calls`]).
 impl CallObserver for Metrics {
-    fn observe(&self, server: &str, result: CallResultKind, duration: Duration) {
-        self.observe_call(server, result, duration);
+    fn observe(&self, server: &str, tool: &str, result: CallResultKind, duration: Duration) {
+        self.observe_call(server, tool, result, duration);
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct CallLabels {
     server: String,
+    tool: String,
     outcome: CallResultKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ToolLabels {
+    server: String,
+    tool: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -87,7 +95,7 @@ fn call_histogram() -> Histogram {
 /// The gateway's metrics. Cheap to share (`Arc<Metrics>`); observing never blocks on I/O.
 pub struct Metrics {
     calls: Family<CallLabels, Counter>,
-    durations: Family<ServerLabel, Histogram, fn() -> Histogram>,
+    durations: Family<ToolLabels, Histogram, fn() -> Histogram>,
 }
 
 impl Default for Metrics {
@@ -147,19 +155,27 @@ impl Metrics {
         }
     }
 
-    /// Counts one finished tool call of `server` and, unless Tether refused to send it, its
-    /// duration (from admission to the answer, retries on a fresh session included).
-    pub fn observe_call(&self, server: &str, outcome: CallResultKind, duration: Duration) {
+    /// Counts one finished call of `server`'s `tool` and, unless Tether refused to send it,
+    /// its duration (from admission to the answer, retries on a fresh session included).
+    pub fn observe_call(
+        &self,
+        server: &str,
+        tool: &str,
+        outcome: CallResultKind,
+        duration: Duration,
+    ) {
         self.calls
             .get_or_create(&CallLabels {
                 server: server.to_string(),
+                tool: tool.to_string(),
                 outcome,
             })
             .inc();
         if outcome != CallResultKind::Refused {
             self.durations
-                .get_or_create(&ServerLabel {
+                .get_or_create(&ToolLabels {
                     server: server.to_string(),
+                    tool: tool.to_string(),
                 })
                 .observe(duration.as_secs_f64());
         }
@@ -261,12 +277,12 @@ impl Metrics {
 
         registry.register(
             "tool_calls",
-            "Tool calls finished, by server and outcome",
+            "Tool calls finished, by server, tool and outcome",
             self.calls.clone(),
         );
         registry.register(
             "tool_call_duration_seconds",
-            "Duration of tool calls that were sent (refused calls excluded), by server",
+            "Duration of tool calls that were sent (refused calls excluded), by server and tool",
             self.durations.clone(),
         );
 
@@ -390,6 +406,7 @@ mod tests {
             calls
                 .get_or_create(&CallLabels {
                     server: "s".into(),
+                    tool: "t".into(),
                     outcome: label,
                 })
                 .inc();
@@ -398,7 +415,9 @@ mod tests {
             let mut text = String::new();
             prometheus_client::encoding::prometheus_text::encode(&mut text, &registry).unwrap();
             assert!(
-                text.contains(&format!("c_total{{server=\"s\",outcome=\"{name}\"}} 1")),
+                text.contains(&format!(
+                    "c_total{{server=\"s\",tool=\"t\",outcome=\"{name}\"}} 1"
+                )),
                 "{text}"
             );
         }

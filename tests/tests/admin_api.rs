@@ -520,18 +520,24 @@ async fn metrics_expose_per_server_series_as_prometheus_text() {
         .add_server(stdio_fixture("alpha", &state, &[]))
         .unwrap();
     wait_until("tools visible", || !admin.host.tools("alpha").is_empty()).await;
+    admin.metrics.observe_call(
+        "alpha",
+        "echo",
+        CallResultKind::Ok,
+        Duration::from_millis(20),
+    );
     admin
         .metrics
-        .observe_call("alpha", CallResultKind::Ok, Duration::from_millis(20));
+        .observe_call("alpha", "echo", CallResultKind::Ok, Duration::from_secs(2));
     admin
         .metrics
-        .observe_call("alpha", CallResultKind::Ok, Duration::from_secs(2));
-    admin
-        .metrics
-        .observe_call("alpha", CallResultKind::Refused, Duration::ZERO);
-    admin
-        .metrics
-        .observe_call("alpha", CallResultKind::Timeout, Duration::from_secs(10));
+        .observe_call("alpha", "echo", CallResultKind::Refused, Duration::ZERO);
+    admin.metrics.observe_call(
+        "alpha",
+        "echo",
+        CallResultKind::Timeout,
+        Duration::from_secs(10),
+    );
 
     let response = admin
         .request(reqwest::Method::GET, "/metrics")
@@ -588,28 +594,30 @@ async fn metrics_expose_per_server_series_as_prometheus_text() {
         1.0
     );
     assert_eq!(
-        value("tether_tool_calls_total{server=\"alpha\",outcome=\"ok\"}"),
+        value("tether_tool_calls_total{server=\"alpha\",tool=\"echo\",outcome=\"ok\"}"),
         2.0
     );
     assert_eq!(
-        value("tether_tool_calls_total{server=\"alpha\",outcome=\"refused\"}"),
+        value("tether_tool_calls_total{server=\"alpha\",tool=\"echo\",outcome=\"refused\"}"),
         1.0
     );
     assert_eq!(
-        value("tether_tool_calls_total{server=\"alpha\",outcome=\"timeout\"}"),
+        value("tether_tool_calls_total{server=\"alpha\",tool=\"echo\",outcome=\"timeout\"}"),
         1.0
     );
     // Refused calls were never sent: no latency for them.
     assert_eq!(
-        value("tether_tool_call_duration_seconds_count{server=\"alpha\"}"),
+        value("tether_tool_call_duration_seconds_count{server=\"alpha\",tool=\"echo\"}"),
         3.0
     );
     assert_eq!(
-        value("tether_tool_call_duration_seconds_bucket{server=\"alpha\",le=\"1\"}"),
+        value("tether_tool_call_duration_seconds_bucket{server=\"alpha\",tool=\"echo\",le=\"1\"}"),
         1.0
     );
     assert_eq!(
-        value("tether_tool_call_duration_seconds_bucket{server=\"alpha\",le=\"+Inf\"}"),
+        value(
+            "tether_tool_call_duration_seconds_bucket{server=\"alpha\",tool=\"echo\",le=\"+Inf\"}"
+        ),
         3.0
     );
     assert!(value("tether_policy_decisions_total") > 0.0);

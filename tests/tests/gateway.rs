@@ -1135,6 +1135,116 @@ fn tether_in(state_home: &Path, args: &[&str]) -> Command {
     command
 }
 
+/// The quickstarts' stdio entries (docs/QUICKSTART.md: Claude Desktop and Cursor's
+/// `mcpServers`, VS Code's `servers`, `claude mcp add … -- COMMAND`) start Tether as those clients
+/// would: the entry's command and arguments, with this build's binary and a test config.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quickstarts_stdio_entries_start_tether_as_their_clients_would() {
+    let (dir, _state, config) = one_upstream();
+    let home = dir.path().join("state-home");
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/QUICKSTART.md"),
+    )
+    .unwrap();
+    let mut entries: Vec<Vec<String>> = Vec::new();
+    for block in text.split("```json").skip(1) {
+        let block = block.split("```").next().unwrap();
+        let parsed: serde_json::Value = serde_json::from_str(block).expect(block);
+        let entry = parsed
+            .get("mcpServers")
+            .or_else(|| parsed.get("servers"))
+            .map(|servers| servers["tether"].clone())
+            .unwrap();
+        let Some(command) = entry["command"].as_str() else {
+            continue; // an HTTP entry: a URL only
+        };
+        assert!(command.ends_with("/tether"), "{block}");
+        let args = entry["args"].as_array().unwrap();
+        entries.push(
+            args.iter()
+                .map(|a| a.as_str().unwrap().to_string())
+                .collect(),
+        );
+    }
+    let claude = text
+        .lines()
+        .find(|line| line.starts_with("claude mcp add tether -- "))
+        .expect("the Claude Code stdio line");
+    let words: Vec<String> = claude.split_whitespace().map(String::from).collect();
+    assert!(words[5].ends_with("/tether"), "{claude}");
+    entries.push(words[6..].to_vec());
+    assert_eq!(
+        entries.len(),
+        3,
+        "Claude Desktop/Cursor, VS Code, Claude Code"
+    );
+    for args in entries {
+        // The user's config path becomes the test's.
+        let at = args.iter().position(|a| a == "--config").unwrap();
+        let mut args = args.clone();
+        args[at + 1] = config.to_str().unwrap().to_string();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut tether = tether_in(&home, &args)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tether starts");
+        let io = (tether.stdout.take().unwrap(), tether.stdin.take().unwrap());
+        let client = Agent::default().serve(io).await.expect("MCP over stdio");
+        wait_for_tools(&client, "the gateway serves its tools", |t| {
+            t.contains(&"up__echo".to_string())
+        })
+        .await;
+        drop(client);
+        let _ = tether.kill().await;
+    }
+}
+
+/// `examples/servers.toml` is a config `serve` would take (checked without starting its npx and
+/// uvx servers); an entry that runs Tether itself is left out with a warning, not started.
+#[test]
+fn the_example_config_is_usable_and_an_entry_that_runs_tether_is_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |config: &Path| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_tether-cli"))
+            .args(["config", "check", "--json"])
+            .arg(config)
+            .arg("--cache-dir")
+            .arg(dir.path().join("cache"))
+            .output()
+            .unwrap();
+        let answer: serde_json::Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&output.stderr)));
+        (output.status.code(), answer)
+    };
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/servers.toml");
+    let (code, answer) = check(&example);
+    assert_eq!(code, Some(0), "{answer}");
+    let names: Vec<&str> = answer["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["everything", "files", "memory", "fetch", "time"]);
+
+    // A client's config that lists Tether itself, given to Tether.
+    let client_config = dir.path().join("claude_desktop_config.json");
+    let config = json!({"mcpServers": {
+        "tether": {"command": env!("CARGO_BIN_EXE_tether-cli"), "args": ["serve", "--config", "x.json"]},
+        "files": {"command": FIXTURE, "args": ["--transport", "stdio"]},
+    }});
+    std::fs::write(&client_config, config.to_string()).unwrap();
+    let (code, answer) = check(&client_config);
+    assert_eq!(code, Some(0), "{answer}");
+    assert_eq!(answer["servers"].as_array().unwrap().len(), 1, "{answer}");
+    assert_eq!(answer["servers"][0]["name"], "files");
+    let warnings = answer["warnings"].to_string();
+    assert!(
+        warnings.contains("`tether` runs Tether itself"),
+        "{warnings}"
+    );
+}
+
 /// Two agents each start their own gateway on stdio with the default flags (Claude Desktop and
 /// Claude Code, say): both run, each with its own state file; `tether gateways` lists them, the
 /// admin commands ask which one when there are several and take `--pid`; an HTTP gateway keeps

@@ -58,7 +58,8 @@ impl CallResultKind {
 
 /// Hears about every finished call.
 pub trait CallObserver: Send + Sync {
-    fn observe(&self, server: &str, result: CallResultKind, duration: Duration);
+    /// `tool` is the tool's name on `server`.
+    fn observe(&self, server: &str, tool: &str, result: CallResultKind, duration: Duration);
 }
 
 /// Calls sent again because their first try provably never ran (refused by the server before
@@ -216,14 +217,14 @@ impl Calls {
         (!self.draining.load(Ordering::SeqCst)).then_some(guard)
     }
 
-    fn observe(&self, server: &str, result: CallResultKind, duration: Duration) {
+    fn observe(&self, server: &str, tool: &str, result: CallResultKind, duration: Duration) {
         let observer = self
             .observer
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         if let Some(observer) = observer {
-            observer.observe(server, result, duration);
+            observer.observe(server, tool, result, duration);
         }
     }
 }
@@ -252,6 +253,7 @@ impl<H: CallHost> Call<'_, H> {
             .route(advertised)
             .ok_or_else(|| CallError::UnknownTool(advertised.to_string()))?;
         let server = route.server.clone();
+        let tool = route.tool.original.as_str();
         let call_id = self.calls.next_call_id();
         let (admission, held) = match self
             .admit(&server, call_id, &route.tool.original, &context.cancel)
@@ -259,25 +261,25 @@ impl<H: CallHost> Call<'_, H> {
         {
             Ok(decided) => decided,
             Err(Unadmitted::Cancelled) => {
-                self.observe(&server, CallResultKind::Cancelled, Duration::ZERO);
+                self.observe(&server, tool, CallResultKind::Cancelled, Duration::ZERO);
                 return Ok(refused(
                     "The call was cancelled before it was sent.".to_string(),
                 ));
             }
             Err(Unadmitted::Undecided(error)) => {
                 tracing::error!(server = %server, "admission failed, refusing the call: {error}");
-                return Ok(self.refuse(&server, format!(
+                return Ok(self.refuse(&server, tool, format!(
                     "Tether could not decide whether to call server \"{server}\"; the call was not sent. Wait a few seconds and retry."
                 )));
             }
         };
         let context = match admission {
             Admission::Reject(message) | Admission::Hold(Hold { message, .. }) => {
-                return Ok(self.refuse(&server, message));
+                return Ok(self.refuse(&server, tool, message));
             }
             Admission::Reconnect(message) => {
                 self.reconnect_for_call(&server);
-                return Ok(self.refuse(&server, message));
+                return Ok(self.refuse(&server, tool, message));
             }
             Admission::Allow => context,
             // The policy waits for its probe's outcome: a probe runs to its end even if its
@@ -296,6 +298,7 @@ impl<H: CallHost> Call<'_, H> {
         else {
             return Ok(self.refuse(
                 &server,
+                tool,
                 format!("Server \"{server}\" was removed; the call was not sent. Do not retry it."),
             ));
         };
@@ -320,6 +323,7 @@ impl<H: CallHost> Call<'_, H> {
         let Some(first) = session else {
             self.report(
                 &server,
+                tool,
                 call_id,
                 CallOutcome::TransportError(Fault::TransportClosed("no live session".into())),
                 started,
@@ -353,7 +357,7 @@ impl<H: CallHost> Call<'_, H> {
                 break (result, false);
             };
             if report_loss {
-                self.report_result(&server, id, &result, started);
+                self.report_result(&server, tool, id, &result, started);
                 id = self.calls.next_call_id();
                 lost_before = true;
             } else {
@@ -366,7 +370,7 @@ impl<H: CallHost> Call<'_, H> {
             }
         };
         if !reported {
-            self.report_result(&server, id, &result, started);
+            self.report_result(&server, tool, id, &result, started);
         }
         Ok(match result {
             // The server's own refusal of the request goes to the client as it sent it.
@@ -464,13 +468,13 @@ impl<H: CallHost> Call<'_, H> {
     }
 
     /// A refusal for the model, counted as a call that was not sent.
-    fn refuse(&self, server: &str, message: String) -> CallToolResponse {
-        self.observe(server, CallResultKind::Refused, Duration::ZERO);
+    fn refuse(&self, server: &str, tool: &str, message: String) -> CallToolResponse {
+        self.observe(server, tool, CallResultKind::Refused, Duration::ZERO);
         refused(message)
     }
 
-    fn observe(&self, server: &str, result: CallResultKind, duration: Duration) {
-        self.calls.observe(server, result, duration);
+    fn observe(&self, server: &str, tool: &str, result: CallResultKind, duration: Duration) {
+        self.calls.observe(server, tool, result, duration);
     }
 
     /// Tells the policy how a call that went out ended. A cancelled call is reported as such
@@ -478,17 +482,25 @@ impl<H: CallHost> Call<'_, H> {
     fn report_result(
         &self,
         server: &str,
+        tool: &str,
         call_id: u64,
         result: &Result<CallToolResult, CallFailure>,
         started: Instant,
     ) {
-        self.report(server, call_id, outcome(result), started);
+        self.report(server, tool, call_id, outcome(result), started);
     }
 
     /// Tells the policy how a call ended, before the caller gets its answer, so the next
     /// admission counts it. Its actions (a breaker opening: tools withdrawn) run as soon as it
     /// is decided: inline, a few microseconds; queued, on the policy thread.
-    fn report(&self, server: &str, call_id: u64, outcome: CallOutcome, started: Instant) {
+    fn report(
+        &self,
+        server: &str,
+        tool: &str,
+        call_id: u64,
+        outcome: CallOutcome,
+        started: Instant,
+    ) {
         let kind = match &outcome {
             CallOutcome::Ok => CallResultKind::Ok,
             CallOutcome::ToolError(_) => CallResultKind::ToolError,
@@ -496,7 +508,7 @@ impl<H: CallHost> Call<'_, H> {
             CallOutcome::Timeout => CallResultKind::Timeout,
             CallOutcome::Cancelled => CallResultKind::Cancelled,
         };
-        self.observe(server, kind, started.elapsed());
+        self.observe(server, tool, kind, started.elapsed());
         self.host.feed(EventKind::CallFinished(CallReport {
             server: server.to_string(),
             call_id,

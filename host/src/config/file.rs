@@ -365,7 +365,47 @@ pub fn load(path: &Path) -> Result<LoadedConfig, ConfigError> {
         };
         (format, root)
     };
-    Loader::new(&file, format, base_dir, &env).build(&root)
+    let mut loaded = Loader::new(&file, format, base_dir, &env).build(&root)?;
+    leave_out_self(&mut loaded, &file);
+    Ok(loaded)
+}
+
+/// Leaves out, with a warning, a stdio server whose command is this very program: a client's
+/// `mcpServers` file that lists Tether, given to Tether, would make it start itself.
+fn leave_out_self(loaded: &mut LoadedConfig, file: &str) {
+    let Some(this) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.canonicalize().ok())
+    else {
+        return;
+    };
+    loaded.servers.retain(|spec| {
+        let crate::config::TransportSpec::Stdio { command, .. } = &spec.transport else {
+            return true;
+        };
+        if resolve_command(command).is_none_or(|found| found != this) {
+            return true;
+        }
+        loaded.warnings.push(format!(
+            "{file}: server `{}` runs Tether itself ({command}): left out, or Tether would start \
+             itself as one of its servers; keep the servers Tether supervises in a file of their own",
+            spec.name
+        ));
+        false
+    });
+}
+
+/// Where `command` is: itself when it names a path, else the first match on `PATH`.
+fn resolve_command(command: &str) -> Option<PathBuf> {
+    let found = if command.contains('/') {
+        PathBuf::from(command)
+    } else {
+        let path = std::env::var_os("PATH")?;
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(command))
+            .find(|candidate| candidate.is_file())?
+    };
+    found.canonicalize().ok()
 }
 
 /// Parses config text in a known format. `origin` names the text in messages and is taken
