@@ -55,6 +55,7 @@ pub struct Builder {
     observer: Option<Observer>,
     admin: Option<AdminOptions>,
     probes: Option<ProbeOptions>,
+    build_info: Option<crate::metrics::BuildInfo>,
     startup_wait: Duration,
     token_store: Option<Arc<dyn TokenStore>>,
     browser: Option<Browser>,
@@ -125,6 +126,13 @@ impl Builder {
     /// keeps its task running after shutdown.
     pub fn observer(mut self, observer: impl Fn(&Event) + Send + Sync + 'static) -> Self {
         self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    /// What `tether_build_info` says of this build (default: the library's version, the rest
+    /// `unknown`): a binary built on the library names its commit, target and wasmtime.
+    pub fn build_info(mut self, info: crate::metrics::BuildInfo) -> Self {
+        self.build_info = Some(info);
         self
     }
 
@@ -262,7 +270,7 @@ impl Builder {
             });
             (task, stop)
         });
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(Metrics::with_build(self.build_info.unwrap_or_default()));
         supervisor.observe_calls(metrics.clone());
         let (gateway, announcer) = Gateway::new(supervisor.clone());
         let mut tether = Tether {
@@ -355,6 +363,7 @@ impl Tether {
             observer: None,
             admin: None,
             probes: None,
+            build_info: None,
             startup_wait: DEFAULT_STARTUP_WAIT,
             token_store: None,
             browser: None,

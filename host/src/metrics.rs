@@ -8,7 +8,8 @@
 //! - everything else, read from the supervisor and the policy runtime at scrape time
 //!   ([`Metrics::render`]): per-server state, tools, reconnects, parks and breaker state, and the
 //!   policy runtime's counters, and what hostile upstreams sent that was dropped (notifications
-//!   over the rate, oversized messages, invalid tools).
+//!   over the rate, oversized messages, invalid tools); `tether_build_info`; and the usual
+//!   `process_*` series (CPU, memory, file descriptors, start time, from `/proc`).
 //!
 //! The breaker is exposed as its current state (`tether_server_breaker{server,state}`), not as a
 //! count of openings: the policy owns the breaker and reports only its state, so a count sampled
@@ -92,10 +93,35 @@ fn call_histogram() -> Histogram {
     Histogram::new(CALL_BUCKETS)
 }
 
+/// What build serves: `tether_build_info`'s labels.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct BuildInfo {
+    /// The version.
+    pub version: String,
+    /// The commit it was built from (`unknown` when the builder does not say).
+    pub commit: String,
+    /// The target triple.
+    pub target: String,
+    /// The wasmtime version policies run on.
+    pub wasmtime: String,
+}
+
+impl Default for BuildInfo {
+    fn default() -> Self {
+        Self {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            commit: "unknown".to_string(),
+            target: "unknown".to_string(),
+            wasmtime: "unknown".to_string(),
+        }
+    }
+}
+
 /// The gateway's metrics. Cheap to share (`Arc<Metrics>`); observing never blocks on I/O.
 pub struct Metrics {
     calls: Family<CallLabels, Counter>,
     durations: Family<ToolLabels, Histogram, fn() -> Histogram>,
+    build: BuildInfo,
 }
 
 impl Default for Metrics {
@@ -149,9 +175,15 @@ pub fn breaker_name(state: BreakerState) -> &'static str {
 
 impl Metrics {
     pub fn new() -> Self {
+        Self::with_build(BuildInfo::default())
+    }
+
+    /// Metrics whose `tether_build_info` says `build`.
+    pub fn with_build(build: BuildInfo) -> Self {
         Self {
             calls: Family::default(),
             durations: Family::new_with_constructor(call_histogram as fn() -> Histogram),
+            build,
         }
     }
 
@@ -380,11 +412,89 @@ impl Metrics {
             counter(crate::upstream::invalid_tools_skipped()),
         );
 
+        let build = Family::<BuildInfo, Gauge>::default();
+        build.get_or_create(&self.build).set(1);
+        registry.register("build_info", "The build serving (always 1)", build);
+
         let mut text = String::new();
         prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)
             .expect("writing to a String cannot fail");
+        // The process's own series keep their usual names (no `tether_` prefix).
+        let mut process = Registry::default();
+        process_metrics(&mut process);
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &process)
+            .expect("writing to a String cannot fail");
         text
     }
+}
+
+/// The usual `process_*` series, read from `/proc` (none elsewhere): CPU time, memory, open
+/// file descriptors, start time.
+fn process_metrics(registry: &mut Registry) {
+    use prometheus_client::metrics::gauge::Gauge as FloatGauge;
+    let Some(stat) = std::fs::read_to_string("/proc/self/stat").ok() else {
+        return;
+    };
+    // Fields after the command name (which may hold spaces), from field 3 on.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let field = |number: usize| -> f64 {
+        fields
+            .get(number - 3)
+            .and_then(|f| f.parse().ok())
+            .unwrap_or(0.0)
+    };
+    // SAFETY: sysconf only reads configuration values.
+    let (ticks, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_CLK_TCK) as f64,
+            libc::sysconf(libc::_SC_PAGESIZE) as f64,
+        )
+    };
+    if ticks <= 0.0 {
+        return;
+    }
+    let cpu = Counter::<f64, std::sync::atomic::AtomicU64>::default();
+    cpu.inc_by((field(14) + field(15)) / ticks);
+    registry.register(
+        "process_cpu_seconds",
+        "User and system CPU time spent, in seconds",
+        cpu,
+    );
+    let resident = Gauge::<i64>::default();
+    resident.set((field(24) * page) as i64);
+    registry.register(
+        "process_resident_memory_bytes",
+        "Resident memory size, in bytes",
+        resident,
+    );
+    let virtual_memory = Gauge::<i64>::default();
+    virtual_memory.set(field(23) as i64);
+    registry.register(
+        "process_virtual_memory_bytes",
+        "Virtual memory size, in bytes",
+        virtual_memory,
+    );
+    let fds = Gauge::<i64>::default();
+    fds.set(std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count() as i64));
+    registry.register("process_open_fds", "Open file descriptors", fds);
+    let boot = std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|line| line.strip_prefix("btime "))
+                .and_then(|value| value.trim().parse::<f64>().ok())
+        })
+        .unwrap_or(0.0);
+    let start = FloatGauge::<f64, std::sync::atomic::AtomicU64>::default();
+    start.set(boot + field(22) / ticks);
+    registry.register(
+        "process_start_time_seconds",
+        "Start time of the process since the Unix epoch, in seconds",
+        start,
+    );
 }
 
 #[cfg(test)]

@@ -554,7 +554,35 @@ async fn probes_answer_without_a_token_on_their_own_listener() {
     assert_eq!(get("/readyz").await, (200, "ready\n".to_string()));
     let (status, metrics) = get("/metrics").await;
     assert_eq!(status, 200);
-    assert!(metrics.contains("tether_"), "{metrics}");
+    assert!(metrics.contains("tether_server_state{"), "{metrics}");
+    // What build serves, and the process's own series.
+    let build = metrics
+        .lines()
+        .find(|line| line.starts_with("tether_build_info{"))
+        .unwrap_or_else(|| panic!("no build info in {metrics}"));
+    assert!(
+        build.contains(&format!("version=\"{}\"", env!("CARGO_PKG_VERSION")))
+            && build.contains("wasmtime=\"48.")
+            && build.ends_with(" 1"),
+        "{build}"
+    );
+    for series in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_start_time_seconds",
+    ] {
+        let value: f64 = metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("{series} ")))
+            .unwrap_or_else(|| panic!("no {series} in {metrics}"))
+            .parse()
+            .unwrap();
+        assert!(value >= 0.0, "{series} {value}");
+        if series != "process_cpu_seconds_total" {
+            assert!(value > 0.0, "{series} {value}");
+        }
+    }
     // Only probes there: the admin API's operations are not.
     assert_eq!(get("/status").await.0, 404);
     gateway.tether.kill().await.unwrap();

@@ -148,6 +148,12 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
             allow_remote: args.admin_allow_remote,
             token: std::env::var("TETHER_ADMIN_TOKEN").ok(),
         });
+    builder = builder.build_info(tether::metrics::BuildInfo {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        commit: env!("TETHER_COMMIT").to_string(),
+        target: env!("TETHER_TARGET").to_string(),
+        wasmtime: env!("TETHER_WASMTIME").to_string(),
+    });
     if let Some(bind) = args.probes {
         builder = builder.probes(tether::ProbeOptions {
             bind,
