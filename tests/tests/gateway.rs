@@ -1163,6 +1163,21 @@ fn tether_in(state_home: &Path, args: &[&str]) -> Command {
     command
 }
 
+/// Starts `tether ARGS` on stdio as an agent would, and waits until it serves `up__echo`.
+async fn stdio_agent(home: &Path, args: &[&str]) -> (Child, RunningService<RoleClient, Agent>) {
+    let mut tether = tether_in(home, args)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tether serve starts");
+    let io = (tether.stdout.take().unwrap(), tether.stdin.take().unwrap());
+    let client = Agent::default().serve(io).await.expect("MCP over stdio");
+    wait_for_tools(&client, "the gateway serves its tools", |t| {
+        t.contains(&"up__echo".to_string())
+    })
+    .await;
+    (tether, client)
+}
+
 /// The quickstarts' stdio entries (docs/QUICKSTART.md: Claude Desktop and Cursor's
 /// `mcpServers`, VS Code's `servers`, `claude mcp add … -- COMMAND`) start Tether as those clients
 /// would: the entry's command and arguments, with this build's binary and a test config.
@@ -1212,16 +1227,7 @@ async fn the_quickstarts_stdio_entries_start_tether_as_their_clients_would() {
         let mut args = args.clone();
         args[at + 1] = config.to_str().unwrap().to_string();
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut tether = tether_in(&home, &args)
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("tether starts");
-        let io = (tether.stdout.take().unwrap(), tether.stdin.take().unwrap());
-        let client = Agent::default().serve(io).await.expect("MCP over stdio");
-        wait_for_tools(&client, "the gateway serves its tools", |t| {
-            t.contains(&"up__echo".to_string())
-        })
-        .await;
+        let (mut tether, client) = stdio_agent(&home, &args).await;
         drop(client);
         let _ = tether.kill().await;
     }
@@ -1284,17 +1290,7 @@ async fn many_agents_start_their_own_gateways_on_stdio_side_by_side() {
     let config = config.to_str().unwrap();
     let mut agents = Vec::new();
     for _ in 0..2 {
-        let mut tether = tether_in(&home, &["serve", "--config", config])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("tether serve starts");
-        let io = (tether.stdout.take().unwrap(), tether.stdin.take().unwrap());
-        let client = Agent::default().serve(io).await.expect("MCP over stdio");
-        wait_for_tools(&client, "the gateway serves its tools", |t| {
-            t.contains(&"up__echo".to_string())
-        })
-        .await;
-        agents.push((tether, client));
+        agents.push(stdio_agent(&home, &["serve", "--config", config]).await);
     }
     let pids: Vec<u32> = agents.iter().map(|(t, _)| t.id().unwrap()).collect();
 

@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 
 use tether::Tether;
-use tether::policy::PolicySource;
 
 use crate::args::ConfigCheckArgs;
 
@@ -19,16 +18,12 @@ pub fn check(args: ConfigCheckArgs) -> ExitCode {
             return ExitCode::from(crate::exit::REFUSED);
         }
     };
-    let mut builder = Tether::builder().config_file(&args.file);
-    if let Some(policy) = &args.policy {
-        builder = builder.policy(PolicySource::File(policy.clone()));
-    }
-    if let Some(settings) = &args.policy_settings {
-        builder = builder.policy_settings(settings);
-    }
-    if let Some(cache_dir) = args.cache_dir.clone().or_else(crate::default_cache_dir) {
-        builder = builder.cache_dir(cache_dir);
-    }
+    let builder = crate::with_policy(
+        Tether::builder().config_file(&args.file),
+        args.policy.as_deref(),
+        args.policy_settings.as_deref(),
+        args.cache_dir.as_deref(),
+    );
     let checked = runtime.block_on(builder.check());
     let file = args.file.display().to_string();
     match checked {

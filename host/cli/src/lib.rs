@@ -135,6 +135,30 @@ async fn admin_command(command: Command) -> ExitCode {
     }
 }
 
+/// The policy as `serve`'s flags give it, for `serve` and `config check` alike: a component
+/// file (else the embedded default), its settings (else the config's), and where compiled
+/// components are kept (else the user's cache directory).
+pub(crate) fn with_policy(
+    mut builder: tether::Builder,
+    policy: Option<&std::path::Path>,
+    settings: Option<&str>,
+    cache_dir: Option<&std::path::Path>,
+) -> tether::Builder {
+    if let Some(policy) = policy {
+        builder = builder.policy(tether::policy::PolicySource::File(policy.to_path_buf()));
+    }
+    if let Some(settings) = settings {
+        builder = builder.policy_settings(settings);
+    }
+    if let Some(cache_dir) = cache_dir
+        .map(std::path::Path::to_path_buf)
+        .or_else(default_cache_dir)
+    {
+        builder = builder.cache_dir(cache_dir);
+    }
+    builder
+}
+
 /// Where compiled policy components are kept: `tether/policies` in the user's cache directory.
 pub(crate) fn default_cache_dir() -> Option<std::path::PathBuf> {
     dirs::cache_dir().map(|dir| dir.join("tether").join("policies"))

@@ -13,7 +13,6 @@ use anyhow::Context;
 use tokio::signal::unix::{SignalKind, signal};
 
 use tether::gateway::{HttpOptions, McpToken};
-use tether::policy::PolicySource;
 use tether::{AdminOptions, Tether};
 
 use crate::args::ServeArgs;
@@ -161,15 +160,12 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
             ready_requires_servers: args.ready_requires_servers,
         });
     }
-    if let Some(policy) = &args.policy {
-        builder = builder.policy(PolicySource::File(policy.clone()));
-    }
-    if let Some(settings) = &args.policy_settings {
-        builder = builder.policy_settings(settings);
-    }
-    if let Some(cache_dir) = args.cache_dir.clone().or_else(crate::default_cache_dir) {
-        builder = builder.cache_dir(cache_dir);
-    }
+    builder = crate::with_policy(
+        builder,
+        args.policy.as_deref(),
+        args.policy_settings.as_deref(),
+        args.cache_dir.as_deref(),
+    );
     if let Some(record) = &args.record {
         builder = builder.record(record);
     }
