@@ -8,15 +8,8 @@ use tether::Tether;
 use crate::args::ConfigCheckArgs;
 
 pub fn check(args: ConfigCheckArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("error: cannot start the async runtime: {error}");
-            return ExitCode::from(crate::exit::REFUSED);
-        }
+    let Some(runtime) = crate::multi_thread_runtime() else {
+        return ExitCode::from(crate::exit::REFUSED);
     };
     let builder = crate::with_policy(
         Tether::builder().config_file(&args.file),

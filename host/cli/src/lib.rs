@@ -135,6 +135,21 @@ async fn admin_command(command: Command) -> ExitCode {
     }
 }
 
+/// The multi-threaded runtime `serve` and `config check` need (a policy loads on it); `None`,
+/// said on stderr, when it cannot start.
+pub(crate) fn multi_thread_runtime() -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => Some(runtime),
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            None
+        }
+    }
+}
+
 /// The policy as `serve`'s flags give it, for `serve` and `config check` alike: a component
 /// file (else the embedded default), its settings (else the config's), and where compiled
 /// components are kept (else the user's cache directory).

@@ -22,15 +22,8 @@ use crate::state_file;
 const MCP_TOKEN_ENV: &str = "TETHER_MCP_TOKEN";
 
 pub fn main(args: ServeArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("error: cannot start the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = crate::multi_thread_runtime() else {
+        return ExitCode::from(crate::exit::REFUSED);
     };
     let result = runtime.block_on(run(args));
     // A blocking read of stdin may still be pending; do not wait for it.

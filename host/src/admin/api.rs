@@ -138,6 +138,15 @@ impl ToolRow {
     pub fn collect(supervisor: &Supervisor) -> Vec<ToolRow> {
         let specs = supervisor.specs();
         let (_, routes) = supervisor.registry().snapshot();
+        let published: std::collections::HashMap<(&str, &str), &str> = routes
+            .iter()
+            .map(|r| {
+                (
+                    (r.server.as_str(), r.tool.original.as_str()),
+                    r.tool.advertised.as_str(),
+                )
+            })
+            .collect();
         let mut rows = Vec::new();
         for view in supervisor.views() {
             let filters = specs.iter().find(|s| s.name == view.name).and_then(|spec| {
@@ -145,10 +154,8 @@ impl ToolRow {
             });
             let live = matches!(view.state, ServerState::Connected | ServerState::Healthy);
             for original in &view.offered {
-                let route = routes
-                    .iter()
-                    .find(|r| r.server == view.name && r.tool.original == *original);
-                let why = match route {
+                let advertised = published.get(&(view.name.as_str(), original.as_str()));
+                let why = match advertised {
                     Some(_) => "published",
                     None if filters.as_ref().is_some_and(|f| !f.allows(original)) => {
                         "excluded by the server's include/exclude"
@@ -159,8 +166,8 @@ impl ToolRow {
                 rows.push(ToolRow {
                     server: view.name.clone(),
                     original: original.clone(),
-                    advertised: route.map(|r| r.tool.advertised.clone()),
-                    visible: route.is_some(),
+                    advertised: advertised.map(|name| name.to_string()),
+                    visible: advertised.is_some(),
                     why: why.to_string(),
                 });
             }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::sync::watch;
@@ -139,15 +139,7 @@ fn readiness(
 }
 
 async fn metrics_text(State(probes): State<Probes>) -> Response {
-    let text = probes.metrics.render(&probes.supervisor).await;
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
-        )],
-        text,
-    )
-        .into_response()
+    super::server::metrics_response(&probes.metrics, &probes.supervisor).await
 }
 
 #[cfg(test)]

@@ -293,7 +293,15 @@ async fn tools(State(app): State<App>) -> axum::Json<Vec<api::ToolRow>> {
 #[utoipa::path(get, path = "/metrics", tag = "admin",
     responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain", body = String)))]
 async fn metrics(State(app): State<App>) -> Response {
-    let text = app.ctx.metrics.render(&app.ctx.supervisor).await;
+    metrics_response(&app.ctx.metrics, &app.ctx.supervisor).await
+}
+
+/// `metrics` rendered as the answer to `GET /metrics` (the admin API's, the probe listener's).
+pub(crate) async fn metrics_response(
+    metrics: &crate::metrics::Metrics,
+    supervisor: &crate::supervisor::Supervisor,
+) -> Response {
+    let text = metrics.render(supervisor).await;
     (
         [(
             header::CONTENT_TYPE,

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, JsonObject};
 use tokio::sync::{Notify, watch};
 // The tokio clock: a test in paused time sees holds and deadlines as they are.
@@ -112,7 +111,7 @@ pub(crate) trait CallSession: Send + Sync + 'static {
         arguments: Option<JsonObject>,
         timeouts: &'a Timeouts,
         context: &'a CallContext,
-    ) -> BoxFuture<'a, Result<CallToolResult, CallFailure>>;
+    ) -> impl Future<Output = Result<CallToolResult, CallFailure>> + Send + 'a;
 }
 
 impl CallSession for Session {
@@ -126,8 +125,8 @@ impl CallSession for Session {
         arguments: Option<JsonObject>,
         timeouts: &'a Timeouts,
         context: &'a CallContext,
-    ) -> BoxFuture<'a, Result<CallToolResult, CallFailure>> {
-        Box::pin(Session::call(self, tool, arguments, timeouts, context))
+    ) -> impl Future<Output = Result<CallToolResult, CallFailure>> + Send + 'a {
+        Session::call(self, tool, arguments, timeouts, context)
     }
 }
 
@@ -146,7 +145,10 @@ pub(crate) trait CallHost: Send + Sync {
     /// The route of a visible tool, or of one withdrawn from a server still configured.
     fn route(&self, advertised: &str) -> Option<Arc<Route>>;
     /// The policy's admission of a call (unchecked answers are the host's concern).
-    fn admit(&self, request: CallRequest) -> BoxFuture<'_, Result<Admission, PolicyError>>;
+    fn admit(
+        &self,
+        request: CallRequest,
+    ) -> impl Future<Output = Result<Admission, PolicyError>> + Send + '_;
     /// Gives the policy an event (a call's report, a reconnect request).
     fn feed(&self, event: EventKind);
     /// The host's time, as the policy sees it.

@@ -48,19 +48,17 @@ impl CallSession for FakeSession {
         self.alive.load(Ordering::SeqCst)
     }
 
-    fn call<'a>(
+    async fn call<'a>(
         &'a self,
         _tool: &'a str,
         _arguments: Option<JsonObject>,
         timeouts: &'a Timeouts,
         _context: &'a CallContext,
-    ) -> BoxFuture<'a, Result<CallToolResult, CallFailure>> {
-        Box::pin(async move {
-            self.tries.lock().unwrap().push(timeouts.call);
-            tokio::time::sleep(self.delay).await;
-            let answer = self.answers.lock().unwrap().pop_front();
-            answer.unwrap_or_else(|| Ok(CallToolResult::success(vec![ContentBlock::text("done")])))
-        })
+    ) -> Result<CallToolResult, CallFailure> {
+        self.tries.lock().unwrap().push(timeouts.call);
+        tokio::time::sleep(self.delay).await;
+        let answer = self.answers.lock().unwrap().pop_front();
+        answer.unwrap_or_else(|| Ok(CallToolResult::success(vec![ContentBlock::text("done")])))
     }
 }
 
@@ -136,10 +134,13 @@ impl CallHost for FakeHost {
         }))
     }
 
-    fn admit(&self, request: CallRequest) -> BoxFuture<'_, Result<Admission, PolicyError>> {
+    fn admit(
+        &self,
+        request: CallRequest,
+    ) -> impl Future<Output = Result<Admission, PolicyError>> + Send + '_ {
         self.admitted.lock().unwrap().push(request.call_id);
         let next = self.admissions.lock().unwrap().pop_front();
-        Box::pin(async move { Ok(next.unwrap_or(Admission::Allow)) })
+        std::future::ready(Ok(next.unwrap_or(Admission::Allow)))
     }
 
     fn feed(&self, event: EventKind) {

@@ -21,7 +21,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use futures::future::BoxFuture;
 use rmcp::model::{CallToolResponse, CallToolResult, JsonObject};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -668,8 +667,11 @@ impl CallHost for Shared {
         self.registry.route_for_call(advertised)
     }
 
-    fn admit(&self, request: CallRequest) -> BoxFuture<'_, Result<Admission, PolicyError>> {
-        Box::pin(self.policy.admit(request))
+    fn admit(
+        &self,
+        request: CallRequest,
+    ) -> impl Future<Output = Result<Admission, PolicyError>> + Send + '_ {
+        self.policy.admit(request)
     }
 
     fn feed(&self, event: EventKind) {
