@@ -1,7 +1,7 @@
-//! Builds the test policy components (tests/policies) for the integration tests.
+//! Builds the test policy components (guest/test-policies) for the integration tests.
 
 fn main() {
-    tether_wasm_build::rerun_if_changed(&["tests/policies", "guest", "wit", "Cargo.lock"]);
+    tether_wasm_build::rerun_if_changed(&["guest", "wit", "Cargo.lock"]);
     let packages = [
         ("TETHER_TEST_POLICY_HOSTILE", "tether-policy-hostile"),
         ("TETHER_TEST_POLICY_WRONG", "tether-policy-wrong"),

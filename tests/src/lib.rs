@@ -21,7 +21,7 @@ pub mod components {
     pub const PREVIOUS_MINOR: &str = env!("TETHER_TEST_POLICY_PREVIOUS_MINOR");
     pub const OTHER: &str = env!("TETHER_TEST_POLICY_OTHER");
     pub const INCOMPATIBLE: &str = env!("TETHER_TEST_POLICY_INCOMPATIBLE");
-    /// Other designs than the default's, which keep the contract (tests/policies/*/src/lib.rs):
+    /// Other designs than the default's, which keep the contract (guest/test-policies/*/src/lib.rs):
     /// a fixed interval forever, no breaker, a withdrawal on every failure;
     pub const FIXED_INTERVAL: &str = env!("TETHER_TEST_POLICY_FIXED_INTERVAL");
     /// gives up after a few attempts and never probes;

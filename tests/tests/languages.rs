@@ -204,8 +204,12 @@ fn transcripts_in_three_hosts(dir: &Path, component: &Path, failed: usize) -> [P
     conformance::write_transcripts(&rust, &results).unwrap();
     let exit = if failed == 0 { 0 } else { 1 };
     let [python, js] = [
-        ("python", "python3", "host/python/conformance.py"),
-        ("js", "node", "host/js/conformance.mjs"),
+        (
+            "python",
+            "python3",
+            "host/conformance/python/conformance.py",
+        ),
+        ("js", "node", "host/conformance/js/conformance.mjs"),
     ]
     .map(|(host, program, script)| {
         let transcripts = dir.join(host);
@@ -275,32 +279,32 @@ fn three_hosts_give_identical_transcripts_and_their_own_tests_pass() {
     ));
 
     // The hosts' own tests, now that the hosts installed their toolchains (wasmtime-py into
-    // host/python/.venv, jco into host/js/node_modules), against a real component.
+    // host/conformance/python/.venv, jco into host/conformance/js/node_modules), against a real component.
     let root = repo();
     let (code, _, said) = outcome(
-        Command::new(root.join("host/python/.venv/bin/python"))
+        Command::new(root.join("host/conformance/python/.venv/bin/python"))
             .args(["-m", "unittest", "discover", "-s"])
-            .arg(root.join("host/python/tests"))
+            .arg(root.join("host/conformance/python/tests"))
             .env("TETHER_POLICY_WASM", &component)
             .env("TETHER_HOSTILE_POLICY_WASM", components::HOSTILE)
             .env(
                 "TETHER_PREVIOUS_MINOR_POLICY_WASM",
                 components::PREVIOUS_MINOR,
             ),
-        "host/python's unit tests",
+        "host/conformance/python's unit tests",
     );
     assert!(code == Some(0) && !said.contains("skipped"), "{said}");
     let said = run(
         Command::new("node")
             .arg("--test")
-            .args(test_files(&root.join("host/js/test")))
+            .args(test_files(&root.join("host/conformance/js/test")))
             .env("TETHER_POLICY_WASM", &component)
             .env("TETHER_HOSTILE_POLICY_WASM", components::HOSTILE)
             .env(
                 "TETHER_PREVIOUS_MINOR_POLICY_WASM",
                 components::PREVIOUS_MINOR,
             ),
-        "host/js's unit tests",
+        "host/conformance/js's unit tests",
     );
     assert!(
         said.contains("# skipped 0"),

@@ -4,7 +4,7 @@
 //!
 //! The scenarios are data ([`script`]), written once ([`suite`]) and run by [`interpreter`].
 //! [`export`] writes them as JSON (`docs/CONFORMANCE.md`), which hosts other than Tether run
-//! (`host/python`, `host/js`); each host writes a transcript of every call into the policy, and
+//! (`host/conformance/python`, `host/conformance/js`); each host writes a transcript of every call into the policy, and
 //! for the same component those are identical, byte for byte.
 //!
 //! Scenarios come at two levels ([`Level`]): the *contract* (valid outputs, no tools for a
@@ -157,10 +157,13 @@ fn pretty(value: &impl serde::Serialize) -> String {
 mod tests {
     use super::*;
 
-    /// `host/conformance/` is what the suite says, file for file; `TETHER_BLESS=1` rewrites it.
+    /// `host/conformance/scenarios/` is what the suite says, file for file; `TETHER_BLESS=1` rewrites it.
     #[test]
     fn the_checked_in_export_is_the_suite() {
-        let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/conformance"));
+        let dir = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/conformance/scenarios"
+        ));
         if std::env::var_os("TETHER_BLESS").is_some() {
             let _ = std::fs::remove_dir_all(dir);
             export(dir).unwrap();
@@ -176,7 +179,7 @@ mod tests {
         on_disk.sort();
         let mut names: Vec<String> = expected.iter().map(|(name, _)| name.clone()).collect();
         names.sort();
-        let stale = "host/conformance/ is out of date with the suite: run \
+        let stale = "host/conformance/scenarios/ is out of date with the suite: run \
                      `TETHER_BLESS=1 cargo test -p tether --lib conformance` and commit it";
         assert_eq!(on_disk, names, "{stale}");
         for (name, text) in expected {
