@@ -50,7 +50,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The program's own routes, with Tether's MCP endpoint at /mcp.
     let app = axum::Router::new()
         .route("/health", axum::routing::get(|| async { "ok" }))
-        .merge(tether.http_router(Default::default(), false));
+        .merge(tether.http_router(Default::default()));
     let listener = tokio::net::TcpListener::bind(&bind).await?;
     println!("MCP at http://{}/mcp", listener.local_addr()?);
     let server = tokio::spawn(async move { axum::serve(listener, app).await });

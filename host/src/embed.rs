@@ -10,16 +10,16 @@ use std::time::Duration;
 
 use tokio::task::{AbortHandle, JoinHandle};
 
-use crate::admin::api::Status;
 use crate::admin::probes::{ProbeOptions, ProbeServer};
 use crate::admin::{AdminContext, AdminServer};
 use crate::auth::{AuthContext, Browser, MemoryTokenStore, TokenStore};
 use crate::config::ServerSpec;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, ServerProblem};
 use crate::events::{Event, Feed};
 use crate::gateway::{Gateway, HttpOptions, HttpServer, McpEndpoint};
 use crate::metrics::Metrics;
 use crate::policy::{PolicyRuntime, PolicySource, ReconnectSource, RuntimeOptions, SwapReport};
+use crate::status::Status;
 use crate::supervisor::{ReloadReport, Supervisor};
 
 /// Once the drain is over and the servers are stopped, how long the last answers (calls that
@@ -284,9 +284,12 @@ impl Builder {
             fronts: Mutex::default(),
         };
         for spec in servers {
-            if let Err(why) = tether.supervisor.add_server(spec) {
+            if let Err(problem) = tether.supervisor.add_server(spec) {
                 tether.abandon().await;
-                return Err(Error::Server(why));
+                return Err(Error::Server {
+                    origin: "config".into(),
+                    problems: vec![problem],
+                });
             }
         }
         tracing::info!("supervising {} servers", tether.supervisor.specs().len());
@@ -435,10 +438,12 @@ impl Tether {
     }
 
     /// The Streamable HTTP endpoint as an axum router serving `/mcp`, to merge into the
-    /// embedder's own router. `any_host`: accept any `Host` (for a listener beyond loopback).
+    /// embedder's own router. It answers requests addressed to loopback names only, unless
+    /// `options.hosts` is [`Hosts::Any`](crate::gateway::Hosts::Any) (for a listener beyond
+    /// loopback).
     /// Its sessions end at [`Tether::shutdown`].
-    pub fn http_router(&self, options: HttpOptions, any_host: bool) -> axum::Router {
-        let (router, endpoint) = self.gateway().http_router(options, any_host);
+    pub fn http_router(&self, options: HttpOptions) -> axum::Router {
+        let (router, endpoint) = self.gateway().http_router(options);
         self.front(Front::Mounted(endpoint));
         router
     }
@@ -458,7 +463,15 @@ impl Tether {
         self.admin.as_ref().map(|admin| admin.token.as_str())
     }
 
-    /// The supervisor underneath, for what this handle does not offer.
+    /// Lifecycle changes, tool list changes and policy notices from now on, as the observer
+    /// hears them (see [`Builder::observer`]): `.next().await` each.
+    pub fn events(&self) -> Feed {
+        Feed::new(&self.supervisor)
+    }
+
+    /// The supervisor underneath (Tether's own tests only).
+    #[cfg(feature = "test-support")]
+    #[doc(hidden)]
     pub fn supervisor(&self) -> &Supervisor {
         &self.supervisor
     }
@@ -538,18 +551,22 @@ impl Tether {
 /// Every server needs a valid name of its own; `origin` says where the list came from.
 fn check_names(servers: &[ServerSpec], origin: &str) -> Result<()> {
     let mut seen = std::collections::BTreeSet::new();
+    let mut problems = Vec::new();
     for spec in servers {
-        if let Some(problem) = ServerSpec::name_problem(&spec.name) {
-            return Err(Error::Server(format!("{origin}: {problem}")));
-        }
-        if !seen.insert(spec.name.as_str()) {
-            return Err(Error::Server(format!(
-                "{origin}: two servers are named {:?}",
-                spec.name
-            )));
+        let server = spec.name.clone();
+        if let Some(why) = ServerSpec::name_problem(&spec.name) {
+            problems.push(ServerProblem::BadName { server, why });
+        } else if !seen.insert(spec.name.as_str()) {
+            problems.push(ServerProblem::Duplicate { server });
         }
     }
-    Ok(())
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(Error::Server {
+            origin: origin.to_string(),
+            problems,
+        }),
+    }
 }
 
 fn default_log_dir() -> PathBuf {
@@ -589,22 +606,16 @@ async fn check_with_policy(
         if spec.policy_settings.is_none() && spec.include.is_empty() && spec.exclude.is_empty() {
             continue;
         }
+        let server = spec.name.clone();
         match policy.check_server(spec.policy_config()).await {
             Ok(None) => {}
-            Ok(Some(reason)) => problems.push(format!(
-                "{origin}: server `{}`: the policy refuses its configuration (keys `policy`, \
-                 `include`, `exclude`): {reason}",
-                spec.name
-            )),
-            Err(error) => problems.push(format!(
-                "{origin}: server `{}`: the policy could not check its configuration: {error}",
-                spec.name
-            )),
+            Ok(Some(reason)) => problems.push(ServerProblem::RefusedByPolicy { server, reason }),
+            Err(error) => problems.push(ServerProblem::Unchecked { server, error }),
         }
     }
     match problems.is_empty() {
         true => Ok(()),
-        false => Err(Error::Server(problems.join("\n"))),
+        false => Err(Error::Server { origin, problems }),
     }
 }
 

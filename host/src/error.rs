@@ -10,9 +10,15 @@ pub enum Error {
     /// A config file could not be read or understood (the message starts with the file).
     #[error(transparent)]
     Config(#[from] crate::config::file::ConfigError),
-    /// A server's settings are invalid: a duplicate name, or a configuration the policy refuses.
-    #[error("{0}")]
-    Server(String),
+    /// Servers' settings are unusable: every problem found, each naming its server. `origin` is
+    /// where the servers came from (the config file, or `config` for servers given in code).
+    #[error("{}", problems.iter().map(|p| format!("{origin}: {p}")).collect::<Vec<_>>().join("\n"))]
+    Server {
+        /// The config file, or `config`.
+        origin: String,
+        /// What is wrong, per server; never empty.
+        problems: Vec<ServerProblem>,
+    },
     /// The policy could not be loaded, refused its settings, failed, or has stopped.
     #[error(transparent)]
     Policy(#[from] crate::policy::PolicyError),
@@ -44,6 +50,63 @@ pub enum Error {
         /// Why.
         cause: String,
     },
+}
+
+/// What is wrong with one server's settings (see [`Error::Server`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerProblem {
+    /// Its name cannot be used; `why` says what a name must be.
+    #[error("{why}")]
+    BadName {
+        /// The name.
+        server: String,
+        /// What a name must be.
+        why: String,
+    },
+    /// Another server has the same name (in the same file, or already supervised).
+    #[error("two servers are named {server:?}")]
+    Duplicate {
+        /// The name.
+        server: String,
+    },
+    /// The running policy refuses its per-server settings or tool filters.
+    #[error(
+        "server `{server}`: the policy refuses its configuration (keys `policy`, `include`, `exclude`): {reason}"
+    )]
+    RefusedByPolicy {
+        /// The server.
+        server: String,
+        /// The policy's reason.
+        reason: String,
+    },
+    /// The policy could not judge its settings (it failed or has stopped).
+    #[error("server `{server}`: the policy could not check its configuration: {error}")]
+    Unchecked {
+        /// The server.
+        server: String,
+        /// Why.
+        error: crate::policy::PolicyError,
+    },
+    /// Tether is shutting down and takes no new server.
+    #[error("server {server:?} was not added: Tether is shutting down")]
+    ShuttingDown {
+        /// The server.
+        server: String,
+    },
+}
+
+impl ServerProblem {
+    /// The server the problem is about.
+    pub fn server(&self) -> &str {
+        match self {
+            Self::BadName { server, .. }
+            | Self::Duplicate { server }
+            | Self::RefusedByPolicy { server, .. }
+            | Self::Unchecked { server, .. }
+            | Self::ShuttingDown { server } => server,
+        }
+    }
 }
 
 /// A result with [`Error`].

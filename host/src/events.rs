@@ -6,9 +6,10 @@
 
 use tokio::sync::broadcast::{self, error::RecvError};
 
-use crate::policy::PolicyNotice;
-use crate::registry::RegistryChange;
-use crate::supervisor::{LifecycleEvent, Supervisor};
+pub use crate::policy::PolicyNotice;
+pub use crate::registry::RegistryChange;
+pub use crate::supervisor::LifecycleEvent;
+use crate::supervisor::Supervisor;
 
 /// One thing that happened.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
@@ -41,7 +42,7 @@ pub struct Feed {
 
 impl Feed {
     /// Subscribes to `supervisor`'s feeds.
-    pub fn new(supervisor: &Supervisor) -> Self {
+    pub(crate) fn new(supervisor: &Supervisor) -> Self {
         Self {
             lifecycle: supervisor.lifecycle(),
             tools: supervisor.registry().subscribe(),

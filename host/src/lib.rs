@@ -20,10 +20,42 @@
 //! ```
 //!
 //! The modules, for what the handle does not cover: [`config`] says what to supervise,
-//! [`supervisor`] runs one task per server and feeds the policy, [`registry`] holds the tools
-//! the policy published, [`gateway`] serves them as one MCP server, [`admin`] is the operators'
-//! HTTP API and [`events`] what they hear.
+//! [`gateway`] serves the servers' tools, prompts and resources as one MCP server, [`events`]
+//! is what operators and embedders hear, [`status`] what [`Tether::status`] answers,
+//! [`policy`] names, checks and replays policies, [`auth`] logs in to servers that demand
+//! OAuth, and [`admin`] holds the admin API's requests and answers for its clients.
+//!
+//! Everything else is the host's insides (the supervisor, the call path, the transports, the
+//! registry of published tools): crate-private. The `test-support` feature makes them public,
+//! hidden from these docs and without any stability promise, for Tether's own tests and
+//! benchmarks.
 #![deny(missing_docs)]
+// Every type a public signature uses can be named from the crate root.
+#![warn(unnameable_types)]
+
+/// Declares a module or re-export of the host's insides: crate-private, or public (and hidden)
+/// with the `test-support` feature, for Tether's own tests and benchmarks.
+macro_rules! insides {
+    ($(#[$attr:meta])* pub mod $name:ident;) => {
+        #[cfg(feature = "test-support")]
+        #[doc(hidden)]
+        $(#[$attr])*
+        pub mod $name;
+        #[cfg(not(feature = "test-support"))]
+        $(#[$attr])*
+        pub(crate) mod $name;
+    };
+    ($(#[$attr:meta])* pub use $($path:tt)+) => {
+        #[cfg(feature = "test-support")]
+        #[doc(hidden)]
+        $(#[$attr])*
+        pub use $($path)+
+        #[cfg(not(feature = "test-support"))]
+        #[allow(unused_imports)]
+        $(#[$attr])*
+        pub(crate) use $($path)+
+    };
+}
 
 pub mod admin;
 pub mod auth;
@@ -33,26 +65,37 @@ mod error;
 pub mod events;
 pub mod gateway;
 pub mod policy;
-pub mod registry;
-pub mod supervisor;
+pub mod status;
 
-// The host's insides: public for Tether's own integration tests and benchmarks only, not part
-// of the API (no stability promise, no docs).
-#[doc(hidden)]
-pub mod calls;
-#[doc(hidden)]
-pub mod catalog;
-#[doc(hidden)]
-pub mod metrics;
-#[doc(hidden)]
-pub mod transport;
-#[doc(hidden)]
-pub mod upstream;
+insides!(
+    pub mod calls;
+);
+insides!(
+    pub mod catalog;
+);
+insides!(
+    pub mod metrics;
+);
+insides!(
+    pub mod registry;
+);
+insides!(
+    pub mod supervisor;
+);
+insides!(
+    pub mod transport;
+);
+insides!(
+    pub mod upstream;
+);
 
 pub use admin::probes::ProbeOptions;
 pub use embed::{
     AdminOptions, Builder, CheckedConfig, CheckedPolicy, CheckedServer, DEFAULT_STARTUP_WAIT,
     Tether,
 };
-pub use error::{Error, Result};
+pub use error::{Error, Result, ServerProblem};
 pub use events::Event;
+pub use metrics::BuildInfo;
+pub use status::Status;
+pub use supervisor::ReloadReport;

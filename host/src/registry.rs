@@ -129,6 +129,7 @@ impl Registry {
         true
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// The route of a visible tool (shared: a call copies no description or schema).
     pub fn route(&self, advertised: &str) -> Option<Arc<Route>> {
         self.tables

@@ -22,8 +22,17 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 pub(crate) const TOKEN: &str = "admin-test-token-5f0c";
 
-/// What `POST /reload` will find in "the config file".
-type Config = Arc<Mutex<Result<Vec<ServerSpec>, String>>>;
+/// What `POST /reload` will find in "the config file": servers, or a real config file that
+/// does not load.
+type Config = Arc<Mutex<Result<Vec<ServerSpec>, std::path::PathBuf>>>;
+
+/// A config file that does not load (`text` written as `name` in a directory of its own).
+fn bad_config_file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
 
 /// A supervisor with the admin API in front of it, and an HTTP client for it.
 pub(crate) struct Admin {
@@ -41,9 +50,12 @@ fn context(host: &Host, metrics: Arc<Metrics>, config: Config) -> AdminContext {
         let config = config.clone();
         async move {
             let specs = config.lock().unwrap().clone();
-            Ok(supervisor
-                .reload(specs.map_err(tether::Error::Server)?)
-                .await)
+            let specs = match specs {
+                Ok(specs) => specs,
+                Err(file) => Err(tether::config::file::load(&file)
+                    .expect_err("the bad config file does not load"))?,
+            };
+            Ok(supervisor.reload(specs).await)
         }
         .boxed()
     });
@@ -782,12 +794,17 @@ async fn reload_applies_the_config_or_reports_its_error() {
     })
     .await;
 
-    *admin.config.lock().unwrap() = Err("tether.toml: line 3: unknown key `comand`".into());
+    let bad = bad_config_file("tether.toml", "[servers.alpha]\ncomand = \"fixture\"\n");
+    *admin.config.lock().unwrap() = Err(bad.clone());
     let (code, body) = admin
         .call(admin.request(reqwest::Method::POST, "/reload"))
         .await;
     assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
-    assert_eq!(body["error"], "tether.toml: line 3: unknown key `comand`");
+    let error = body["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with(&bad.display().to_string()) && error.contains("`alpha`"),
+        "{body}"
+    );
     assert!(!admin.host.tools("alpha").is_empty(), "nothing changed");
     admin.stop().await;
 }
@@ -1227,10 +1244,16 @@ async fn the_cli_finds_the_gateway_through_the_state_file_and_explains_failures(
     let (code, stdout, stderr) = cli(&joined(&["reload"], &flags)).await;
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     assert!(stdout.starts_with("configuration reloaded"), "{stdout}");
-    *admin.config.lock().unwrap() = Err("bad config: no servers table".into());
+    let bad = bad_config_file("tether.json", "{ not json");
+    *admin.config.lock().unwrap() = Err(bad.clone());
     let (code, _, stderr) = cli(&joined(&["reload"], &flags)).await;
     assert_eq!(code, Some(1), "{stderr}");
-    assert_eq!(stderr.trim(), "error: bad config: no servers table");
+    assert!(
+        stderr
+            .trim()
+            .starts_with(&format!("error: {}", bad.display())),
+        "{stderr}"
+    );
     admin.stop().await;
 }
 

@@ -9,7 +9,7 @@ use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use tether::admin::api;
 use tether::policy::{PolicySource, ServerState, SwapPath};
-use tether::{AdminOptions, Error, Event, Tether};
+use tether::{AdminOptions, Error, Event, ServerProblem, Tether};
 
 use crate::common::*;
 
@@ -25,10 +25,10 @@ async fn state_of(tether: &Tether, server: &str) -> Option<ServerState> {
 /// Waits, on its lifecycle events, until `server` is healthy.
 async fn wait_healthy(tether: &Tether, server: &str) {
     // Subscribed before the first look: a change after it is never missed.
-    let mut changes = tether.supervisor().lifecycle();
+    let mut changes = tether.events();
     let healthy = async {
         while state_of(tether, server).await != Some(ServerState::Healthy) {
-            let _ = changes.recv().await;
+            let _ = changes.next().await;
         }
     };
     if tokio::time::timeout(PATIENCE, healthy).await.is_err() {
@@ -70,7 +70,7 @@ async fn a_program_embeds_tether_mounts_its_mcp_endpoint_and_shuts_it_down() {
     // The MCP endpoint in the embedder's own router, beside its own route.
     let app = axum::Router::new()
         .route("/health", axum::routing::get(|| async { "ok" }))
-        .merge(tether.http_router(Default::default(), false));
+        .merge(tether.http_router(Default::default()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let served = tokio::spawn(async move { axum::serve(listener, app).await });
@@ -108,7 +108,8 @@ async fn a_program_embeds_tether_mounts_its_mcp_endpoint_and_shuts_it_down() {
         )])
         .await;
     assert!(
-        matches!(&refused, Err(Error::Server(why)) if why.contains("\"no spaces\"")),
+        matches!(&refused, Err(Error::Server { problems, .. })
+            if matches!(&problems[..], [ServerProblem::BadName { server, .. }] if server == "no spaces")),
         "{refused:?}"
     );
     let beta_pid = beta.pid().expect("beta runs");
@@ -234,7 +235,8 @@ async fn a_bad_config_is_an_error_naming_the_file_and_nothing_starts() {
         .err()
         .expect("two servers of one name are refused");
     assert!(
-        matches!(&duplicate, Error::Server(why) if why.contains("twin")),
+        matches!(&duplicate, Error::Server { problems, .. }
+            if matches!(&problems[..], [ServerProblem::Duplicate { server }] if server == "twin")),
         "{duplicate:?}"
     );
 }

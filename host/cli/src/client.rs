@@ -17,9 +17,9 @@ use futures::StreamExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tether::Event;
+use tether::ReloadReport;
 use tether::admin::api;
 use tether::policy::{PolicyNotice, ShadowReport, SwapPath};
-use tether::supervisor::ReloadReport;
 
 use crate::args::AdminArgs;
 use crate::state_file;

@@ -56,7 +56,7 @@ pub fn check(args: ConfigCheckArgs) -> ExitCode {
         Err(error) => {
             let (kind, code) = match &error {
                 tether::Error::Config(_) => ("config", crate::exit::CONFIG),
-                tether::Error::Server(_) => ("server", crate::exit::CONFIG),
+                tether::Error::Server { .. } => ("server", crate::exit::CONFIG),
                 tether::Error::Policy(_) => ("policy", crate::exit::CONFIG),
                 _ => ("other", crate::exit::REFUSED),
             };

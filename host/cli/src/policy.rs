@@ -121,7 +121,8 @@ pub fn replay(
     settings: Option<String>,
     json: bool,
 ) -> ExitCode {
-    use tether::policy::{PolicyRuntime, RuntimeOptions, record};
+    use tether::policy::record;
+    use tether::policy::replay::{ReplayError, replay};
     let records = match record::read(recording) {
         Ok(records) => records,
         Err(error) => {
@@ -130,26 +131,14 @@ pub fn replay(
         }
     };
     let source = candidate.map_or(PolicySource::Embedded, PolicySource::File);
-    let settings = settings
-        .or_else(|| record::initial_settings(&records).map(str::to_string))
-        .unwrap_or_else(|| "{}".to_string());
-    let runtime = match PolicyRuntime::start(RuntimeOptions {
-        source: source.clone(),
-        settings,
-        fallback_to_default: false,
-        ..RuntimeOptions::default()
-    }) {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::from(crate::exit::CONFIG);
-        }
-    };
-    let report = match tether::policy::replay::run(&records, &runtime) {
+    let report = match replay(&records, source.clone(), settings) {
         Ok(report) => report,
         Err(error) => {
-            eprintln!("error: the candidate failed during the replay: {error}");
-            return ExitCode::from(2);
+            eprintln!("error: {error}");
+            return ExitCode::from(match error {
+                ReplayError::Start(_) => crate::exit::CONFIG,
+                _ => 2,
+            });
         }
     };
     if json {

@@ -42,9 +42,9 @@ pub fn main(args: ServeArgs) -> ExitCode {
 /// else failed while serving (1).
 fn exit_code(error: &anyhow::Error) -> u8 {
     match error.downcast_ref::<tether::Error>() {
-        Some(tether::Error::Config(_) | tether::Error::Server(_) | tether::Error::Policy(_)) => {
-            crate::exit::CONFIG
-        }
+        Some(
+            tether::Error::Config(_) | tether::Error::Server { .. } | tether::Error::Policy(_),
+        ) => crate::exit::CONFIG,
         _ => crate::exit::REFUSED,
     }
 }
@@ -104,9 +104,11 @@ fn warn_if_exposed(addr: std::net::SocketAddr, token: bool) {
 }
 
 async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    // `serve_http` answers any host name on an address beyond loopback.
     let http_options = HttpOptions {
         allowed_origins: args.allow_origin.clone(),
         token: mcp_token(&args)?,
+        ..HttpOptions::default()
     };
     // An HTTP gateway owns the one default state file; every gateway on stdio (each agent
     // starts its own) gets one of its own.
@@ -140,7 +142,7 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
             allow_remote: args.admin_allow_remote,
             token: std::env::var("TETHER_ADMIN_TOKEN").ok(),
         });
-    builder = builder.build_info(tether::metrics::BuildInfo {
+    builder = builder.build_info(tether::BuildInfo {
         version: env!("CARGO_PKG_VERSION").to_string(),
         commit: env!("TETHER_COMMIT").to_string(),
         target: env!("TETHER_TARGET").to_string(),

@@ -1,9 +1,16 @@
-//! The operators' side: a loopback admin API over the supervisor ([`server`]), its requests and
+//! The operators' side: a loopback admin API over the supervisor (`server.rs`), its requests and
 //! answers as types shared with clients ([`api`]), and probes for an orchestrator without a
-//! token ([`probes`]). The `tether` CLI is the admin API's client.
+//! token (`probes.rs`). The `tether` CLI is the admin API's client.
 
 pub mod api;
-pub mod probes;
-pub mod server;
+insides!(
+    pub mod probes;
+);
+insides!(
+    pub mod server;
+);
 
-pub use server::{AdminContext, AdminError, AdminServer, start};
+pub use server::AdminError;
+insides!(
+    pub use server::{AdminContext, AdminServer, start};
+);

@@ -27,6 +27,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
+#[cfg(any(test, feature = "test-support"))]
 use utoipa::OpenApi;
 
 use crate::metrics::Metrics;
@@ -589,7 +590,7 @@ async fn set_settings(
     }
     let _operation = app.operations.lock().await;
     let policy = app.ctx.supervisor.policy();
-    let mut settings = match api::settings_json(&policy.running().settings) {
+    let mut settings = match crate::status::settings_json(&policy.running().settings) {
         object @ Value::Object(_) => object,
         _ => json!({}),
     };
@@ -631,7 +632,7 @@ async fn events(State(app): State<App>) -> Sse<impl Stream<Item = Result<Event, 
             event = feed.next() => event?,
         };
         let timed = api::TimedEvent {
-            time: api::rfc3339(SystemTime::now()),
+            time: crate::status::rfc3339(SystemTime::now()),
             event,
         };
         let data = serde_json::to_string(&timed).unwrap_or_default();
@@ -660,13 +661,17 @@ async fn events(State(app): State<App>) -> Sse<impl Stream<Item = Result<Event, 
     modifiers(&BearerAuth, &Refusals),
     security(("bearer" = []))
 )]
+#[cfg(any(test, feature = "test-support"))]
 struct AdminApi;
 
+#[cfg(any(test, feature = "test-support"))]
 struct BearerAuth;
 
 /// Every operation can be refused for want of the token (401).
+#[cfg(any(test, feature = "test-support"))]
 struct Refusals;
 
+#[cfg(any(test, feature = "test-support"))]
 impl utoipa::Modify for Refusals {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
@@ -699,6 +704,7 @@ impl utoipa::Modify for Refusals {
     }
 }
 
+#[cfg(any(test, feature = "test-support"))]
 impl utoipa::Modify for BearerAuth {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -711,7 +717,8 @@ impl utoipa::Modify for BearerAuth {
 }
 
 /// The admin API's OpenAPI 3.1 document, generated from the routes above and the types of
-/// [`api`].
+/// [`api`]. (Tether's own tests check it against `docs/admin-openapi.json`.)
+#[cfg(any(test, feature = "test-support"))]
 pub fn openapi() -> String {
     let mut document = AdminApi::openapi();
     document.info.version = env!("CARGO_PKG_VERSION").to_string();

@@ -599,6 +599,7 @@ fn respond(
     }
 }
 
+#[cfg(any(test, feature = "test-support"))]
 /// A call's response as a plain result, for a caller that cannot answer a server's request for
 /// input; the server's rejection of the request becomes a tool error with words for the model.
 pub(crate) fn as_result(

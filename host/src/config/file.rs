@@ -67,7 +67,7 @@
 //! warnings, not errors; JSON `null` counts as an absent key.
 //!
 //! Strings in `command`, `args`, `env` values, `envFile`, `cwd`, `url` and `headers` values are
-//! expanded as described in [`expand`](self::expand) (`${VAR}`, `${VAR:-default}`,
+//! expanded as described in `expand` (`${VAR}`, `${VAR:-default}`,
 //! `${env:VAR}`). `cwd` and `envFile` may start with `~` (the home directory); when relative
 //! they are resolved against the directory of the config file. Nothing in `include`,
 //! `exclude`, `timeouts` or `policy` is expanded.

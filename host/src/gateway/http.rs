@@ -27,10 +27,10 @@ use super::Gateway;
 
 impl Gateway {
     /// Serves Streamable HTTP at `http://ADDR/mcp` until [`HttpServer::close`].
-    pub async fn serve_http(
+    pub(crate) async fn serve_http(
         self,
         bind: SocketAddr,
-        options: HttpOptions,
+        mut options: HttpOptions,
     ) -> Result<HttpServer, crate::Error> {
         let listen_error = |cause| crate::Error::Listen { addr: bind, cause };
         let listener = tokio::net::TcpListener::bind(bind)
@@ -38,7 +38,10 @@ impl Gateway {
             .map_err(listen_error)?;
         let addr = listener.local_addr().map_err(listen_error)?;
         // A deliberate non-loopback bind serves other hosts' names too.
-        let (app, endpoint) = self.http_router(options, !addr.ip().to_canonical().is_loopback());
+        if !addr.ip().to_canonical().is_loopback() {
+            options.hosts = Hosts::Any;
+        }
+        let (app, endpoint) = self.http_router(options);
         let stop_accepting = Arc::new(Notify::new());
         let stop = stop_accepting.clone();
         let task = tokio::spawn(async move {
@@ -59,9 +62,8 @@ impl Gateway {
 
     /// The Streamable HTTP endpoint as a router serving `/mcp`, for mounting in an embedder's
     /// own axum stack (`Router::merge`), with the [`McpEndpoint`] that closes its sessions.
-    /// `any_host`: accept requests addressed to any host name, not only loopback names (for
-    /// a listener bound beyond loopback; rmcp refuses other `Host`s otherwise).
-    pub fn http_router(self, options: HttpOptions, any_host: bool) -> (axum::Router, McpEndpoint) {
+    /// Requests must be addressed to a loopback host name unless `options.hosts` says any.
+    pub(crate) fn http_router(self, options: HttpOptions) -> (axum::Router, McpEndpoint) {
         // rmcp checks Origin (scheme, host, port per RFC 6454; no Origin passes) before any
         // session handling, and answers 403.
         let mut config = StreamableHttpServerConfig::default().with_allowed_origins(
@@ -70,7 +72,7 @@ impl Gateway {
                 .map(|origin| origin.to_string())
                 .chain(options.allowed_origins),
         );
-        if any_host {
+        if options.hosts == Hosts::Any {
             config = config.disable_allowed_hosts();
         }
         let sessions = config.cancellation_token.clone();
@@ -140,8 +142,22 @@ const LOOPBACK_ORIGINS: [&str; 6] = [
 pub struct HttpOptions {
     /// Browser origins accepted besides loopback ones, as [`parse_allowed_origin`] makes them.
     pub allowed_origins: Vec<String>,
+    /// Which `Host` names requests may be addressed to. `serve_http` on an address beyond
+    /// loopback accepts any.
+    pub hosts: Hosts,
     /// The bearer token every request must carry, if any.
     pub token: Option<McpToken>,
+}
+
+/// Which `Host` names the MCP endpoint answers (a guard against DNS rebinding: a page of another
+/// site that resolves its name to 127.0.0.1 reaches a loopback listener with its own `Host`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Hosts {
+    /// `localhost`, `127.0.0.1` and `[::1]` only: for a listener on loopback.
+    #[default]
+    Loopback,
+    /// Any host name: for a listener reachable beyond loopback, under its own names.
+    Any,
 }
 
 /// A bearer token for the MCP endpoint. Only its SHA-256 digest is kept, and compared in

@@ -15,7 +15,10 @@ mod downstream;
 mod http;
 
 pub(crate) use http::bearer_token;
-pub use http::{HttpOptions, HttpServer, McpEndpoint, McpToken, parse_allowed_origin};
+pub use http::{Hosts, HttpOptions, McpToken, parse_allowed_origin};
+insides!(
+    pub use http::{HttpServer, McpEndpoint};
+);
 
 #[allow(deprecated)] // logging and resources/subscribe are legacy-only, and still served
 use rmcp::model::{
@@ -77,7 +80,7 @@ impl Clone for Gateway {
 impl Gateway {
     /// Builds the gateway and starts announcing changes downstream: tool lists (registry),
     /// prompt and resource lists (catalog), resource updates and log messages (upstreams).
-    pub fn new(supervisor: Supervisor) -> (Self, JoinHandle<()>) {
+    pub(crate) fn new(supervisor: Supervisor) -> (Self, JoinHandle<()>) {
         let downstream = Downstream::default();
         let mut tools = supervisor.registry().subscribe();
         let mut catalog = supervisor.catalog().subscribe();
@@ -124,7 +127,7 @@ impl Gateway {
     }
 
     /// Serves one session over this process's stdin/stdout until the client leaves.
-    pub async fn serve_stdio(self) -> Result<(), crate::Error> {
+    pub(crate) async fn serve_stdio(self) -> Result<(), crate::Error> {
         let service = self
             .serve(rmcp::transport::stdio())
             .await

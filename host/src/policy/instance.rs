@@ -227,6 +227,7 @@ pub struct PolicyInstance {
     held: HeldData,
     /// The memory cap in force (in the store's `StoreLimits`).
     memory_cap: usize,
+    #[cfg(any(test, feature = "test-support"))]
     /// What is true of the servers, when the instance is fed outside a runtime
     /// ([`Self::handle`]); a runtime keeps its own.
     ledger: Ledger,
@@ -256,6 +257,7 @@ impl PolicyInstance {
             fuel_budget: limits.fuel_per_call,
             held: HeldData::default(),
             memory_cap,
+            #[cfg(any(test, feature = "test-support"))]
             ledger: Ledger::default(),
         })
     }
@@ -278,6 +280,7 @@ impl PolicyInstance {
         &self.held
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// The memory cap of the latest guest call, in bytes (the next one's follows the data).
     pub fn memory_cap(&self) -> usize {
         self.memory_cap
@@ -339,6 +342,7 @@ impl PolicyInstance {
         answer.map_err(|reason| self.policy.refused("the settings", reason))
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// Feeds an event, outside a runtime: the instance keeps each server's latest tool list
     /// itself, for the descriptions of a 0.2 policy's publications.
     pub fn handle(&mut self, event: &Event) -> Result<Vec<Action>, PolicyError> {

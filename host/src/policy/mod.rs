@@ -1,5 +1,6 @@
 //! The policy runtime: loads a policy component, runs it sandboxed on its own thread, contains
-//! its failures and swaps it at runtime. The rest of the host talks to [`PolicyRuntime`].
+//! its failures and swaps it at runtime. The rest of the host talks to its `PolicyRuntime`; embedders name policies
+//! ([`PolicySource`]), check them ([`conformance`]) and replay recordings through them ([`replay`]).
 
 mod bindings;
 pub mod conformance;
@@ -17,14 +18,21 @@ mod store;
 pub mod types;
 
 pub use bindings::Contract;
-pub use engine::{EMBEDDED_DEFAULT_POLICY, LoadedPolicy, PolicyEngine, PolicySource};
-pub use instance::{
-    DEFAULT_FUEL_PER_DATA_BYTE, DEFAULT_MEMORY_PER_DATA_BYTE, Limits, PolicyInstance, tool_data,
-};
-pub use runtime::{
-    DEFAULT_INLINE_FUEL, PolicyNotice, PolicyRuntime, RuntimeOptions, RuntimeStats, ShadowReport,
-    SwapPath, SwapReport,
-};
+pub use engine::{LoadedPolicy, PolicyEngine, PolicySource};
+insides!(
+    pub use engine::EMBEDDED_DEFAULT_POLICY;
+);
+insides!(
+    pub use instance::{
+        DEFAULT_FUEL_PER_DATA_BYTE, DEFAULT_MEMORY_PER_DATA_BYTE, Limits, PolicyInstance, tool_data,
+    };
+);
+pub use runtime::{PolicyNotice, ShadowReport, SwapPath, SwapReport};
+insides!(
+    pub use runtime::{
+        DEFAULT_INLINE_FUEL, PolicyRuntime, Reply, RunningPolicy, RuntimeOptions, RuntimeStats,
+    };
+);
 pub use types::{
     Action, Admission, BreakerState, CallOutcome, CallReport, CallRequest, Event, EventKind, Fault,
     Handover, Hold, LiveSession, NamedPrompt, Naming, PolicyInfo, Publication, PublishedTool,

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::PolicyError;
-use super::record::{Divergence, Record, event_name, redact_actions};
-use super::runtime::PolicyRuntime;
+use super::engine::PolicySource;
+use super::record::{Divergence, Record, event_name, initial_settings, redact_actions};
+use super::runtime::{PolicyRuntime, RuntimeOptions};
 
 /// What a replay found.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -24,9 +25,42 @@ pub struct ReplayReport {
     pub policy_changes: usize,
 }
 
+/// Replays `records` (as [`super::record::read`] gives them) through the policy `candidate`,
+/// started with `settings` or else with the settings the recording started with, and compares
+/// its decisions with the recorded ones. A candidate that fails is not replaced by the default
+/// policy: its failure is the answer.
+pub fn replay(
+    records: &[(usize, Record)],
+    candidate: PolicySource,
+    settings: Option<String>,
+) -> Result<ReplayReport, ReplayError> {
+    let settings = settings
+        .or_else(|| initial_settings(records).map(str::to_string))
+        .unwrap_or_else(|| "{}".to_string());
+    let runtime = PolicyRuntime::start(RuntimeOptions {
+        source: candidate,
+        settings,
+        fallback_to_default: false,
+        ..RuntimeOptions::default()
+    })
+    .map_err(ReplayError::Start)?;
+    run(records, &runtime).map_err(ReplayError::Failed)
+}
+
+/// Why a replay did not finish.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayError {
+    /// The candidate could not start: not loaded, not compiled, or its settings refused.
+    #[error("{0}")]
+    Start(PolicyError),
+    /// The candidate failed during the replay.
+    #[error("the candidate failed during the replay: {0}")]
+    Failed(PolicyError),
+}
+
 /// Feeds a recording's inputs to `candidate`, in order, and compares its decisions with the
 /// recorded ones. `candidate` should start as the recording did (same settings).
-pub fn run(
+pub(crate) fn run(
     records: &[(usize, Record)],
     candidate: &PolicyRuntime,
 ) -> Result<ReplayReport, PolicyError> {

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use rmcp::model::{CallToolResponse, CallToolResult, JsonObject};
+use rmcp::model::{CallToolResponse, JsonObject};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -30,6 +30,7 @@ use crate::auth::{AuthContext, Authorizer};
 use crate::calls::{CallError, CallHost, CallObserver, Calls, Sessions};
 use crate::catalog::Catalog;
 use crate::config::ServerSpec;
+use crate::error::ServerProblem;
 use crate::policy::{
     Action, Admission, CallRequest, Event, EventKind, PolicyError, PolicyRuntime, PolicySource,
     ServerState, ServerStatus, StateChange, SwapReport, TransportKind,
@@ -45,7 +46,10 @@ mod task;
 // The seam between supervision and sessions: public for Tether's own tests (a fake connector
 // in virtual time), not part of the API (its types come from the hidden `upstream` module).
 #[doc(hidden)]
-pub use connector::{Attempt, Connector, Link, OpenRequest, Opened, Upstream};
+pub use connector::{Connector, Link, Upstream};
+#[cfg(any(test, feature = "test-support"))]
+#[doc(hidden)]
+pub use connector::{Attempt, OpenRequest, Opened};
 use task::{Command, ServerTask};
 
 /// Host time for the policy: milliseconds since the supervisor started.
@@ -299,6 +303,7 @@ impl Supervisor {
         &self.shared.policy
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// The host clock events are stamped with.
     pub fn clock(&self) -> Clock {
         self.shared.clock
@@ -311,15 +316,12 @@ impl Supervisor {
 
     /// Starts supervising `spec` (replacing nothing: the name must be new). Refused once
     /// shutdown has begun.
-    pub fn add_server(&self, spec: ServerSpec) -> Result<(), String> {
+    pub fn add_server(&self, spec: ServerSpec) -> Result<(), ServerProblem> {
         // Held until the policy has heard of the server: a removal or a shutdown of the same
         // name cannot come between the two.
         let _membership = self.shared.membership();
         if self.shared.stopped.load(Ordering::SeqCst) {
-            return Err(format!(
-                "server {:?} was not added: Tether is shutting down",
-                spec.name
-            ));
+            return Err(ServerProblem::ShuttingDown { server: spec.name });
         }
         let mut servers = self
             .shared
@@ -327,13 +329,13 @@ impl Supervisor {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         if servers.contains_key(&spec.name) {
-            return Err(format!(
-                "a server named {:?} is already supervised",
-                spec.name
-            ));
+            return Err(ServerProblem::Duplicate { server: spec.name });
         }
-        if let Some(problem) = ServerSpec::name_problem(&spec.name) {
-            return Err(problem);
+        if let Some(why) = ServerSpec::name_problem(&spec.name) {
+            return Err(ServerProblem::BadName {
+                server: spec.name,
+                why,
+            });
         }
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let (session_tx, session) = watch::channel(None);
@@ -578,13 +580,14 @@ impl Supervisor {
         self.shared.calls.drain(within).await;
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// Calls the tool agents know as `advertised`. Tool errors from the server pass through
     /// unchanged; refusals and transport failures become tool errors with words for the model.
     pub async fn call_tool(
         &self,
         advertised: &str,
         arguments: Option<JsonObject>,
-    ) -> Result<CallToolResult, CallError> {
+    ) -> Result<rmcp::model::CallToolResult, CallError> {
         self.call_tool_with_hook(advertised, arguments, CallContext::default(), async {})
             .await
     }
@@ -605,6 +608,7 @@ impl Supervisor {
             .await
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// [`Supervisor::call_tool`] with `before_dispatch` awaited between admission and dispatch,
     /// so tests can make the world change exactly there (e.g. kill the server).
     #[doc(hidden)]
@@ -614,7 +618,7 @@ impl Supervisor {
         arguments: Option<JsonObject>,
         context: CallContext,
         before_dispatch: impl std::future::Future<Output = ()>,
-    ) -> Result<CallToolResult, CallError> {
+    ) -> Result<rmcp::model::CallToolResult, CallError> {
         let shared = &*self.shared;
         let response = shared
             .calls

@@ -308,6 +308,7 @@ pub(crate) fn redact(url: &Url) -> String {
     shown.to_string()
 }
 
+#[cfg(any(test, feature = "test-support"))]
 pub async fn connect_streamable<H: ClientHandler>(
     url: &str,
     opts: &HttpOptions,
@@ -320,6 +321,7 @@ pub async fn connect_streamable<H: ClientHandler>(
         .map_err(|failure| failure.fault)
 }
 
+#[cfg(any(test, feature = "test-support"))]
 pub async fn connect_sse<H: ClientHandler>(
     url: &str,
     opts: &HttpOptions,
@@ -332,6 +334,7 @@ pub async fn connect_sse<H: ClientHandler>(
         .map_err(|failure| failure.fault)
 }
 
+#[cfg(any(test, feature = "test-support"))]
 /// First connect of a server configured as plain "http": try Streamable HTTP; when the
 /// initialize POST (before any session exists) is answered with HTTP 400/404/405/406 or an
 /// id-less JSON-RPC error, try legacy SSE at the same URL (with its own `connect_timeout`).

@@ -556,6 +556,7 @@ impl Session {
         self.process.as_ref().map(ChildProcess::pid)
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// The protocol generation this session speaks.
     pub fn generation(&self) -> Generation {
         self.generation

@@ -2,7 +2,7 @@
 //! policy component must pass. `tether policy check` runs them here, after [`preflight`] has
 //! made sure the component can be used at all.
 //!
-//! The scenarios are data ([`script`]), written once ([`suite`]) and run by [`interpreter`].
+//! The scenarios are data ([`script`]), written once (`suite.rs`) and run by `interpreter.rs`.
 //! [`export`] writes them as JSON (`docs/CONFORMANCE.md`), which hosts other than Tether run
 //! (`host/conformance/python`, `host/conformance/js`); each host writes a transcript of every call into the policy, and
 //! for the same component those are identical, byte for byte.

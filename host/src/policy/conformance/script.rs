@@ -1,5 +1,5 @@
 //! The scenario language: steps a host takes and predicates it checks, as data. The suite
-//! ([`super::suite`]) is written in it, [`super::interpreter`] runs it here, and the JSON it
+//! (`suite.rs`) is written in it, `interpreter.rs` runs it here, and the JSON it
 //! serializes to (`docs/CONFORMANCE.md`) is what other hosts run.
 
 use serde::Serialize;

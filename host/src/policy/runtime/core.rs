@@ -448,6 +448,7 @@ impl PolicyCore {
         }
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// A snapshot of the policy's state now.
     pub(crate) fn snapshot(&mut self) -> Vec<u8> {
         self.checkpoint();

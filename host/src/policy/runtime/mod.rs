@@ -424,11 +424,13 @@ impl PolicyRuntime {
         self.ask(move |core, _| core.check_server(config))
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// A snapshot of the running policy's state.
     pub fn snapshot(&self) -> Reply<Vec<u8>> {
         self.ask(|core, _| Ok(core.snapshot()))
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// Replaces the running policy, keeping its state. The new component is compiled on the
     /// calling thread (use `spawn_blocking` in async code); the policy thread pauses only to
     /// move the state. On failure the old policy keeps running.
@@ -442,6 +444,7 @@ impl PolicyRuntime {
         .wait()
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// Async form of [`Self::swap_blocking`].
     pub async fn swap(&self, source: PolicySource) -> Result<SwapReport, PolicyError> {
         let this = self.clone();

@@ -86,11 +86,17 @@ pub struct RuntimeStats {
 /// What is running now, for status displays.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct RunningPolicy {
+    /// Where the component came from (its file, or `embedded`).
     pub label: String,
+    /// The name the policy gives itself.
     pub name: String,
+    /// The version the policy gives itself.
     pub version: String,
+    /// The contract version it was built for.
     pub contract: String,
+    /// SHA-256 of the component, hex.
     pub digest: String,
+    /// Its settings, as given (JSON).
     pub settings: String,
 }
 
