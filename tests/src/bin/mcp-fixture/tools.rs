@@ -25,16 +25,19 @@ const ALL_TOOLS: &[&str] = &[
     "env",
     "confirm",
     "burst",
+    "blob",
 ];
+/// The largest result `blob` makes (64 MB).
+const MAX_BLOB: usize = 64 << 20;
 /// How often `slow` reports progress when the request carried a progress token.
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 
 /// The tool names advertised under these settings, in a stable order.
 pub fn advertised(settings: &Behaviour) -> Vec<&'static str> {
-    // `burst` only when asked for: the default set stays what tests count on.
+    // `burst` and `blob` only when asked for: the default set stays what tests count on.
     let wanted = |name: &str| match &settings.tools {
         Some(list) => list.iter().any(|t| t == name),
-        None => name != "burst",
+        None => !matches!(name, "burst" | "blob"),
     };
     ALL_TOOLS
         .iter()
@@ -77,6 +80,13 @@ pub fn definition(name: &str) -> Tool {
         "env" => (
             "Returns the server's environment as a JSON object.",
             object_schema(json!({}), &[]),
+        ),
+        "blob" => (
+            "Returns `bytes` bytes of text (for benchmarks: a result of a chosen size).",
+            object_schema(
+                json!({"bytes": {"type": "integer", "minimum": 0, "maximum": MAX_BLOB}}),
+                &["bytes"],
+            ),
         ),
         "burst" => (
             "Sends n progress notifications at once, as fast as it can, then answers.",
@@ -133,6 +143,9 @@ pub enum Call {
     Burst {
         n: u64,
     },
+    Blob {
+        bytes: usize,
+    },
     ExitNow {
         code: i32,
     },
@@ -178,6 +191,14 @@ pub fn parse(name: &str, args: &JsonObject) -> Result<Call, String> {
                 .ok_or_else(|| "slow: `ms` must be a non-negative integer".to_owned())?,
         },
         "hang" => Call::Hang,
+        "blob" => Call::Blob {
+            bytes: args
+                .get("bytes")
+                .and_then(Value::as_u64)
+                .and_then(|bytes| usize::try_from(bytes).ok())
+                .filter(|bytes| *bytes <= MAX_BLOB)
+                .ok_or_else(|| format!("blob: `bytes` must be an integer from 0 to {MAX_BLOB}"))?,
+        },
         "burst" => Call::Burst {
             n: args
                 .get("n")
@@ -228,6 +249,12 @@ pub async fn run(call: Call, context: &RequestContext<RoleServer>) -> CallToolRe
         }
         Call::ExitNow { code } => fixture::exit(code, "exit_now tool"),
         Call::Fail => CallToolResult::error(vec![ContentBlock::text("fail tool always fails")]),
+        // Printable and varied, so no transport compresses or special-cases it.
+        Call::Blob { bytes } => text(
+            (0..bytes)
+                .map(|i| char::from(b'a' + (i % 26) as u8))
+                .collect::<String>(),
+        ),
         Call::Confirm => unreachable!("the handler answers confirm"),
         Call::Env => {
             let env: serde_json::Map<String, Value> = std::env::vars()

@@ -4,6 +4,7 @@
 mod chaos;
 mod cold_start;
 mod cost;
+mod forwarding;
 mod gateway;
 mod policy;
 mod recovery;
@@ -27,6 +28,9 @@ enum Command {
     Policy(policy::Args),
     /// Echo-tool latency and throughput through `tether serve` vs direct.
     Gateway(gateway::Args),
+    /// The benchmark of record for forwarding: direct, a byte relay and Tether, over stdio and
+    /// HTTP, results of 100 B to 2 MB, 1 to 64 clients.
+    Forwarding(forwarding::Args),
     /// The gateway's instructions per forwarded call (callgrind), for both client generations.
     GatewayCost(cost::Args),
     /// SIGKILL an upstream and time each recovery step.
@@ -56,6 +60,7 @@ fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Policy(args) => policy::run(&args),
         Command::Gateway(args) => gateway::run(&args),
+        Command::Forwarding(args) => forwarding::run(&args),
         Command::GatewayCost(args) => cost::run(&args),
         Command::Recovery(args) => recovery::run(&args),
         Command::Scale(args) => scale::run(&args),
