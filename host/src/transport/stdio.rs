@@ -11,12 +11,21 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::process::{ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 
-use super::Fault;
+use rmcp::service::{ClientInitializeError, RunningService};
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::{ClientHandler, ClientServiceExt, RoleClient};
+
+use super::gate::Guarded;
+use super::limit::BoundedReader;
+use super::{Fault, SessionEnd, generation};
+use crate::config::ServerSpec;
+use crate::upstream::route::Routes;
 
 /// Host environment variables a child inherits; everything else must be configured explicitly.
 const ENV_ALLOWLIST: &[&str] = &[
@@ -106,6 +115,83 @@ fn signal_group(pid: u32, signal: libc::c_int) {
         // SAFETY: killpg only sends a signal; the group is the child's own.
         unsafe {
             libc::killpg(pgid, signal);
+        }
+    }
+}
+
+/// What to start for a stdio server: its command line, environment and working directory, and
+/// where its stderr is logged.
+pub struct Spawn<'a> {
+    /// The server's name (for its log file and messages).
+    pub server: &'a str,
+    pub command: &'a str,
+    pub args: &'a [String],
+    pub env: &'a BTreeMap<String, String>,
+    pub cwd: Option<&'a Path>,
+    pub log_dir: &'a Path,
+}
+
+/// A stdio server's MCP session, its process, and why the session ended once it has.
+pub struct StdioSession<H: ClientHandler> {
+    pub service: RunningService<RoleClient, H>,
+    pub process: ChildProcess,
+    pub end: SessionEnd,
+}
+
+/// Starts the server and completes the MCP handshake within `spec`'s connect timeout. Its
+/// stdout is bounded to `spec.max_message` per line before rmcp buffers it, and everything it
+/// sends passes the gate ([`Guarded`]). A handshake that fails names why: the exit status of a
+/// server that died, its refusal, or the timeout; the process is stopped then.
+pub async fn connect_session<H: ClientHandler>(
+    child: &Spawn<'_>,
+    spec: &ServerSpec,
+    lifecycle: rmcp::ClientLifecycleMode,
+    routes: Arc<Routes>,
+    handler: H,
+) -> Result<StdioSession<H>, Fault> {
+    let (process, stdout, stdin) = spawn(
+        child.server,
+        child.command,
+        child.args,
+        child.env,
+        child.cwd,
+        child.log_dir,
+    )?;
+    let end = SessionEnd::new();
+    // rmcp's own line cap stays above ours, so it never drops a line silently.
+    let reader = BoundedReader::lines(stdout, spec.max_message);
+    let transport = AsyncRwTransport::new_client(reader, stdin)
+        .with_max_line_length(spec.max_message.saturating_add(2));
+    let transport = Guarded::new(transport, end.clone()).with_routes(routes);
+    let opening = handler.serve_with_lifecycle(transport, lifecycle);
+    match tokio::time::timeout(spec.timeouts.connect, opening).await {
+        Ok(Ok(service)) => Ok(StdioSession {
+            service,
+            process,
+            end,
+        }),
+        Ok(Err(error)) => {
+            // A server that answered and refused the handshake exits afterwards because its
+            // stdin closes: its refusal is the fault, not the exit.
+            let answered = !matches!(
+                error,
+                ClientInitializeError::ConnectionClosed(_)
+                    | ClientInitializeError::TransportError { .. }
+            );
+            let exited = match answered {
+                true => None,
+                false => process.wait_exit(Duration::from_millis(200)).await,
+            };
+            let fault = match exited {
+                Some(code) => Fault::ProcessExited(code),
+                None => Fault::HandshakeFailed(generation::describe_refusal(&error, spec.protocol)),
+            };
+            process.terminate(spec.timeouts.stop_grace).await;
+            Err(fault)
+        }
+        Err(_) => {
+            process.terminate(spec.timeouts.stop_grace).await;
+            Err(Fault::HandshakeTimedOut)
         }
     }
 }

@@ -24,11 +24,10 @@ use rmcp::model::{
     UnsubscribeRequest, UnsubscribeRequestParams,
 };
 use rmcp::service::{
-    ClientInitializeError, NotificationContext, PeerRequestOptions, RequestContext, RunningService,
+    NotificationContext, PeerRequestOptions, RequestContext, RunningService,
     ServiceError,
 };
-use rmcp::transport::async_rw::AsyncRwTransport;
-use rmcp::{ClientHandler, ClientServiceExt, Peer, RoleClient};
+use rmcp::{ClientHandler, Peer, RoleClient};
 use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, broadcast, watch};
 use tokio_util::sync::CancellationToken;
@@ -37,10 +36,9 @@ use crate::catalog::ServerCatalog;
 use crate::config::{ServerSpec, Timeouts, TransportSpec};
 use crate::policy::{Fault, Tool, TransportKind};
 use crate::transport::SessionEnd;
-use crate::transport::gate::Guarded;
 use crate::transport::generation::{self, Generation};
 use crate::transport::http::{self, HttpFlavor, HttpOptions};
-use crate::transport::limit::{self, BoundedReader};
+use crate::transport::limit;
 use crate::transport::stdio::{self, ChildProcess};
 use route::{Belongs, RouteTag, Routes};
 pub use route::{CallRoute, ClientAsk, ProgressForward};
@@ -401,53 +399,35 @@ impl Session {
             routes: routes.clone(),
         };
         let lifecycle = generation::lifecycle(spec.protocol, remembered.generation);
-        let deadline = spec.timeouts.connect;
-        let mut end = SessionEnd::new();
-        let (service, process, transport) = match &spec.transport {
+        let (service, process, transport, end) = match &spec.transport {
             TransportSpec::Stdio {
                 command,
                 args,
                 env,
                 cwd,
             } => {
-                let (process, stdout, stdin) =
-                    stdio::spawn(&spec.name, command, args, env, cwd.as_deref(), log_dir)?;
-                // Lines are bounded before rmcp buffers them (see `limit`); rmcp's own cap
-                // stays above ours so it never drops a line silently.
-                let reader = BoundedReader::lines(stdout, spec.max_message);
-                let transport = AsyncRwTransport::new_client(reader, stdin)
-                    .with_max_line_length(spec.max_message.saturating_add(2));
-                let transport = Guarded::new(transport, end.clone()).with_routes(routes.clone());
-                let opening = handler.serve_with_lifecycle(transport, lifecycle);
-                match tokio::time::timeout(deadline, opening).await {
-                    Ok(Ok(service)) => (service, Some(process), TransportKind::Stdio),
-                    Ok(Err(error)) => {
-                        // A server that answered and refused the handshake exits afterwards
-                        // because its stdin closes: its refusal is the fault, not the exit.
-                        let answered = !matches!(
-                            error,
-                            ClientInitializeError::ConnectionClosed(_)
-                                | ClientInitializeError::TransportError { .. }
-                        );
-                        let exited = match answered {
-                            true => None,
-                            false => process.wait_exit(Duration::from_millis(200)).await,
-                        };
-                        let fault = match exited {
-                            Some(code) => Fault::ProcessExited(code),
-                            None => Fault::HandshakeFailed(generation::describe_refusal(
-                                &error,
-                                spec.protocol,
-                            )),
-                        };
-                        process.terminate(spec.timeouts.stop_grace).await;
-                        return Err(fault);
-                    }
-                    Err(_) => {
-                        process.terminate(spec.timeouts.stop_grace).await;
-                        return Err(Fault::HandshakeTimedOut);
-                    }
-                }
+                let child = stdio::Spawn {
+                    server: &spec.name,
+                    command,
+                    args,
+                    env,
+                    cwd: cwd.as_deref(),
+                    log_dir,
+                };
+                let session = stdio::connect_session(
+                    &child,
+                    spec,
+                    lifecycle,
+                    routes.clone(),
+                    handler.clone(),
+                )
+                .await?;
+                (
+                    session.service,
+                    Some(session.process),
+                    TransportKind::Stdio,
+                    session.end,
+                )
             }
             TransportSpec::Http {
                 url,
@@ -468,8 +448,7 @@ impl Session {
                     HttpFlavor::Streamable => TransportKind::StreamableHttp,
                     HttpFlavor::Sse => TransportKind::Sse,
                 };
-                end = session.end;
-                (session.service, None, kind)
+                (session.service, None, kind, session.end)
             }
             TransportSpec::Sse { url, headers } => {
                 let options = http_options(
@@ -482,8 +461,7 @@ impl Session {
                 let session =
                     http::connect_session(url, Some(HttpFlavor::Sse), &options, || handler.clone())
                         .await?;
-                end = session.end;
-                (session.service, None, TransportKind::Sse)
+                (session.service, None, TransportKind::Sse, session.end)
             }
         };
         let mut session = Self::from_service(&spec.name, service, process, transport, end);

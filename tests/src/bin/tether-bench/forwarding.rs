@@ -21,7 +21,7 @@ use rmcp::service::{Peer, RunningService};
 use rmcp::{RoleClient, ServiceExt};
 use tokio::process::{Child, Command};
 
-use crate::stats::{Samples, us};
+use crate::stats::{Measured, Samples, us};
 use crate::util::{self, Agent, fixture, scratch, table, word_after};
 
 #[derive(clap::Parser)]
@@ -212,7 +212,7 @@ async fn set_up(transport: &str, path: Path3, socat: &Path, sessions: usize, nam
                     let relay = spawn(
                         socat,
                         &[
-                            format!("TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork"),
+                            format!("TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,backlog=1024"),
                             format!("TCP:{addr}"),
                         ],
                         false,
@@ -325,18 +325,6 @@ async fn load(
         all.extend(task.await.expect("a client"));
     }
     (all, start.elapsed())
-}
-
-#[derive(Default)]
-struct Measured {
-    latencies: Vec<Duration>,
-    wall: Duration,
-}
-
-impl Measured {
-    fn rate(&self) -> f64 {
-        self.latencies.len() as f64 / self.wall.as_secs_f64()
-    }
 }
 
 fn size_label(bytes: usize) -> String {

@@ -12,7 +12,7 @@ use rmcp::{RoleClient, ServiceExt};
 use tether::transport::http::{HttpOptions, connect_sse};
 use tokio::process::{Child, Command};
 
-use crate::stats::{Samples, us, us_delta};
+use crate::stats::{Measured, Samples, us, us_delta};
 use crate::util::{self, Agent, echo_ok, fixture, scratch, table, tool_names, word_after};
 
 #[derive(clap::Parser)]
@@ -355,19 +355,6 @@ async fn load(
         all.extend(caller.await.expect("caller"));
     }
     (all, start.elapsed())
-}
-
-/// What one path measured over all rounds.
-#[derive(Default)]
-struct Measured {
-    latencies: Vec<Duration>,
-    wall: Duration,
-}
-
-impl Measured {
-    fn rate(&self) -> f64 {
-        self.latencies.len() as f64 / self.wall.as_secs_f64()
-    }
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {

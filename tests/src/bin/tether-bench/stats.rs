@@ -37,6 +37,20 @@ impl Samples {
     }
 }
 
+/// What one path measured over all rounds: every call's latency, and the wall time they took.
+#[derive(Default)]
+pub struct Measured {
+    pub latencies: Vec<Duration>,
+    pub wall: Duration,
+}
+
+impl Measured {
+    /// Calls per second.
+    pub fn rate(&self) -> f64 {
+        self.latencies.len() as f64 / self.wall.as_secs_f64()
+    }
+}
+
 pub fn us(nanos: u64) -> String {
     format!("{:.1} µs", nanos as f64 / 1e3)
 }
