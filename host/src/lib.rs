@@ -67,27 +67,13 @@ pub mod gateway;
 pub mod policy;
 pub mod status;
 
-insides!(
-    pub mod calls;
-);
-insides!(
-    pub mod catalog;
-);
-insides!(
-    pub mod metrics;
-);
-insides!(
-    pub mod registry;
-);
-insides!(
-    pub mod supervisor;
-);
-insides!(
-    pub mod transport;
-);
-insides!(
-    pub mod upstream;
-);
+insides! { pub mod calls; }
+insides! { pub mod catalog; }
+insides! { pub mod metrics; }
+insides! { pub mod registry; }
+insides! { pub mod supervisor; }
+insides! { pub mod transport; }
+insides! { pub mod upstream; }
 
 pub use admin::probes::ProbeOptions;
 pub use embed::{

@@ -3,14 +3,8 @@
 //! token (`probes.rs`). The `tether` CLI is the admin API's client.
 
 pub mod api;
-insides!(
-    pub mod probes;
-);
-insides!(
-    pub mod server;
-);
+insides! { pub mod probes; }
+insides! { pub mod server; }
 
 pub use server::AdminError;
-insides!(
-    pub use server::{AdminContext, AdminServer, start};
-);
+insides! { pub use server::{AdminContext, AdminServer, start}; }

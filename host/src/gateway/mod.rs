@@ -16,9 +16,7 @@ mod http;
 
 pub(crate) use http::bearer_token;
 pub use http::{Hosts, HttpOptions, McpToken, parse_allowed_origin};
-insides!(
-    pub use http::{HttpServer, McpEndpoint};
-);
+insides! { pub use http::{HttpServer, McpEndpoint}; }
 
 #[allow(deprecated)] // logging and resources/subscribe are legacy-only, and still served
 use rmcp::model::{

@@ -19,20 +19,18 @@ pub mod types;
 
 pub use bindings::Contract;
 pub use engine::{LoadedPolicy, PolicyEngine, PolicySource};
-insides!(
-    pub use engine::EMBEDDED_DEFAULT_POLICY;
-);
-insides!(
+insides! { pub use engine::EMBEDDED_DEFAULT_POLICY; }
+insides! {
     pub use instance::{
         DEFAULT_FUEL_PER_DATA_BYTE, DEFAULT_MEMORY_PER_DATA_BYTE, Limits, PolicyInstance, tool_data,
     };
-);
+}
 pub use runtime::{PolicyNotice, ShadowReport, SwapPath, SwapReport};
-insides!(
+insides! {
     pub use runtime::{
         DEFAULT_INLINE_FUEL, PolicyRuntime, Reply, RunningPolicy, RuntimeOptions, RuntimeStats,
     };
-);
+}
 pub use types::{
     Action, Admission, BreakerState, CallOutcome, CallReport, CallRequest, Event, EventKind, Fault,
     Handover, Hold, LiveSession, NamedPrompt, Naming, PolicyInfo, Publication, PublishedTool,
