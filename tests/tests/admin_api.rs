@@ -26,12 +26,13 @@ pub(crate) const TOKEN: &str = "admin-test-token-5f0c";
 /// does not load.
 type Config = Arc<Mutex<Result<Vec<ServerSpec>, std::path::PathBuf>>>;
 
-/// A config file that does not load (`text` written as `name` in a directory of its own).
-fn bad_config_file(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = tempfile::tempdir().unwrap().keep();
-    let path = dir.join(name);
+/// A config file that does not load (`text` written as `name` in a directory of its own, which
+/// goes with the returned guard).
+fn bad_config_file(name: &str, text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
     std::fs::write(&path, text).unwrap();
-    path
+    (dir, path)
 }
 
 /// A supervisor with the admin API in front of it, and an HTTP client for it.
@@ -794,7 +795,7 @@ async fn reload_applies_the_config_or_reports_its_error() {
     })
     .await;
 
-    let bad = bad_config_file("tether.toml", "[servers.alpha]\ncomand = \"fixture\"\n");
+    let (_dir, bad) = bad_config_file("tether.toml", "[servers.alpha]\ncomand = \"fixture\"\n");
     *admin.config.lock().unwrap() = Err(bad.clone());
     let (code, body) = admin
         .call(admin.request(reqwest::Method::POST, "/reload"))
@@ -1244,7 +1245,7 @@ async fn the_cli_finds_the_gateway_through_the_state_file_and_explains_failures(
     let (code, stdout, stderr) = cli(&joined(&["reload"], &flags)).await;
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     assert!(stdout.starts_with("configuration reloaded"), "{stdout}");
-    let bad = bad_config_file("tether.json", "{ not json");
+    let (_dir, bad) = bad_config_file("tether.json", "{ not json");
     *admin.config.lock().unwrap() = Err(bad.clone());
     let (code, _, stderr) = cli(&joined(&["reload"], &flags)).await;
     assert_eq!(code, Some(1), "{stderr}");

@@ -27,6 +27,10 @@ impl Delivery {
     /// Runs the queued answers in order, unless another thread is running them. Call after
     /// releasing the worker's lock.
     pub(crate) fn run(&self) {
+        // Nothing queued (a decision answered by a reply): whoever queues next runs it.
+        if self.is_empty() {
+            return;
+        }
         loop {
             let _running = match self.running.try_lock() {
                 Ok(guard) => guard,
@@ -46,15 +50,17 @@ impl Delivery {
             }
             drop(_running);
             // An answer queued after the last look, by a thread that found this one running.
-            if self
-                .queue
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_empty()
-            {
+            if self.is_empty() {
                 return;
             }
         }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
     }
 }
 

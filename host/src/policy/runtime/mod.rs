@@ -238,8 +238,8 @@ impl PolicyRuntime {
                 while let Ok(job) = job_rx.recv() {
                     {
                         let mut worker = worker.lock().unwrap_or_else(|e| e.into_inner());
+                        // Each job publishes the core's outbox before it answers.
                         job(&mut worker, &shared);
-                        worker.publish(&shared);
                         // Still under the lock: an inline decision must not overtake this job.
                         shared.queued.fetch_sub(1, Ordering::SeqCst);
                     }

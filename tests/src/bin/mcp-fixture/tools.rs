@@ -250,11 +250,11 @@ pub async fn run(call: Call, context: &RequestContext<RoleServer>) -> CallToolRe
         Call::ExitNow { code } => fixture::exit(code, "exit_now tool"),
         Call::Fail => CallToolResult::error(vec![ContentBlock::text("fail tool always fails")]),
         // Printable and varied, so no transport compresses or special-cases it.
-        Call::Blob { bytes } => text(
-            (0..bytes)
-                .map(|i| char::from(b'a' + (i % 26) as u8))
-                .collect::<String>(),
-        ),
+        Call::Blob { bytes } => {
+            let mut blob = "abcdefghijklmnopqrstuvwxyz".repeat(bytes.div_ceil(26));
+            blob.truncate(bytes);
+            text(blob)
+        }
         Call::Confirm => unreachable!("the handler answers confirm"),
         Call::Env => {
             let env: serde_json::Map<String, Value> = std::env::vars()

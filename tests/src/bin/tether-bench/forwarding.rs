@@ -92,14 +92,6 @@ fn fixture_args(transport: &str, state: &Path) -> Vec<String> {
     ]
 }
 
-/// A port free now (for a program that does not say which one `:0` gave it).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 async fn wait_listening(port: u16) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while tokio::net::TcpStream::connect(("127.0.0.1", port))
@@ -124,15 +116,16 @@ fn rss_kb(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-fn spawn(program: impl AsRef<std::ffi::OsStr>, args: &[String], piped_stdio: bool) -> Child {
-    let mut command = Command::new(program);
-    command.args(args).stderr(Stdio::null()).kill_on_drop(true);
-    if piped_stdio {
-        command.stdin(Stdio::piped()).stdout(Stdio::piped());
-    } else {
-        command.stdin(Stdio::null()).stdout(Stdio::piped());
-    }
-    command.spawn().expect("a benchmark process starts")
+/// A process of the path, its stdin and stdout piped (a stdio client talks over them).
+fn spawn(program: impl AsRef<std::ffi::OsStr>, args: &[String]) -> Child {
+    Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("a benchmark process starts")
 }
 
 async fn stdio_client(child: &mut Child) -> RunningService<RoleClient, Agent> {
@@ -162,7 +155,7 @@ async fn set_up(transport: &str, path: Path3, socat: &Path, sessions: usize, nam
     let mut rss = None;
     let (clients, tool) = match (transport, path) {
         ("stdio", Path3::Direct) => {
-            let mut child = spawn(fixture(), &fixture_args("stdio", &state), true);
+            let mut child = spawn(fixture(), &fixture_args("stdio", &state));
             let client = stdio_client(&mut child).await;
             children.push(child);
             (vec![client], "blob".to_string())
@@ -173,7 +166,7 @@ async fn set_up(transport: &str, path: Path3, socat: &Path, sessions: usize, nam
                 fixture(),
                 fixture_args("stdio", &state).join(" ")
             );
-            let mut child = spawn(socat, &["STDIO".into(), exec], true);
+            let mut child = spawn(socat, &["STDIO".into(), exec]);
             let client = stdio_client(&mut child).await;
             children.push(child);
             (vec![client], "blob".to_string())
@@ -199,8 +192,9 @@ async fn set_up(transport: &str, path: Path3, socat: &Path, sessions: usize, nam
             (vec![client], "up__blob".to_string())
         }
         (_, path) => {
-            let mut upstream = spawn(fixture(), &fixture_args("http", &state), false);
-            let addr = word_after(upstream.stdout.take().unwrap(), "listening on ").await;
+            let (upstream, base) =
+                util::fixture_listening("http", &state, &["--tools", "blob"]).await;
+            let addr = base.trim_start_matches("http://").to_string();
             children.push(upstream);
             match path {
                 Path3::Direct => (
@@ -208,14 +202,13 @@ async fn set_up(transport: &str, path: Path3, socat: &Path, sessions: usize, nam
                     "blob".to_string(),
                 ),
                 Path3::Relay => {
-                    let port = free_port();
+                    let port = util::free_port();
                     let relay = spawn(
                         socat,
                         &[
                             format!("TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,backlog=1024"),
                             format!("TCP:{addr}"),
                         ],
-                        false,
                     );
                     children.push(relay);
                     wait_listening(port).await;
@@ -383,7 +376,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                     memory.push(rss);
                 }
                 if let (Some(pid), "stdio") = (setup.gateway, transport) {
-                    memory.push((rss_kb(pid), rss_kb(pid)));
+                    let rss = rss_kb(pid);
+                    memory.push((rss, rss));
                 }
                 for (s, &bytes) in args.sizes.iter().enumerate() {
                     let calls = (args.volume / bytes.max(1)).clamp(args.min_calls, args.max_calls);

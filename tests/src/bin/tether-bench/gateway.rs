@@ -13,7 +13,7 @@ use tether::transport::http::{HttpOptions, connect_sse};
 use tokio::process::{Child, Command};
 
 use crate::stats::{Measured, Samples, us, us_delta};
-use crate::util::{self, Agent, echo_ok, fixture, scratch, table, tool_names, word_after};
+use crate::util::{self, Agent, echo_ok, scratch, table, tool_names, word_after};
 
 #[derive(clap::Parser)]
 pub struct Args {
@@ -85,20 +85,6 @@ struct Setup {
     _children: Vec<Child>,
 }
 
-/// The fixture serving `transport` ("http" or "sse") on a free port, and its base URL.
-async fn fixture_listening(transport: &str, state: &std::path::Path) -> (Child, String) {
-    let mut child = Command::new(fixture())
-        .args(["--transport", transport, "--state-dir"])
-        .arg(state)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("fixture starts");
-    let addr = word_after(child.stdout.take().unwrap(), "listening on ").await;
-    (child, format!("http://{addr}"))
-}
-
 /// Tether's legacy SSE client settings, as for a configured upstream without headers.
 fn sse_options() -> HttpOptions {
     HttpOptions {
@@ -125,7 +111,7 @@ async fn direct(transport: Transport, name: &str) -> Setup {
             }
         }
         Transport::Http => {
-            let (child, base) = fixture_listening("http", &state).await;
+            let (child, base) = util::fixture_listening("http", &state, &[]).await;
             let transport =
                 rmcp::transport::StreamableHttpClientTransport::from_uri(format!("{base}/mcp"));
             let client = Agent::default()
@@ -139,7 +125,7 @@ async fn direct(transport: Transport, name: &str) -> Setup {
             }
         }
         Transport::Sse => {
-            let (child, base) = fixture_listening("sse", &state).await;
+            let (child, base) = util::fixture_listening("sse", &state, &[]).await;
             let client = connect_sse(&format!("{base}/sse"), &sse_options(), Agent::default())
                 .await
                 .expect("MCP over SSE");
@@ -200,7 +186,7 @@ async fn through_tether(
             }
         }
         Transport::Http => {
-            let (upstream, base) = fixture_listening("http", &state).await;
+            let (upstream, base) = util::fixture_listening("http", &state, &[]).await;
             let config = dir.join("servers.json");
             let json = serde_json::json!({"mcpServers": {"up": {"url": format!("{base}/mcp")}}});
             std::fs::write(&config, json.to_string()).unwrap();
@@ -242,11 +228,7 @@ async fn through_mcp_hub(hub: &std::path::Path, name: &str) -> Setup {
     let state = dir.join("up");
     std::fs::create_dir_all(&state).unwrap();
     let config = util::stdio_config(&dir, &state);
-    // mcp-hub does not say which port `--port 0` got, so give it one that is free now.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port();
+    let port = util::free_port();
     let url = format!("http://127.0.0.1:{port}/mcp");
     let child = Command::new(hub)
         .args(["--port", &port.to_string(), "--config"])

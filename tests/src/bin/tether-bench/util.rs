@@ -90,6 +90,30 @@ pub fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// Writes an `mcpServers` config with one stdio fixture server `up`.
+/// The fixture serving `transport` ("http" or "sse") on a free port with `extra` flags, and its
+/// base URL.
+pub async fn fixture_listening(transport: &str, state: &Path, extra: &[&str]) -> (Child, String) {
+    let mut child = Command::new(fixture())
+        .args(["--transport", transport, "--state-dir"])
+        .arg(state)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("fixture starts");
+    let addr = word_after(child.stdout.take().unwrap(), "listening on ").await;
+    (child, format!("http://{addr}"))
+}
+
+/// A loopback port free now, for a program that does not say which one `:0` gave it.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
 /// `mcp-fixture` on stdio with its stdin/stdout piped for a client.
 pub fn spawn_stdio_fixture(state: &Path) -> Child {
     Command::new(fixture())
