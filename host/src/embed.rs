@@ -283,6 +283,11 @@ impl Builder {
             probes: None,
             fronts: Mutex::default(),
         };
+        // Recorded from before the first server is added: the dashboard shows how each started.
+        let history = self
+            .admin
+            .is_some()
+            .then(|| crate::admin::history::History::record(&tether.supervisor));
         for spec in servers {
             if let Err(problem) = tether.supervisor.add_server(spec) {
                 tether.abandon().await;
@@ -315,6 +320,9 @@ impl Builder {
                     supervisor: tether.supervisor.clone(),
                     reload,
                     metrics,
+                    history: history.unwrap_or_else(|| {
+                        crate::admin::history::History::record(&tether.supervisor)
+                    }),
                 },
             )
             .await;

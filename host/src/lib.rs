@@ -23,7 +23,8 @@
 //! [`gateway`] serves the servers' tools, prompts and resources as one MCP server, [`events`]
 //! is what operators and embedders hear, [`status`] what [`Tether::status`] answers,
 //! [`policy`] names, checks and replays policies, [`auth`] logs in to servers that demand
-//! OAuth, and [`admin`] holds the admin API's requests and answers for its clients.
+//! OAuth, [`admin`] holds the admin API's requests and answers for its clients, and
+//! [`telemetry`] exports traces of forwarded requests (feature `otel`).
 //!
 //! Everything else is the host's insides (the supervisor, the call path, the transports, the
 //! registry of published tools): crate-private. The `test-support` feature makes them public,
@@ -66,6 +67,7 @@ pub mod events;
 pub mod gateway;
 pub mod policy;
 pub mod status;
+pub mod telemetry;
 
 insides! { pub mod calls; }
 insides! { pub mod catalog; }

@@ -64,6 +64,7 @@ fn context(host: &Host, metrics: Arc<Metrics>, config: Config) -> AdminContext {
         supervisor: host.supervisor.clone(),
         reload,
         metrics,
+        history: tether::admin::history::History::record(&host.supervisor),
     }
 }
 
@@ -139,6 +140,7 @@ async fn requests_without_or_with_a_wrong_token_are_refused_with_401() {
         (reqwest::Method::GET, "/status"),
         (reqwest::Method::GET, "/metrics"),
         (reqwest::Method::GET, "/events"),
+        (reqwest::Method::GET, "/history"),
         (reqwest::Method::POST, "/reconnect/anything"),
         (reqwest::Method::POST, "/reload"),
         (reqwest::Method::PUT, "/policy"),
@@ -193,6 +195,78 @@ async fn requests_without_or_with_a_wrong_token_are_refused_with_401() {
         .await;
     assert_eq!(code, StatusCode::METHOD_NOT_ALLOWED, "{body}");
     assert!(body["error"].is_string());
+    admin.stop().await;
+}
+
+/// A page opened after the fact sees what happened before: `/history` has each state a server
+/// went through, in order. The page itself needs no token (it holds no data) and may not be
+/// framed or load anything from elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_has_what_happened_before_and_the_dashboard_page_holds_no_data() {
+    let admin = Admin::start(Host::fast()).await;
+    let state = admin.host.state_dir("alpha");
+    admin
+        .host
+        .supervisor
+        .add_server(stdio_fixture("alpha", &state, &[]))
+        .unwrap();
+    wait_until("alpha's tools are visible", || {
+        !admin.host.tools("alpha").is_empty()
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let states = loop {
+        let (code, history) = admin.get("/history").await;
+        assert_eq!(code, StatusCode::OK, "{history}");
+        let states: Vec<String> = history
+            .as_array()
+            .expect("a list")
+            .iter()
+            .filter(|e| e["kind"] == "lifecycle" && e["server"] == "alpha")
+            .map(|e| {
+                assert!(e["time"].as_str().is_some_and(|t| t.ends_with('Z')), "{e}");
+                e["state"].as_str().unwrap().to_string()
+            })
+            .collect();
+        if states.last().map(String::as_str) == Some("healthy")
+            || tokio::time::Instant::now() > deadline
+        {
+            break states;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(states, ["connecting", "connected", "healthy"]);
+    let (_, history) = admin.get("/history").await;
+    assert!(
+        history
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "tools" && e["server"] == "alpha"),
+        "the tools' publication is in it: {history}"
+    );
+
+    let page = admin.http.get(admin.url("/ui")).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let header = |name: &str| {
+        page.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(header("content-type").starts_with("text/html"));
+    let csp = header("content-security-policy");
+    for rule in [
+        "default-src 'none'",
+        "connect-src 'self'",
+        "frame-ancestors 'none'",
+    ] {
+        assert!(csp.contains(rule), "{csp}");
+    }
+    let html = page.text().await.unwrap();
+    assert!(html.contains("<title>Tether"), "{html}");
+    assert!(!html.contains(TOKEN));
     admin.stop().await;
 }
 

@@ -2,11 +2,14 @@
 //! follows an upstream through death, park and revival via `notifications/tools/list_changed`;
 //! graceful shutdown answers in-flight calls and reaps every child; config errors are clear.
 
+mod dashboard;
 mod oauth;
 mod openapi;
 mod python;
 mod relay;
 mod surface;
+mod tls;
+mod traces;
 
 use std::path::Path;
 use std::process::Stdio;

@@ -210,8 +210,13 @@ async fn swaps_across_implementations_and_contract_versions_keep_sessions_calls_
     let pids = (busy.pid().unwrap(), broken.pid().unwrap());
 
     let callers = EchoCallers::start(&host.supervisor, "busy__echo", 4);
-    // Answered calls prove busy's session: its state is steady from here on.
+    // Answered calls prove busy's session: its state is steady from here on. Broken's calls
+    // all timed out: its keepalive proves it, and its state is steady once that has happened.
     callers.flowing().await;
+    wait_until("broken's keepalive proves its session", || {
+        host.view("broken").state == ServerState::Healthy
+    })
+    .await;
     let before = carried(&host.supervisor.policy_status().await);
     let broken_state = (BreakerState::Open, 0, 3);
     assert!(

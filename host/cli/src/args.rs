@@ -62,6 +62,12 @@ pub enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// Print the address of a running gateway's dashboard (its admin API's `/ui`), with the
+    /// token in the fragment: open it in a browser.
+    Dashboard {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
     /// Stream lifecycle events (from a running gateway) until interrupted.
     Events {
         #[command(flatten)]
@@ -288,6 +294,12 @@ pub struct ServeArgs {
     /// `/readyz` answers ready only while every configured server is connected.
     #[arg(long, requires = "probes")]
     pub ready_requires_servers: bool,
+    /// Export a trace span per forwarded request (tools/call, prompts/get, resources/read,
+    /// completion/complete) over OTLP/HTTP to the collector at URL (e.g.
+    /// `http://127.0.0.1:4318`; `/v1/traces` is added). OTEL_EXPORTER_OTLP_ENDPOINT or
+    /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT turn it on too.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     /// Policy component to run instead of the embedded default.
     #[arg(long)]
     pub policy: Option<PathBuf>,

@@ -430,6 +430,20 @@ pub async fn tools(admin: &AdminArgs) -> ExitCode {
     .await
 }
 
+/// The dashboard's address, once the gateway has answered with this token. The token goes in
+/// the fragment, which browsers do not send: the page reads it and sends it as a header.
+pub async fn dashboard(admin: &AdminArgs) -> ExitCode {
+    let result = async {
+        let gateway = locate(admin)?;
+        let _: api::Status = gateway
+            .send(gateway.request(reqwest::Method::GET, "/status"))
+            .await?;
+        println!("{}#token={}", gateway.url("/ui"), gateway.token);
+        Ok(())
+    };
+    finish(result.await)
+}
+
 fn tools_text(rows: &[api::ToolRow]) -> String {
     if rows.is_empty() {
         return "no server offers a tool now\n".to_string();

@@ -92,6 +92,7 @@ async fn admin_command(command: Command) -> ExitCode {
         Command::Gateways { json } => client::gateways(json),
         Command::Status { admin } => client::status(&admin).await,
         Command::Tools { admin } => client::tools(&admin).await,
+        Command::Dashboard { admin } => client::dashboard(&admin).await,
         Command::Events { admin } => client::events(&admin).await,
         Command::Reconnect { name, admin } => client::reconnect(&admin, &name).await,
         Command::Reload { admin } => client::reload(&admin).await,

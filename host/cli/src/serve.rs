@@ -130,6 +130,7 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
             None => state_file::state_dir().join("logs"),
         });
 
+    let traces = traces(&args)?;
     let mut builder = Tether::builder()
         .token_store(Arc::new(tether::auth::FileTokenStore::new(
             crate::auth::token_dir(),
@@ -228,7 +229,53 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let tether = Arc::into_inner(tether).expect("the SIGHUP task has ended");
     tether.shutdown(args.drain_timeout).await;
     state_file::remove(&state_file);
+    if let Some(traces) = traces {
+        // Sends the spans not yet sent (a blocking export).
+        let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
+    }
     served
+}
+
+/// Whether spans are exported: `--otlp-endpoint`, or the standard OpenTelemetry variables
+/// (unless `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none`).
+#[cfg(feature = "otel")]
+fn traces(args: &ServeArgs) -> anyhow::Result<Option<tether::telemetry::Exporting>> {
+    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
+    let disabled = std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"))
+        || std::env::var("OTEL_TRACES_EXPORTER").is_ok_and(|v| v.eq_ignore_ascii_case("none"));
+    let endpoint = args
+        .otlp_endpoint
+        .as_deref()
+        .map(|base| format!("{}/v1/traces", base.trim_end_matches('/')));
+    let wanted = endpoint.is_some()
+        || set("OTEL_EXPORTER_OTLP_ENDPOINT")
+        || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+    if disabled || !wanted {
+        return Ok(None);
+    }
+    let exporting = tether::telemetry::export(endpoint.as_deref()).map_err(anyhow::Error::msg)?;
+    tracing::info!("exporting a trace span per forwarded request over OTLP");
+    Ok(Some(exporting))
+}
+
+/// Stands for the exporter in a build without one.
+#[cfg(not(feature = "otel"))]
+struct NoTraces;
+
+#[cfg(not(feature = "otel"))]
+impl NoTraces {
+    fn shutdown(self) {}
+}
+
+/// This build exports no traces: `--otlp-endpoint` is refused.
+#[cfg(not(feature = "otel"))]
+fn traces(args: &ServeArgs) -> anyhow::Result<Option<NoTraces>> {
+    match args.otlp_endpoint {
+        Some(_) => anyhow::bail!(
+            "this tether was built without the `otel` feature: it cannot export traces"
+        ),
+        None => Ok(None),
+    }
 }
 
 /// Serves MCP over HTTP until SIGINT or SIGTERM, or over stdio until the client leaves or a

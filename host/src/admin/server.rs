@@ -57,6 +57,9 @@ pub struct AdminContext {
     pub reload: ReloadFn,
     /// What `GET /metrics` renders.
     pub metrics: Arc<Metrics>,
+    /// The recent events `GET /history` answers with (record it before servers are added, so
+    /// their first states are in it).
+    pub history: super::history::History,
 }
 
 /// Why the admin API could not start.
@@ -202,6 +205,7 @@ impl App {
 fn router(app: App) -> Router {
     Router::new()
         .route("/status", get(status))
+        .route("/history", get(history))
         .route("/tools", get(tools))
         .route("/events", get(events))
         .route("/metrics", get(metrics))
@@ -226,7 +230,40 @@ fn router(app: App) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(app.clone(), authorize))
+        // The page holds no data: what it shows it asks for with the token.
+        .route("/ui", get(dashboard))
         .with_state(app)
+}
+
+/// The dashboard: one page, served from the binary, that reads and operates this API.
+const DASHBOARD: &str = include_str!("ui.html");
+
+async fn dashboard() -> Response {
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html; charset=utf-8"),
+            ),
+            // Inline script and style only, talking to this origin only, never framed.
+            (
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(
+                    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+                     img-src data:; connect-src 'self'; form-action 'none'; \
+                     frame-ancestors 'none'; base-uri 'none'",
+                ),
+            ),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+            (header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+        ],
+        DASHBOARD,
+    )
+        .into_response()
 }
 
 /// An error answer: `{"error": message}` with a status.
@@ -283,6 +320,12 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     responses((status = 200, description = "The running policy and every server", body = api::Status)))]
 async fn status(State(app): State<App>) -> axum::Json<api::Status> {
     axum::Json(api::Status::collect(&app.ctx.supervisor).await)
+}
+
+#[utoipa::path(get, path = "/history", tag = "admin",
+    responses((status = 200, description = "The events of the last hour (at most 20,000), oldest first", body = Vec<api::TimedEvent>)))]
+async fn history(State(app): State<App>) -> axum::Json<Vec<api::TimedEvent>> {
+    axum::Json(app.ctx.history.events())
 }
 
 #[utoipa::path(get, path = "/tools", tag = "admin",
@@ -646,6 +689,7 @@ async fn events(State(app): State<App>) -> Sse<impl Stream<Item = Result<Event, 
     info(title = "Tether admin API", description = "Operate a running Tether gateway. Every request needs `Authorization: Bearer <token>` (the token is in the state file `tether serve` writes); a request without it gets 401 with an ApiError."),
     paths(
         status,
+        history,
         tools,
         events,
         metrics,

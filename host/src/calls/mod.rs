@@ -21,6 +21,7 @@ use crate::policy::{
     ReconnectRequest, ReconnectSource,
 };
 use crate::registry::Route;
+use crate::telemetry::RequestTrace;
 use crate::upstream::{CallContext, CallFailure, Session};
 
 mod retry;
@@ -180,9 +181,14 @@ impl Calls {
         context: CallContext,
         before_dispatch: impl std::future::Future<Output = ()>,
     ) -> Result<CallToolResponse, CallError> {
-        Call { calls: self, host }
-            .run(advertised, arguments, context, before_dispatch)
-            .await
+        let trace = context.trace.clone();
+        Call {
+            calls: self,
+            host,
+            trace,
+        }
+        .run(advertised, arguments, context, before_dispatch)
+        .await
     }
 
     /// Refuses new calls and waits up to `within` for the calls in flight to be answered.
@@ -235,6 +241,8 @@ impl Calls {
 struct Call<'a, H> {
     calls: &'a Calls,
     host: &'a H,
+    /// What the call's trace records: its route, admission, tries and outcome.
+    trace: Option<Arc<RequestTrace>>,
 }
 
 impl<H: CallHost> Call<'_, H> {
@@ -250,12 +258,16 @@ impl<H: CallHost> Call<'_, H> {
                 "Tether is shutting down; the call was not sent. Do not retry it here.".into(),
             ));
         };
-        let route = self
-            .host
-            .route(advertised)
-            .ok_or_else(|| CallError::UnknownTool(advertised.to_string()))?;
+        let Some(route) = self.host.route(advertised) else {
+            self.trace(|t| t.outcome("unknown_tool", Some("no such tool")));
+            return Err(CallError::UnknownTool(advertised.to_string()));
+        };
         let server = route.server.clone();
         let tool = route.tool.original.as_str();
+        self.trace(|t| {
+            t.record("tether.server", server.as_str());
+            t.record("tether.tool.original", tool);
+        });
         let call_id = self.calls.next_call_id();
         let (admission, held) = match self
             .admit(&server, call_id, &route.tool.original, &context.cancel)
@@ -263,18 +275,26 @@ impl<H: CallHost> Call<'_, H> {
         {
             Ok(decided) => decided,
             Err(Unadmitted::Cancelled) => {
+                self.trace(|t| t.record("tether.admission", "cancelled while held"));
                 self.observe(&server, tool, CallResultKind::Cancelled, Duration::ZERO);
                 return Ok(refused(
                     "The call was cancelled before it was sent.".to_string(),
                 ));
             }
             Err(Unadmitted::Undecided(error)) => {
+                self.trace(|t| t.record("tether.admission", "undecided"));
                 tracing::error!(server = %server, "admission failed, refusing the call: {error}");
                 return Ok(self.refuse(&server, tool, format!(
                     "Tether could not decide whether to call server \"{server}\"; the call was not sent. Wait a few seconds and retry."
                 )));
             }
         };
+        self.trace(|t| {
+            t.record("tether.admission", admission_name(&admission));
+            if !held.is_zero() {
+                t.record("tether.held_ms", held.as_millis() as u64);
+            }
+        });
         let context = match admission {
             Admission::Reject(message) | Admission::Hold(Hold { message, .. }) => {
                 return Ok(self.refuse(&server, tool, message));
@@ -371,6 +391,7 @@ impl<H: CallHost> Call<'_, H> {
                 None => break (result, report_loss),
             }
         };
+        self.trace(|t| t.record("tether.attempts", tries));
         if !reported {
             self.report_result(&server, tool, id, &result, started);
         }
@@ -477,6 +498,16 @@ impl<H: CallHost> Call<'_, H> {
 
     fn observe(&self, server: &str, tool: &str, result: CallResultKind, duration: Duration) {
         self.calls.observe(server, tool, result, duration);
+        self.trace(|t| {
+            let failed = (result != CallResultKind::Ok).then_some(result.as_str());
+            t.outcome(result.as_str(), failed);
+        });
+    }
+
+    fn trace(&self, record: impl FnOnce(&RequestTrace)) {
+        if let Some(trace) = &self.trace {
+            record(trace);
+        }
     }
 
     /// Tells the policy how a call that went out ended. A cancelled call is reported as such
@@ -517,6 +548,17 @@ impl<H: CallHost> Call<'_, H> {
             outcome,
             duration_ms: started.elapsed().as_millis() as u64,
         }));
+    }
+}
+
+/// An admission as a trace names it.
+fn admission_name(admission: &Admission) -> &'static str {
+    match admission {
+        Admission::Allow => "allow",
+        Admission::Probe => "probe",
+        Admission::Reject(_) => "reject",
+        Admission::Hold(_) => "hold",
+        Admission::Reconnect(_) => "reconnect",
     }
 }
 

@@ -60,6 +60,8 @@ pub(super) fn call_context(
             .filter(|_| modern)
             .map(|level| log_sink(server, level, context)),
         client: Some(Arc::new(Client::of(context))),
+        // Started by the gateway, which knows the method and its target.
+        trace: None,
     }
 }
 

@@ -40,6 +40,7 @@ use crate::calls::CallError;
 use crate::catalog::{self, CatalogChange, UriRoute};
 use crate::registry::Route;
 use crate::supervisor::Supervisor;
+use crate::telemetry::RequestTrace;
 use crate::upstream::{CallContext, CallFailure, ServerEvent, Session};
 use client::{MAX_INPUT_ROUNDS, modern_client};
 use downstream::Downstream;
@@ -190,8 +191,18 @@ impl Gateway {
     }
 
     /// What a request forwarded for the client of `context` takes along (see `client.rs`).
-    fn call_context(&self, server: &str, context: &RequestContext<RoleServer>) -> CallContext {
-        client::call_context(server, context, self.downstream.log_level(self.session))
+    /// What a forwarded `method` request for `target` (as the client names it) takes along from
+    /// the client's request, its trace started.
+    fn call_context(
+        &self,
+        server: &str,
+        (method, target): (&str, &str),
+        context: &RequestContext<RoleServer>,
+    ) -> CallContext {
+        let mut call =
+            client::call_context(server, context, self.downstream.log_level(self.session));
+        call.trace = Some(RequestTrace::start(method, target, &context.meta));
+        call
     }
 
     /// Sends `request` to `server` on its live session, for a client's request in `context`
@@ -204,11 +215,24 @@ impl Gateway {
         request: ClientRequest,
         call: &CallContext,
     ) -> Result<ServerResult, McpError> {
-        let (session, spec) = self.live_session(server, method)?;
-        session
-            .exchange(method, request, &spec.timeouts, call)
-            .await
-            .map_err(|failure| forward_error(server, method, failure))
+        let trace = call.trace.as_deref();
+        if let Some(trace) = trace {
+            trace.record("tether.server", server);
+        }
+        let answer = match self.live_session(server, method) {
+            Ok((session, spec)) => session
+                .exchange(method, request, &spec.timeouts, call)
+                .await
+                .map_err(|failure| forward_error(server, method, failure)),
+            Err(error) => Err(error),
+        };
+        if let Some(trace) = trace {
+            match &answer {
+                Ok(_) => trace.outcome("ok", None),
+                Err(error) => trace.outcome("error", Some(&error.message)),
+            }
+        }
+        answer
     }
 
     /// [`Self::forward`] of the request `make` builds (from the input answers and request state
@@ -217,12 +241,12 @@ impl Gateway {
     async fn forward_answering(
         &self,
         server: &str,
-        method: &str,
+        (method, target): (&str, &str),
         first: (Option<rmcp::model::InputResponses>, Option<String>),
         make: impl Fn(Option<rmcp::model::InputResponses>, Option<String>) -> ClientRequest,
         context: &RequestContext<RoleServer>,
     ) -> Result<ServerResult, McpError> {
-        let call = self.call_context(server, context);
+        let call = self.call_context(server, (method, target), context);
         let asker = client::Client::of(context);
         let (mut responses, mut state) = first;
         for _ in 0..MAX_INPUT_ROUNDS {
@@ -636,7 +660,11 @@ impl ServerHandler for Gateway {
                 .then(|| self.supervisor.registry().route_for_call(&request.name))
                 .flatten()
                 .map(|route| route.server.clone());
-            let mut call = self.call_context(server.as_deref().unwrap_or_default(), &context);
+            let mut call = self.call_context(
+                server.as_deref().unwrap_or_default(),
+                ("tools/call", request.name.as_ref()),
+                &context,
+            );
             if modern {
                 return self.call_for_modern_client(request, call, &context).await;
             }
@@ -724,6 +752,7 @@ impl ServerHandler for Gateway {
                 ));
             };
             let arguments = request.arguments;
+            let prompt = request.name;
             let make = |responses, state| {
                 let mut upstream = GetPromptRequestParams::new(original);
                 upstream.arguments = arguments.clone();
@@ -733,7 +762,13 @@ impl ServerHandler for Gateway {
             };
             let first = (request.input_responses, request.request_state);
             match self
-                .forward_answering(server, "prompts/get", first, make, &context)
+                .forward_answering(
+                    server,
+                    ("prompts/get", prompt.as_str()),
+                    first,
+                    make,
+                    &context,
+                )
                 .await?
             {
                 ServerResult::GetPromptResult(mut result) => {
@@ -800,7 +835,13 @@ impl ServerHandler for Gateway {
             };
             let first = (request.input_responses, request.request_state);
             match self
-                .forward_answering(&server, "resources/read", first, make, &context)
+                .forward_answering(
+                    &server,
+                    ("resources/read", uri.as_str()),
+                    first,
+                    make,
+                    &context,
+                )
                 .await?
             {
                 ServerResult::ReadResourceResult(mut result) => {
@@ -852,8 +893,15 @@ impl ServerHandler for Gateway {
                     ));
                 }
             };
+            let target = match &request.r#ref {
+                Reference::Prompt(prompt) => prompt.name.clone(),
+                Reference::Resource(resource) => resource.uri.clone(),
+                #[allow(unreachable_patterns)]
+                _ => String::new(),
+            };
             let request = ClientRequest::CompleteRequest(CompleteRequest::new(upstream));
-            let call = self.call_context(&server, &context);
+            let call =
+                self.call_context(&server, ("completion/complete", target.as_str()), &context);
             match self
                 .forward(&server, "completion/complete", request, &call)
                 .await?

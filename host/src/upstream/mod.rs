@@ -122,6 +122,8 @@ pub struct CallContext {
     /// The client, for what the server asks of it during the call (sampling, elicitation,
     /// roots); its capabilities go to a 2026-07-28 server with the request.
     pub client: Option<Arc<dyn ClientAsk>>,
+    /// The request's trace: what it records, and the trace context sent upstream with it.
+    pub(crate) trace: Option<Arc<crate::telemetry::RequestTrace>>,
 }
 
 /// The client side of a session: tells the supervisor of list changes, the gateway of events,
@@ -795,6 +797,12 @@ impl Session {
                 meta.set_client_capabilities(client.capabilities());
             }
             options.meta = Some(meta);
+        }
+        // The trace context travels with the request, whatever the server's generation.
+        if let Some(trace) = context.trace.as_ref().map(|t| t.outgoing())
+            && !trace.is_empty()
+        {
+            trace.write_to(options.meta.get_or_insert_default());
         }
         // Registered by the transport as the request leaves (see `route`).
         let route = Arc::new(CallRoute {

@@ -57,6 +57,6 @@ async fn the_admin_api_answers_as_its_openapi_document_says() {
         "the admin API differs from docs/admin-openapi.json:\n{report}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(report.contains("Tested: 12"), "{report}");
+    assert!(report.contains("Tested: 13"), "{report}");
     assert!(terminate(gateway.tether).await.success());
 }

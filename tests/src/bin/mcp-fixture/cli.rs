@@ -137,6 +137,11 @@ pub struct Behaviour {
     /// Every tool call waits T ms before running.
     #[arg(long, value_name = "T", default_value_t = 0)]
     pub slow_ms: u64,
+    /// Also offer N generated tools, `gen_0` to `gen_<N-1>`, each answering as `echo` does (for
+    /// benchmarks of servers with many tools).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[serde(default)]
+    pub generated_tools: usize,
     /// Serve `tools/list` in pages of N tools (0: one page).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub page_size: usize,

@@ -143,10 +143,7 @@ impl ServerHandler for Handler {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let settings = self.fixture.settings();
-        let tools: Vec<_> = tools::advertised(&settings)
-            .into_iter()
-            .map(tools::definition)
-            .collect();
+        let tools = tools::definitions(&settings);
         if settings.page_size == 0 {
             return Ok(ListToolsResult::with_all_items(tools));
         }
@@ -177,17 +174,24 @@ impl ServerHandler for Handler {
             std::future::pending::<()>().await;
         }
         let settings = fixture.settings();
-        let name = request.name.as_ref();
-        if !tools::advertised(&settings).contains(&name) {
+        let Some(name) = tools::resolve(request.name.as_ref(), &settings) else {
             return Err(McpError::invalid_params(
-                format!("unknown tool: {name}"),
+                format!("unknown tool: {}", request.name),
                 None,
             ));
-        }
+        };
         let arguments = request.arguments.clone().unwrap_or_default();
         let call = tools::parse(name, &arguments)
             .map_err(|message| McpError::invalid_params(message, None))?;
 
+        // The trace context each call came with (SEP-414 `_meta`), for the tracing tests.
+        let traceparent = context
+            .meta
+            .get_traceparent()
+            .or_else(|| request.meta.as_ref().and_then(|m| m.get_traceparent()));
+        if let Some(traceparent) = traceparent {
+            let _ = fixture.state.append_line("traceparents.log", traceparent);
+        }
         // Recorded before anything can go wrong, so tests can prove "executed exactly once".
         fixture
             .state

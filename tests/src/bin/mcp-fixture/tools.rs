@@ -47,6 +47,29 @@ pub fn advertised(settings: &Behaviour) -> Vec<&'static str> {
         .collect()
 }
 
+/// The tool a name stands for: a generated tool (`gen_<i>`, see `--generated-tools`) is `echo`.
+pub fn resolve<'a>(name: &'a str, settings: &Behaviour) -> Option<&'a str> {
+    let generated = name
+        .strip_prefix("gen_")
+        .and_then(|i| i.parse::<usize>().ok())
+        .is_some_and(|i| i < settings.generated_tools);
+    if generated {
+        return Some("echo");
+    }
+    advertised(settings).contains(&name).then_some(name)
+}
+
+/// Every tool's definition under these settings: the advertised ones, then the generated ones.
+pub fn definitions(settings: &Behaviour) -> Vec<Tool> {
+    let mut tools: Vec<Tool> = advertised(settings).into_iter().map(definition).collect();
+    tools.extend((0..settings.generated_tools).map(|i| {
+        let mut tool = definition("echo");
+        tool.name = format!("gen_{i}").into();
+        tool
+    }));
+    tools
+}
+
 pub fn definition(name: &str) -> Tool {
     let (description, schema) = match name {
         "echo" => (

@@ -3,9 +3,11 @@
 //!
 //! `tether serve` runs under callgrind on stdio in front of a stdio fixture (the fixture is not
 //! traced). A client of each generation makes N echo calls; the same run with no calls is the
-//! baseline, so startup, the policy and list polling cancel out:
+//! baseline, so shutdown cancels out (counting starts once the tools are listed):
 //! instructions per call = (Ir(N calls) − Ir(0 calls)) / N. `--tether` measures another build
 //! (e.g. an older commit's `tether-cli`) with the same client, for a before/after.
+//! `--servers N --tools M` adds N−1 more servers offering M generated tools each (the called one
+//! offers them too): a call's cost must not grow with what is configured.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -24,18 +26,74 @@ pub struct Args {
     /// The gateway binary to measure (default: the `tether-cli` next to this benchmark).
     #[arg(long)]
     tether: Option<PathBuf>,
+    /// Servers configured (each a stdio fixture; the calls go to the first).
+    #[arg(long, default_value_t = 1)]
+    servers: usize,
+    /// Generated tools each server offers besides the fixture's own.
+    #[arg(long, default_value_t = 0)]
+    tools: usize,
+    /// Call `blob` for a result of this many bytes instead of `echo`.
+    #[arg(long)]
+    result_bytes: Option<usize>,
+}
+
+/// What each measured call is: `echo`, or `blob` with a result of this many bytes.
+#[derive(Clone, Copy)]
+struct Load {
+    servers: usize,
+    tools: usize,
+    result_bytes: Option<usize>,
+}
+
+/// A config of `servers` fixtures with `tools` generated tools each; the first is `up`. Their
+/// keepalives are an hour apart, so pings do not differ between the runs compared.
+fn config(dir: &Path, state: &Path, load: Load) -> PathBuf {
+    let Load { servers, tools, .. } = load;
+    let path = dir.join("servers.json");
+    let mut entries = serde_json::Map::new();
+    for i in 0..servers {
+        let name = if i == 0 {
+            "up".to_string()
+        } else {
+            format!("s{i}")
+        };
+        let state = if i == 0 {
+            state.to_path_buf()
+        } else {
+            dir.join(&name)
+        };
+        std::fs::create_dir_all(&state).unwrap();
+        entries.insert(
+            name,
+            serde_json::json!({
+                "command": util::fixture(),
+                "args": ["--transport", "stdio", "--state-dir", state.display().to_string(),
+                         "--generated-tools", tools.to_string(), "--tools", "echo,blob"],
+                "timeouts": {"keepalive": "1h"},
+            }),
+        );
+    }
+    std::fs::write(
+        &path,
+        serde_json::json!({ "mcpServers": entries }).to_string(),
+    )
+    .expect("config");
+    path
 }
 
 /// Runs `tether serve` under callgrind with `calls` echo calls from a client of the given
 /// generation; returns the instructions the gateway process executed.
-async fn instructions(tether: &Path, name: &str, modern: bool, calls: usize) -> u64 {
+async fn instructions(tether: &Path, name: &str, modern: bool, calls: usize, load: Load) -> u64 {
     let dir = scratch(name);
     let state = dir.join("up");
     std::fs::create_dir_all(&state).unwrap();
-    let config = util::stdio_config(&dir, &state);
+    let config = config(&dir, &state, load);
     let out = dir.join("callgrind.%p.out");
     let mut serve = Command::new("valgrind")
         .arg("--tool=callgrind")
+        // Counted from readiness on (see below): start-up, however long with many servers, is
+        // not in the totals compared.
+        .arg("--instr-atstart=no")
         .arg(format!("--callgrind-out-file={}", out.display()))
         .arg(tether)
         .arg("serve")
@@ -56,15 +114,29 @@ async fn instructions(tether: &Path, name: &str, modern: bool, calls: usize) -> 
     let io = (serve.stdout.take().unwrap(), serve.stdin.take().unwrap());
     let client = connect_client(io, modern).await;
     // Slow polls: every list the client sends is counted in both runs alike.
+    let last = match load.servers {
+        1 => "up__echo".to_string(),
+        n => format!("s{}__echo", n - 1),
+    };
     util::wait_for_tool(
         client.peer(),
-        "up__echo",
-        Duration::from_secs(300),
+        &last,
+        Duration::from_secs(600),
         Duration::from_millis(200),
     )
     .await;
+    let counting = Command::new("callgrind_control")
+        .args(["--instr=on", &pid.to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .await
+        .expect("callgrind_control runs");
+    assert!(counting.success(), "callgrind_control --instr=on failed");
     for _ in 0..calls {
-        assert!(echo_ok(client.peer(), "up__echo").await, "echo failed");
+        match load.result_bytes {
+            Some(bytes) => crate::forwarding::call(client.peer(), "up__blob", bytes).await,
+            None => assert!(echo_ok(client.peer(), "up__echo").await, "echo failed"),
+        }
     }
     // Closing stdin ends `tether serve`; callgrind writes its counts on exit.
     let _ = client.cancel().await;
@@ -89,19 +161,41 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| util::sibling("tether-cli"));
     println!(
-        "\n## gateway-cost: instructions `{}` executes per forwarded echo call (callgrind, {} calls)\n",
+        "\n## gateway-cost: instructions `{}` executes per forwarded call (callgrind, {} calls of {}, {} servers of {} generated tools)\n",
         tether.display(),
-        args.calls
+        args.calls,
+        match args.result_bytes {
+            Some(bytes) => format!("blob ({bytes} B results)"),
+            None => "echo".to_string(),
+        },
+        args.servers,
+        args.tools
     );
     let rt = util::runtime();
+    let fleet = Load {
+        servers: args.servers,
+        tools: args.tools,
+        result_bytes: args.result_bytes,
+    };
     // A first start compiles the policy into the cache; the measured runs load it.
-    rt.block_on(instructions(&tether, "cost-warm", false, 0));
+    let warm = Load {
+        servers: 1,
+        tools: 0,
+        result_bytes: None,
+    };
+    rt.block_on(instructions(&tether, "cost-warm", false, 0, warm));
     let mut rows = Vec::new();
     for (modern, label) in [(false, "2025-11-25"), (true, "2026-07-28")] {
         let (base, loaded) = rt.block_on(async {
-            let base = instructions(&tether, &format!("cost-{label}-0"), modern, 0).await;
-            let loaded =
-                instructions(&tether, &format!("cost-{label}-n"), modern, args.calls).await;
+            let base = instructions(&tether, &format!("cost-{label}-0"), modern, 0, fleet).await;
+            let loaded = instructions(
+                &tether,
+                &format!("cost-{label}-n"),
+                modern,
+                args.calls,
+                fleet,
+            )
+            .await;
             (base, loaded)
         });
         let per_call = loaded.saturating_sub(base) as f64 / args.calls as f64;

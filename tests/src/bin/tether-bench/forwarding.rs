@@ -272,7 +272,7 @@ fn blob_params(tool: &str, bytes: usize) -> CallToolRequestParams {
 }
 
 /// One call for `bytes` of result; panics unless exactly that much text came back.
-async fn call(peer: &Peer<RoleClient>, tool: &str, bytes: usize) {
+pub(crate) async fn call(peer: &Peer<RoleClient>, tool: &str, bytes: usize) {
     let result = peer
         .call_tool(blob_params(tool, bytes))
         .await
