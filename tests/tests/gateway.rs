@@ -937,10 +937,11 @@ async fn the_token_may_come_from_the_environment_and_bad_tokens_or_origins_are_r
     assert!(stderr.contains("--http"), "{stderr}");
 }
 
-/// Runs the real `tether status` against a state file.
-async fn status(state_file: &Path) -> (Option<i32>, String, String) {
+/// Runs the real `tether status` (with `extra` arguments) against a state file.
+async fn status(state_file: &Path, extra: &[&str]) -> (Option<i32>, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_tether-cli"))
         .arg("status")
+        .args(extra)
         .arg("--state-file")
         .arg(state_file)
         .env_remove("TETHER_ADMIN_TOKEN")
@@ -986,7 +987,7 @@ async fn a_second_gateway_on_the_same_state_file_is_refused_and_a_crashed_ones_i
         "the first gateway's state file is untouched"
     );
     assert_eq!(state.starts(), 1, "the refused gateway started no servers");
-    let (code, stdout, stderr) = status(&state_file).await;
+    let (code, stdout, stderr) = status(&state_file, &[]).await;
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     assert!(stdout.lines().any(|l| l.starts_with("up ")), "{stdout}");
     let client = Agent::default()
@@ -1004,7 +1005,7 @@ async fn a_second_gateway_on_the_same_state_file_is_refused_and_a_crashed_ones_i
     first.wait().await.unwrap();
     assert!(state_file.exists());
     let (third, _) = serve_http(dir.path(), &config).await;
-    let (code, stdout, stderr) = status(&state_file).await;
+    let (code, stdout, stderr) = status(&state_file, &[]).await;
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     let owner: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&state_file).unwrap()).unwrap();

@@ -172,7 +172,8 @@ pub(crate) struct HeldData {
 }
 
 impl HeldData {
-    fn total(&self) -> usize {
+    /// All the tool data the state holds, in bytes.
+    pub(crate) fn total(&self) -> usize {
         self.servers
             .values()
             .fold(self.restored, |sum, bytes| sum.saturating_add(*bytes))

@@ -82,15 +82,8 @@ async fn tls_front(leaf: Leaf, backend: SocketAddr) -> SocketAddr {
 
 /// The servers `tether status --json` reports: (name, state, last fault).
 async fn server_rows(state_file: &Path) -> Vec<(String, String, String)> {
-    let output = Command::new(env!("CARGO_BIN_EXE_tether-cli"))
-        .args(["status", "--json", "--state-file"])
-        .arg(state_file)
-        .env_remove("TETHER_ADMIN_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .unwrap();
-    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+    let (_, stdout, _) = status(state_file, &["--json"]).await;
+    let status: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_default();
     status["servers"]
         .as_array()
         .into_iter()

@@ -30,7 +30,7 @@ use crate::policy::types::{
 };
 use crate::policy::{PolicyError, PolicyFault};
 
-use super::input::{InlineMiss, Input, Output};
+use super::input::{INLINE_TOOL_DATA, InlineMiss, Input, Output};
 use super::journal::LastGood;
 use super::reports::{PolicyNotice, RunningPolicy, RuntimeStats};
 use super::shadow::{Shadow, ShadowReport};
@@ -149,9 +149,12 @@ impl PolicyCore {
         self.inline && self.shadow.is_none()
     }
 
-    /// Whether deciding `input` is work for the policy thread whatever the queue.
+    /// Whether deciding `input` is work for the policy thread whatever the queue: it carries
+    /// much tool data, or it is a lifecycle event of a policy that holds much (publishing
+    /// tools weighs them all). A call's report is light whatever the state.
     pub(crate) fn is_heavy(&self, input: &Input) -> bool {
         input.is_heavy(self.policy.contract().carries_descriptions())
+            || (input.is_lifecycle_event() && self.instance.held().total() > INLINE_TOOL_DATA)
     }
 
     /// What runs now.
@@ -424,8 +427,8 @@ impl PolicyCore {
         if let Some(now) = input.time() {
             self.last_now = self.last_now.max(now);
         }
-        self.last_good.journal.push(input);
-        if self.last_good.journal.len() >= self.checkpoint_every {
+        self.last_good.push(input);
+        if self.last_good.due(self.checkpoint_every) {
             self.checkpoint();
         }
     }
@@ -533,7 +536,7 @@ impl PolicyCore {
         self.policy = policy;
         self.instance = incoming;
         self.settings = settings;
-        self.last_good.journal.clear();
+        self.last_good.clear_journal();
         self.inline = self.inline_fuel > 0;
         self.stats.swaps.fetch_add(1, Ordering::Relaxed);
         tracing::info!(from = %from, to = %self.policy.label(), path = ?report.path, "policy swapped");

@@ -4,7 +4,7 @@ use crate::policy::PolicyError;
 use crate::policy::instance::{PolicyInstance, rough_tool_data};
 use crate::policy::ledger::Ledger;
 use crate::policy::types::{
-    Action, Admission, CallRequest, Event, Millis, NamedPrompt, ServerStatus,
+    Action, Admission, CallRequest, Event, EventKind, Millis, NamedPrompt, ServerStatus,
 };
 
 /// One thing for the policy to decide, in the order the host asks.
@@ -22,13 +22,26 @@ pub(crate) enum Input {
 /// Events handing over more tool data than this are decided on the policy thread: a decision
 /// costs up to ~110 fuel per byte of it (a list of tiny tools), and the inline budget
 /// ([`super::DEFAULT_INLINE_FUEL`]) is meant for the decisions that take a few thousand.
-const INLINE_TOOL_DATA: usize = 16 << 10;
+pub(crate) const INLINE_TOOL_DATA: usize = 16 << 10;
 
 impl Input {
     /// Whether deciding the input is work for the policy thread, whatever the queue, for a
     /// policy that is (`descriptions`) or is not handed tool descriptions.
     pub(crate) fn is_heavy(&self, descriptions: bool) -> bool {
         matches!(self, Input::Event(event) if rough_tool_data(event, descriptions) > INLINE_TOOL_DATA)
+    }
+
+    /// Whether the input is an event about a server's life (anything but a call's report).
+    pub(crate) fn is_lifecycle_event(&self) -> bool {
+        matches!(self, Input::Event(event) if !matches!(event.kind, EventKind::CallFinished(_)))
+    }
+
+    /// The tool data the input carries, roughly, in bytes (names, descriptions and schemas).
+    pub(crate) fn tool_data(&self) -> usize {
+        match self {
+            Input::Event(event) => rough_tool_data(event, true),
+            _ => 0,
+        }
     }
 
     /// Whether the input can change the policy's state (and so belongs in the replay journal).

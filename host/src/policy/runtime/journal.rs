@@ -7,6 +7,19 @@ use crate::policy::ledger::Ledger;
 
 use super::input::Input;
 
+/// What one input weighs in the journal besides the tool data it carries, in bytes of
+/// snapshot. With the runtime's default `checkpoint_every` ([`DEFAULT_CHECKPOINT_EVERY`]), a
+/// checkpoint is due once the journal weighs as much as the snapshot it follows (and holds at
+/// least that many inputs). A checkpoint costs about as much as its snapshot is long, so each
+/// input's share of that cost stays the same however many servers and tools the state holds (a
+/// fixed count of inputs made every call pay for a snapshot of all of them), and the journal
+/// stays within a small multiple of the state's size. A smaller `checkpoint_every` snapshots
+/// proportionally sooner (1: after every input of a small state).
+const INPUT_WEIGHT: usize = 32;
+
+/// The runtime's default minimum of inputs between checkpoints.
+pub(crate) const DEFAULT_CHECKPOINT_EVERY: usize = 64;
+
 pub(crate) struct LastGood {
     /// The policy's state after the inputs before `journal`.
     pub(crate) snapshot: Vec<u8>,
@@ -17,6 +30,8 @@ pub(crate) struct LastGood {
     pub(crate) ledger: Ledger,
     /// The state-changing inputs decided since `snapshot`, in order.
     pub(crate) journal: Vec<Input>,
+    /// What `journal` weighs (see [`INPUT_WEIGHT`]).
+    weight: usize,
 }
 
 impl LastGood {
@@ -27,7 +42,31 @@ impl LastGood {
             held: HeldData::default(),
             ledger: Ledger::default(),
             journal: Vec::new(),
+            weight: 0,
         }
+    }
+
+    /// Journals a state-changing input decided after the snapshot.
+    pub(crate) fn push(&mut self, input: Input) {
+        self.weight = self
+            .weight
+            .saturating_add(INPUT_WEIGHT)
+            .saturating_add(input.tool_data());
+        self.journal.push(input);
+    }
+
+    /// Whether a checkpoint is due: at least `every` inputs journaled, weighing at least
+    /// `every / DEFAULT_CHECKPOINT_EVERY` times the snapshot.
+    pub(crate) fn due(&self, every: usize) -> bool {
+        self.journal.len() >= every
+            && self.weight.saturating_mul(DEFAULT_CHECKPOINT_EVERY)
+                >= self.snapshot.len().saturating_mul(every)
+    }
+
+    /// Forgets the journal (the state it led to is no longer restored from `snapshot`).
+    pub(crate) fn clear_journal(&mut self) {
+        self.journal.clear();
+        self.weight = 0;
     }
 
     /// Moves the last good state up to `instance`'s, whose ledger is `ledger`.
@@ -40,7 +79,7 @@ impl LastGood {
         self.snapshot = snapshot;
         self.held = instance.held().clone();
         self.ledger = ledger.clone();
-        self.journal.clear();
+        self.clear_journal();
     }
 
     /// Restores the snapshot into `instance` and replays the journal since, on a copy of the

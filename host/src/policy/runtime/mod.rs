@@ -67,7 +67,8 @@ pub struct RuntimeOptions {
     /// Whether a policy that keeps failing is replaced by the embedded default. Off when checking
     /// a component, so that its failures are reported rather than papered over.
     pub fallback_to_default: bool,
-    /// Take a snapshot after this many state-changing inputs (bounds the replay journal).
+    /// Take a snapshot after at least this many state-changing inputs; with the default, once
+    /// they weigh as much as the last snapshot (bounds the replay journal; see `journal.rs`).
     pub checkpoint_every: usize,
     /// Fuel for a decision made inline on the caller's thread; a decision that needs more is
     /// made on the policy thread. 0: every input goes through the policy thread.
@@ -86,7 +87,7 @@ impl Default for RuntimeOptions {
             cache_dir: None,
             engine: None,
             fallback_to_default: true,
-            checkpoint_every: 64,
+            checkpoint_every: journal::DEFAULT_CHECKPOINT_EVERY,
             inline_fuel: DEFAULT_INLINE_FUEL,
             record: None,
         }

@@ -35,19 +35,24 @@ pub struct Args {
     /// Call `blob` for a result of this many bytes instead of `echo`.
     #[arg(long)]
     result_bytes: Option<usize>,
+    /// Keep each measured run's callgrind profile in this directory (for `callgrind_annotate`).
+    #[arg(long)]
+    keep: Option<PathBuf>,
 }
 
-/// What each measured call is: `echo`, or `blob` with a result of this many bytes.
+/// The servers configured, what each measured call is (`echo`, or `blob` with a result of
+/// this many bytes), and where to keep the profiles.
 #[derive(Clone, Copy)]
-struct Load {
+struct Load<'a> {
     servers: usize,
     tools: usize,
     result_bytes: Option<usize>,
+    keep: Option<&'a Path>,
 }
 
 /// A config of `servers` fixtures with `tools` generated tools each; the first is `up`. Their
 /// keepalives are an hour apart, so pings do not differ between the runs compared.
-fn config(dir: &Path, state: &Path, load: Load) -> PathBuf {
+fn config(dir: &Path, state: &Path, load: Load<'_>) -> PathBuf {
     let Load { servers, tools, .. } = load;
     let path = dir.join("servers.json");
     let mut entries = serde_json::Map::new();
@@ -83,7 +88,13 @@ fn config(dir: &Path, state: &Path, load: Load) -> PathBuf {
 
 /// Runs `tether serve` under callgrind with `calls` echo calls from a client of the given
 /// generation; returns the instructions the gateway process executed.
-async fn instructions(tether: &Path, name: &str, modern: bool, calls: usize, load: Load) -> u64 {
+async fn instructions(
+    tether: &Path,
+    name: &str,
+    modern: bool,
+    calls: usize,
+    load: Load<'_>,
+) -> u64 {
     let dir = scratch(name);
     let state = dir.join("up");
     std::fs::create_dir_all(&state).unwrap();
@@ -144,8 +155,13 @@ async fn instructions(tether: &Path, name: &str, modern: bool, calls: usize, loa
         .await
         .expect("tether serve ends under callgrind")
         .expect("waiting for it");
-    let text = std::fs::read_to_string(dir.join(format!("callgrind.{pid}.out")))
-        .expect("callgrind's output for the gateway process");
+    let profile = dir.join(format!("callgrind.{pid}.out"));
+    let text =
+        std::fs::read_to_string(&profile).expect("callgrind's output for the gateway process");
+    if let Some(keep) = load.keep {
+        let _ = std::fs::create_dir_all(keep);
+        let _ = std::fs::copy(&profile, keep.join(format!("{name}.callgrind")));
+    }
     text.lines()
         .find_map(|line| {
             line.strip_prefix("summary:")
@@ -176,12 +192,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         servers: args.servers,
         tools: args.tools,
         result_bytes: args.result_bytes,
+        keep: args.keep.as_deref(),
     };
     // A first start compiles the policy into the cache; the measured runs load it.
     let warm = Load {
         servers: 1,
         tools: 0,
         result_bytes: None,
+        keep: None,
     };
     rt.block_on(instructions(&tether, "cost-warm", false, 0, warm));
     let mut rows = Vec::new();

@@ -8,6 +8,14 @@ use super::*;
 use crate::policy::types::{ServerConfig, SessionInfo, Tool, TransportKind};
 
 fn core_with(limits: Limits, inline_fuel: u64) -> (PolicyCore, Arc<RuntimeStats>) {
+    core_checkpointing(limits, inline_fuel, 4)
+}
+
+fn core_checkpointing(
+    limits: Limits,
+    inline_fuel: u64,
+    checkpoint_every: usize,
+) -> (PolicyCore, Arc<RuntimeStats>) {
     let engine = PolicyEngine::new(None).expect("an engine");
     let policy = engine
         .load(&PolicySource::Embedded)
@@ -21,7 +29,7 @@ fn core_with(limits: Limits, inline_fuel: u64) -> (PolicyCore, Arc<RuntimeStats>
             settings: "{}".into(),
             limits,
             fallback_to_default: true,
-            checkpoint_every: 4,
+            checkpoint_every,
             inline_fuel,
             recording: true,
         },
@@ -115,9 +123,40 @@ fn the_journal_since_the_last_snapshot_stays_bounded() {
     for (i, server) in ["a", "b", "c", "d", "e"].into_iter().enumerate() {
         core.step(event(i as Millis, configured(server))).unwrap();
     }
-    // A snapshot every 4 state-changing inputs; status requests are not journaled.
+    // Status requests are not journaled.
+    let journaled = core.last_good.journal.len();
     core.status(10).unwrap();
-    assert_eq!(core.last_good.journal.len(), 1);
+    assert_eq!(core.last_good.journal.len(), journaled);
+    // However many inputs come, the journal never outgrows the snapshot by much.
+    for i in 0..2000 {
+        core.step(event(20 + i, configured("a"))).unwrap();
+        let bound = 4.max(core.last_good.snapshot.len() / 32 + 1);
+        assert!(core.last_good.journal.len() <= bound, "{i}");
+    }
+}
+
+#[test]
+fn a_larger_state_is_snapshotted_less_often_so_an_input_pays_the_same() {
+    let every = super::super::journal::DEFAULT_CHECKPOINT_EVERY;
+    let (mut core, _) = core_checkpointing(Limits::default(), 0, every);
+    let servers: Vec<String> = (0..40).map(|i| format!("server-{i}")).collect();
+    for (i, server) in servers.iter().enumerate() {
+        core.step(event(i as Millis, configured(server))).unwrap();
+    }
+    let snapshot = core.last_good.snapshot.len();
+    assert!(snapshot > 4 * 32, "{snapshot} bytes");
+    // Inputs that change little until the next snapshot.
+    let before = core.last_good.snapshot.clone();
+    let mut inputs = core.last_good.journal.len() as Millis;
+    while core.last_good.snapshot == before && inputs < 100_000 {
+        core.step(event(100 + inputs, configured("server-0")))
+            .unwrap();
+        inputs += 1;
+    }
+    assert!(
+        inputs as usize >= snapshot / 32,
+        "{inputs} inputs between snapshots of a {snapshot}-byte state"
+    );
 }
 
 #[test]
@@ -248,4 +287,36 @@ fn a_shadow_of_the_same_policy_follows_every_decision_and_agrees() {
         ),
         "{notices:?}"
     );
+}
+
+#[test]
+fn lifecycle_events_of_a_policy_holding_many_tools_go_to_the_policy_thread_and_call_reports_do_not()
+{
+    let (mut core, _) = core_with(Limits::default(), 0);
+    let report = |now| {
+        event(
+            now,
+            EventKind::CallFinished(crate::policy::types::CallReport {
+                server: "a".into(),
+                call_id: 1,
+                outcome: crate::policy::types::CallOutcome::Ok,
+                duration_ms: 1,
+            }),
+        )
+    };
+    assert!(!core.is_heavy(&event(1, configured("b"))));
+    for (i, server) in ["a", "c", "d", "e"].into_iter().enumerate() {
+        core.step(event(2 + i as Millis, configured(server)))
+            .unwrap();
+        // Each list is light on its own; together they are not.
+        core.step(event(10 + i as Millis, connected(server, 100)))
+            .unwrap();
+    }
+    assert!(
+        core.instance.held().total() > INLINE_TOOL_DATA,
+        "{}",
+        core.instance.held().total()
+    );
+    assert!(core.is_heavy(&event(20, configured("b"))));
+    assert!(!core.is_heavy(&report(21)));
 }
