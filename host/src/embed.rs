@@ -286,8 +286,8 @@ impl Builder {
         // Recorded from before the first server is added: the dashboard shows how each started.
         let history = self
             .admin
-            .is_some()
-            .then(|| crate::admin::history::History::record(&tether.supervisor));
+            .as_ref()
+            .map(|_| crate::admin::history::History::record(&tether.supervisor));
         for spec in servers {
             if let Err(problem) = tether.supervisor.add_server(spec) {
                 tether.abandon().await;
@@ -310,7 +310,7 @@ impl Builder {
                 }
             }
         }
-        if let Some(admin) = self.admin {
+        if let (Some(admin), Some(history)) = (self.admin, history) {
             let reload = tether.reload_fn();
             let started = crate::admin::start(
                 admin.bind,
@@ -320,9 +320,7 @@ impl Builder {
                     supervisor: tether.supervisor.clone(),
                     reload,
                     metrics,
-                    history: history.unwrap_or_else(|| {
-                        crate::admin::history::History::record(&tether.supervisor)
-                    }),
+                    history,
                 },
             )
             .await;

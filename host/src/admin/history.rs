@@ -22,19 +22,16 @@ pub const MAX_EVENTS: usize = 20_000;
 /// clone is dropped or the supervisor is gone.
 #[derive(Clone)]
 pub struct History {
-    inner: Arc<Inner>,
+    events: Arc<Mutex<Recorded>>,
+    _recorder: Arc<AbortOnDrop>,
 }
 
-struct Inner {
-    events: Mutex<Recorded>,
-    task: Mutex<Option<JoinHandle<()>>>,
-}
+/// The recording task, stopped with the last [`History`].
+struct AbortOnDrop(JoinHandle<()>);
 
-impl Drop for Inner {
+impl Drop for AbortOnDrop {
     fn drop(&mut self) {
-        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            task.abort();
-        }
+        self.0.abort();
     }
 }
 
@@ -43,26 +40,23 @@ impl History {
     /// it is missed, short of lagging). Needs a tokio runtime.
     pub fn record(supervisor: &Supervisor) -> History {
         let mut feed = Feed::new(supervisor);
-        let inner = Arc::new(Inner {
-            events: Mutex::new(Recorded::default()),
-            task: Mutex::new(None),
-        });
-        // The task holds only a weak reference, so dropping the last History ends it.
-        let weak = Arc::downgrade(&inner);
+        let events = Arc::new(Mutex::new(Recorded::default()));
+        let recorded = events.clone();
         let task = tokio::spawn(async move {
             while let Some(event) = feed.next().await {
-                let Some(inner) = weak.upgrade() else { return };
-                let mut events = inner.events.lock().unwrap_or_else(|e| e.into_inner());
+                let mut events = recorded.lock().unwrap_or_else(|e| e.into_inner());
                 events.push(SystemTime::now(), event);
             }
         });
-        *inner.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
-        History { inner }
+        History {
+            events,
+            _recorder: Arc::new(AbortOnDrop(task)),
+        }
     }
 
     /// The events of the last hour, oldest first.
     pub fn events(&self) -> Vec<TimedEvent> {
-        let mut events = self.inner.events.lock().unwrap_or_else(|e| e.into_inner());
+        let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
         events.forget_before(SystemTime::now());
         events.list.iter().map(|(_, event)| event.clone()).collect()
     }
