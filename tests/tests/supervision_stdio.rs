@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::common::*;
 use serde_json::json;
+use tether::config::ServerSpec;
 use tether::policy::{BreakerState, ReconnectSource, ServerState};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -375,6 +376,54 @@ async fn a_child_dying_mid_call_fails_fast_as_uncertain_and_is_not_replayed() {
     assert!(!words.contains("timed out"), "{words}");
     wait_until("the server is back", || !host.tools("mortal").is_empty()).await;
     assert_eq!(state.calls_of("side_effect"), 1, "never replayed");
+}
+
+/// A call whose write to the child's stdin fails (the child closed it and lives on) never
+/// left: its arguments come back from the transport, not from a copy, and it runs once, on a
+/// fresh session, whatever the tool does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_write_failed_is_sent_again_with_its_arguments() {
+    let host = Host::fast();
+    let state = host.state_dir("closer");
+    let log = state.0.join("calls.log");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/stdin_closer.py");
+    let mut spec = ServerSpec::stdio("closer", "python3", &[script, log.to_str().unwrap()]);
+    spec.timeouts = test_timeouts();
+    host.supervisor.add_server(spec).unwrap();
+    wait_until("tools visible", || !host.tools("closer").is_empty()).await;
+    let first = host
+        .supervisor
+        .call_tool("closer__record", args(json!({"n": 1})))
+        .await
+        .unwrap();
+    assert_eq!(text(&first), r#"{"n": 1}"#);
+    // The child closed its stdin before answering: this write finds no reader.
+    let resent = tether::calls::resent_calls();
+    let second = host
+        .supervisor
+        .call_tool(
+            "closer__record",
+            args(json!({"n": 2, "label": "the second"})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        text(&second),
+        r#"{"label": "the second", "n": 2}"#,
+        "{second:?}"
+    );
+    assert!(
+        tether::calls::resent_calls() > resent,
+        "sent again, counted"
+    );
+    let runs = std::fs::read_to_string(&log).unwrap();
+    let runs: Vec<(&str, &str)> = runs
+        .lines()
+        .map(|line| line.split_once(' ').unwrap())
+        .collect();
+    assert_eq!(runs.len(), 2, "each call ran once: {runs:?}");
+    assert_eq!(runs[1].1, r#"{"label": "the second", "n": 2}"#);
+    assert_ne!(runs[0].0, runs[1].0, "the second ran in a fresh process");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

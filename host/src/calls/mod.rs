@@ -22,7 +22,7 @@ use crate::policy::{
 };
 use crate::registry::Route;
 use crate::telemetry::RequestTrace;
-use crate::upstream::{CallContext, CallFailure, Session};
+use crate::upstream::{CallArguments, CallContext, CallFailure, Session};
 
 mod retry;
 
@@ -105,11 +105,14 @@ pub enum CallError {
 pub(crate) trait CallSession: Send + Sync + 'static {
     /// Whether requests can still go out on it.
     fn is_alive(&self) -> bool;
-    /// Calls a tool once; never retried here.
+    /// Whether a call that never left gets its arguments handed back (see [`CallArguments`]).
+    fn hands_back_unsent(&self) -> bool;
+    /// Calls a tool once; never retried here. Takes the arguments, and puts them back when
+    /// the call never left and the transport could hand them back.
     fn call<'a>(
         &'a self,
         tool: &'a str,
-        arguments: Option<JsonObject>,
+        arguments: &'a mut CallArguments,
         timeouts: &'a Timeouts,
         context: &'a CallContext,
     ) -> impl Future<Output = Result<CallToolResult, CallFailure>> + Send + 'a;
@@ -120,10 +123,14 @@ impl CallSession for Session {
         Session::is_alive(self)
     }
 
+    fn hands_back_unsent(&self) -> bool {
+        self.transport() == crate::policy::TransportKind::Stdio
+    }
+
     fn call<'a>(
         &'a self,
         tool: &'a str,
-        arguments: Option<JsonObject>,
+        arguments: &'a mut CallArguments,
         timeouts: &'a Timeouts,
         context: &'a CallContext,
     ) -> impl Future<Output = Result<CallToolResult, CallFailure>> + Send + 'a {
@@ -361,20 +368,21 @@ impl<H: CallHost> Call<'_, H> {
         let mut tries = 0;
         // Whether an earlier try reached the server and was lost (and was reported).
         let mut lost_before = false;
-        // The arguments are copied only for a try that may be followed by another; the last
-        // possible try takes them (rmcp's request owns its arguments).
-        let mut arguments = arguments;
+        // A try takes the arguments (rmcp's request owns them); a copy is kept only where
+        // `retry::keeps_copy` says a later try could not get them back.
+        let mut arguments = CallArguments::new(arguments);
         let (result, reported) = loop {
             tries += 1;
-            let these = match retry::may_follow(tries) {
-                true => arguments.clone(),
-                false => arguments.take(),
-            };
+            let kept = retry::keeps_copy(route.tool.read_only, target.hands_back_unsent(), tries)
+                .then(|| arguments.clone());
             let result = target
-                .call(&route.tool.original, these, &timeouts, &context)
+                .call(&route.tool.original, &mut arguments, &timeouts, &context)
                 .await;
+            if let (false, Some(kept)) = (arguments.is_here(), kept) {
+                arguments = kept;
+            }
             let retry::Next::Again { report_loss } =
-                retry::after(&result, route.tool.read_only, tries)
+                retry::after(&result, route.tool.read_only, tries, arguments.is_here())
             else {
                 break (result, false);
             };

@@ -22,10 +22,24 @@ pub(crate) fn may_follow(tries: u32) -> bool {
     tries < MAX_TRIES
 }
 
+/// Whether the `tries`-th try must keep a copy of the arguments it sends, for a try after it:
+/// only where one may follow a call that reached the server (a read-only tool), or one that
+/// never left on a transport that cannot hand the arguments of an unwritten call back (HTTP:
+/// rmcp's client consumes the request). A stdio try sends its arguments without a copy.
+pub(crate) fn keeps_copy(read_only: bool, hands_back_unsent: bool, tries: u32) -> bool {
+    may_follow(tries) && (read_only || !hands_back_unsent)
+}
+
 /// What to do after the `tries`-th try (1-based) of a call to a tool that is `read_only` or
-/// not, whose outcome was `result`.
-pub(crate) fn after<T>(result: &Result<T, CallFailure>, read_only: bool, tries: u32) -> Next {
-    if tries >= MAX_TRIES {
+/// not, whose outcome was `result`; `arguments_here`: whether the arguments are still there to
+/// send again (kept, or handed back by the transport).
+pub(crate) fn after<T>(
+    result: &Result<T, CallFailure>,
+    read_only: bool,
+    tries: u32,
+    arguments_here: bool,
+) -> Next {
+    if tries >= MAX_TRIES || !arguments_here {
         return Next::Answer;
     }
     match result {
@@ -57,7 +71,7 @@ mod tests {
     fn a_call_that_never_left_goes_out_once_more_for_any_tool() {
         for read_only in [false, true] {
             assert_eq!(
-                after(&not_sent(), read_only, 1),
+                after(&not_sent(), read_only, 1, true),
                 Next::Again { report_loss: false }
             );
         }
@@ -65,9 +79,9 @@ mod tests {
 
     #[test]
     fn a_lost_call_is_repeated_only_for_a_read_only_tool_and_counted_first() {
-        assert_eq!(after(&lost(), true, 1), Next::Again { report_loss: true });
+        assert_eq!(after(&lost(), true, 1, true), Next::Again { report_loss: true });
         assert_eq!(
-            after(&lost(), false, 1),
+            after(&lost(), false, 1, true),
             Next::Answer,
             "never replay an uncertain call"
         );
@@ -80,14 +94,31 @@ mod tests {
         let cancelled: Result<(), _> = Err(CallFailure::Cancelled);
         for result in [Ok(()), timed_out, too_large, cancelled] {
             for read_only in [false, true] {
-                assert_eq!(after(&result, read_only, 1), Next::Answer);
+                assert_eq!(after(&result, read_only, 1, true), Next::Answer);
             }
         }
     }
 
     #[test]
+    fn a_call_whose_arguments_are_gone_is_answered() {
+        assert_eq!(after(&not_sent(), false, 1, false), Next::Answer);
+        assert_eq!(after(&lost(), true, 1, false), Next::Answer);
+    }
+
+    #[test]
+    fn only_a_try_that_a_resend_may_follow_without_its_arguments_keeps_a_copy() {
+        // stdio hands an unwritten call's arguments back: only a read-only tool's loss needs one.
+        assert!(!keeps_copy(false, true, 1));
+        assert!(keeps_copy(true, true, 1));
+        // HTTP does not: any first try keeps one.
+        assert!(keeps_copy(false, false, 1));
+        // The last try never does.
+        assert!(!keeps_copy(true, false, 2));
+    }
+
+    #[test]
     fn there_is_never_a_third_try() {
-        assert_eq!(after(&not_sent(), true, 2), Next::Answer);
-        assert_eq!(after(&lost(), true, 2), Next::Answer);
+        assert_eq!(after(&not_sent(), true, 2, true), Next::Answer);
+        assert_eq!(after(&lost(), true, 2, true), Next::Answer);
     }
 }

@@ -16,6 +16,12 @@ struct FakeSession {
     delay: Duration,
     /// The call deadline each try was given.
     tries: Mutex<Vec<Duration>>,
+    /// The arguments each try sent.
+    sent: Mutex<Vec<Option<JsonObject>>>,
+    /// Whether its transport hands an unwritten call's arguments back (stdio), and whether a
+    /// scripted `NotSent` does (a transport that lost them does not).
+    hands_back: bool,
+    gives_back: bool,
 }
 
 impl FakeSession {
@@ -29,7 +35,23 @@ impl FakeSession {
             answers: Mutex::new(answers.into()),
             delay,
             tries: Mutex::default(),
+            sent: Mutex::default(),
+            hands_back: true,
+            gives_back: true,
         })
+    }
+
+    /// Over a transport that hands an unwritten call's arguments back or not, and, for a
+    /// scripted `NotSent`, does or does not.
+    fn over(
+        answers: Vec<Result<CallToolResult, CallFailure>>,
+        hands_back: bool,
+        gives_back: bool,
+    ) -> Arc<Self> {
+        let mut session = Arc::into_inner(Self::new(answers)).unwrap();
+        session.hands_back = hands_back;
+        session.gives_back = gives_back;
+        Arc::new(session)
     }
 
     fn dead() -> Arc<Self> {
@@ -48,16 +70,25 @@ impl CallSession for FakeSession {
         self.alive.load(Ordering::SeqCst)
     }
 
+    fn hands_back_unsent(&self) -> bool {
+        self.hands_back
+    }
+
     async fn call<'a>(
         &'a self,
         _tool: &'a str,
-        _arguments: Option<JsonObject>,
+        arguments: &'a mut CallArguments,
         timeouts: &'a Timeouts,
         _context: &'a CallContext,
     ) -> Result<CallToolResult, CallFailure> {
         self.tries.lock().unwrap().push(timeouts.call);
+        let sent = arguments.take();
+        self.sent.lock().unwrap().push(sent.clone());
         tokio::time::sleep(self.delay).await;
         let answer = self.answers.lock().unwrap().pop_front();
+        if let (Some(Err(CallFailure::NotSent(_))), true) = (&answer, self.gives_back) {
+            arguments.put_back(sent);
+        }
         answer.unwrap_or_else(|| Ok(CallToolResult::success(vec![ContentBlock::text("done")])))
     }
 }
@@ -161,8 +192,17 @@ impl CallHost for FakeHost {
 }
 
 async fn call(calls: &Calls, host: &FakeHost, tool: &str) -> Result<CallToolResult, CallError> {
+    call_with(calls, host, tool, None).await
+}
+
+async fn call_with(
+    calls: &Calls,
+    host: &FakeHost,
+    tool: &str,
+    arguments: Option<JsonObject>,
+) -> Result<CallToolResult, CallError> {
     let response = calls
-        .call(host, tool, None, CallContext::default(), async {})
+        .call(host, tool, arguments, CallContext::default(), async {})
         .await;
     as_result(tool, response)
 }
@@ -253,6 +293,58 @@ async fn a_call_refused_before_it_ran_goes_out_once_more_on_a_fresh_session_for_
     let reports = host.reports();
     assert_eq!(reports.len(), 1);
     assert_eq!(reports[0].outcome, CallOutcome::Ok);
+}
+
+/// A call to `svc__write` with arguments whose first try is refused before it ran on a session
+/// over a transport that `hands_back` or not, which `gives_back` the arguments or not; returns
+/// the result and the arguments the fresh session got, if it was tried.
+async fn resend_after_refusal(
+    hands_back: bool,
+    gives_back: bool,
+) -> (CallToolResult, Option<Option<JsonObject>>) {
+    let refused = Err(CallFailure::NotSent(Fault::TransportClosed("broken pipe".into())));
+    let first = FakeSession::over(vec![refused], hands_back, gives_back);
+    let host = FakeHost::new(first.clone(), Vec::new());
+    let second = FakeSession::new(Vec::new());
+    let publish = {
+        let (host, second) = (host.clone(), second.clone());
+        async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            host.replace(second);
+        }
+    };
+    let arguments = serde_json::json!({"path": "/tmp/x", "bytes": 3});
+    let arguments = arguments.as_object().cloned();
+    let calls = Calls::default();
+    let (result, ()) = tokio::join!(
+        call_with(&calls, &host, "svc__write", arguments.clone()),
+        publish
+    );
+    assert_eq!(first.sent.lock().unwrap().as_slice(), [arguments]);
+    let resent = second.sent.lock().unwrap().first().cloned();
+    (result.unwrap(), resent)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_never_left_goes_out_again_with_the_arguments_its_transport_handed_back() {
+    let expected = serde_json::json!({"path": "/tmp/x", "bytes": 3});
+    // stdio: no copy was made; the transport handed them back.
+    let (result, resent) = resend_after_refusal(true, true).await;
+    assert_eq!(text(&result), "done");
+    assert_eq!(resent, Some(expected.as_object().cloned()));
+    // HTTP: the transport cannot hand them back, so the first try kept a copy.
+    let (result, resent) = resend_after_refusal(false, false).await;
+    assert_eq!(text(&result), "done");
+    assert_eq!(resent, Some(expected.as_object().cloned()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stdio_try_keeps_no_copy_so_arguments_lost_with_an_unwritten_call_end_it() {
+    // A transport that says it hands back, but lost them: nothing was kept to resend.
+    let (result, resent) = resend_after_refusal(true, false).await;
+    assert_eq!(result.is_error, Some(true));
+    assert!(text(&result).contains("not sent"), "{}", text(&result));
+    assert_eq!(resent, None, "no second try without the arguments");
 }
 
 #[tokio::test(start_paused = true)]

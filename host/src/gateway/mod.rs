@@ -41,6 +41,7 @@ use crate::catalog::{self, CatalogChange, UriRoute};
 use crate::registry::Route;
 use crate::supervisor::Supervisor;
 use crate::telemetry::RequestTrace;
+use crate::transport::lines::Lines;
 use crate::upstream::{CallContext, CallFailure, ServerEvent, Session};
 use client::{MAX_INPUT_ROUNDS, modern_client};
 use downstream::Downstream;
@@ -127,8 +128,13 @@ impl Gateway {
 
     /// Serves one session over this process's stdin/stdout until the client leaves.
     pub(crate) async fn serve_stdio(self) -> Result<(), crate::Error> {
+        let transport: Lines<RoleServer, _, _> = Lines::new(
+            tokio::io::stdin(),
+            tokio::io::stdout(),
+            crate::transport::lines::DEFAULT_MAX_LINE,
+        );
         let service = self
-            .serve(rmcp::transport::stdio())
+            .serve(transport)
             .await
             .map_err(|e| crate::Error::Stdio(e.to_string()))?;
         service

@@ -6,6 +6,7 @@ pub mod generation;
 pub mod http;
 mod http_error;
 pub mod limit;
+pub mod lines;
 pub(crate) mod oauth;
 pub mod sse;
 pub mod stdio;

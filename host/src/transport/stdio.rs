@@ -18,11 +18,11 @@ use tokio::process::{ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 
 use rmcp::service::{ClientInitializeError, RunningService};
-use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{ClientHandler, ClientServiceExt, RoleClient};
 
 use super::gate::Guarded;
 use super::limit::BoundedReader;
+use super::lines::Lines;
 use super::{Fault, SessionEnd, generation};
 use crate::config::ServerSpec;
 use crate::upstream::route::Routes;
@@ -158,10 +158,10 @@ pub async fn connect_session<H: ClientHandler>(
         child.log_dir,
     )?;
     let end = SessionEnd::new();
-    // rmcp's own line cap stays above ours, so it never drops a line silently.
+    // The line transport's own cap stays above the reader's, so it never drops a line silently.
     let reader = BoundedReader::lines(stdout, spec.max_message);
-    let transport = AsyncRwTransport::new_client(reader, stdin)
-        .with_max_line_length(spec.max_message.saturating_add(2));
+    let transport: Lines<RoleClient, _, _> =
+        Lines::new(reader, stdin, spec.max_message.saturating_add(2));
     let transport = Guarded::new(transport, end.clone()).with_routes(routes);
     let opening = handler.serve_with_lifecycle(transport, lifecycle);
     match tokio::time::timeout(spec.timeouts.connect, opening).await {

@@ -41,7 +41,7 @@ use crate::transport::http::{self, HttpFlavor, HttpOptions};
 use crate::transport::limit;
 use crate::transport::stdio::{self, ChildProcess};
 use route::{Belongs, RouteTag, Routes};
-pub use route::{CallRoute, ClientAsk, ProgressForward};
+pub use route::{CallArguments, CallRoute, ClientAsk, ProgressForward};
 
 /// Which of a server's lists it said changed, coalesced: however many notices arrive while a
 /// refresh runs, one more refresh of each list follows.
@@ -741,23 +741,27 @@ impl Session {
             .map_err(|fault| Fault::KeepaliveFailed(fault.to_string()))
     }
 
-    /// Calls a tool once; never retried here.
+    /// Calls a tool once; never retried here. The call takes its arguments; when it did not
+    /// leave and the transport could tell (a stdio write that failed), they are put back.
     pub async fn call(
         &self,
         tool: &str,
-        arguments: Option<JsonObject>,
+        arguments: &mut CallArguments,
         timeouts: &Timeouts,
         context: &CallContext,
     ) -> Result<CallToolResult, CallFailure> {
+        if !self.is_alive() {
+            return Err(CallFailure::NotSent(self.end_fault().await));
+        }
         let mut params = CallToolRequestParams::new(tool.to_string());
-        if let Some(arguments) = arguments {
+        if let Some(arguments) = arguments.take() {
             params = params.with_arguments(arguments);
         }
         params.input_responses = context.input_responses.clone();
         params.request_state = context.request_state.clone();
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         match self
-            .exchange("tools/call", request, timeouts, context)
+            .send("tools/call", request, timeouts, context, Some(arguments))
             .await?
         {
             ServerResult::CallToolResult(result) => Ok(result),
@@ -777,9 +781,22 @@ impl Session {
     pub async fn exchange(
         &self,
         method: &str,
+        request: ClientRequest,
+        timeouts: &Timeouts,
+        context: &CallContext,
+    ) -> Result<ServerResult, CallFailure> {
+        self.send(method, request, timeouts, context, None).await
+    }
+
+    /// [`Self::exchange`]; a tool call's arguments that its transport handed back because the
+    /// call never left go back to `unsent`.
+    async fn send(
+        &self,
+        method: &str,
         mut request: ClientRequest,
         timeouts: &Timeouts,
         context: &CallContext,
+        unsent: Option<&mut CallArguments>,
     ) -> Result<ServerResult, CallFailure> {
         if !self.is_alive() {
             return Err(CallFailure::NotSent(self.end_fault().await));
@@ -809,8 +826,26 @@ impl Session {
             progress: context.progress.clone(),
             log: context.log.clone(),
             client: context.client.clone(),
+            ..CallRoute::default()
         });
-        request.extensions_mut().insert(RouteTag(route));
+        request.extensions_mut().insert(RouteTag(route.clone()));
+        let result = self.await_answer(method, request, options, context).await;
+        if let (Err(CallFailure::NotSent(_)), Some(unsent)) = (&result, unsent)
+            && let Some(arguments) = route.take_back()
+        {
+            unsent.put_back(arguments);
+        }
+        result
+    }
+
+    /// Sends the request and waits for its answer (see [`Self::exchange`]).
+    async fn await_answer(
+        &self,
+        method: &str,
+        request: ClientRequest,
+        options: PeerRequestOptions,
+        context: &CallContext,
+    ) -> Result<ServerResult, CallFailure> {
         let handle = match self.peer.send_request_with_option(request, options).await {
             Ok(handle) => handle,
             Err(error) => {

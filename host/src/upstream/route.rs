@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use rmcp::model::{
-    ClientCapabilities, ClientResult, ErrorData, ProgressNotificationParam, ProgressToken,
-    RequestId, ServerRequest,
+    ClientCapabilities, ClientResult, ErrorData, JsonObject, ProgressNotificationParam,
+    ProgressToken, RequestId, ServerRequest,
 };
 use rmcp::service::InboundStreamOrigin;
 
@@ -40,7 +40,7 @@ pub trait ClientAsk: Send + Sync {
 }
 
 /// What a request in flight upstream needs from its session.
-#[derive(Default, Clone)]
+#[derive(Default)]
 pub struct CallRoute {
     /// Where its progress goes, if its client asked for progress.
     pub progress: Option<Arc<dyn ProgressForward>>,
@@ -49,6 +49,46 @@ pub struct CallRoute {
     pub log: Option<LogSink>,
     /// Its client, for the server's requests during it.
     pub client: Option<Arc<dyn ClientAsk>>,
+    /// A tool call's arguments, handed back by a transport that could not write the call.
+    pub(crate) unsent: Mutex<Option<Option<JsonObject>>>,
+}
+
+impl CallRoute {
+    /// Keeps the arguments of a call whose write failed (it never left), for its caller.
+    pub(crate) fn give_back(&self, arguments: Option<JsonObject>) {
+        *self.unsent.lock().unwrap_or_else(|e| e.into_inner()) = Some(arguments);
+    }
+
+    /// The arguments a transport handed back, if it did.
+    pub(crate) fn take_back(&self) -> Option<Option<JsonObject>> {
+        self.unsent.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+/// A tool call's arguments as its tries pass them on: the try that sends them takes them, and a
+/// transport that could not write the call hands them back ([`CallRoute::give_back`]), so a call
+/// that never left goes out again without a copy made in advance.
+#[derive(Debug, Clone)]
+pub struct CallArguments(Option<Option<JsonObject>>);
+
+impl CallArguments {
+    pub fn new(arguments: Option<JsonObject>) -> Self {
+        Self(Some(arguments))
+    }
+
+    /// Whether they are here to send (not taken by a try that did not give them back).
+    pub fn is_here(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Takes them for a request; `None` when they are not here (or there are none).
+    pub(crate) fn take(&mut self) -> Option<JsonObject> {
+        self.0.take().flatten()
+    }
+
+    pub(crate) fn put_back(&mut self, arguments: Option<JsonObject>) {
+        self.0 = Some(arguments);
+    }
 }
 
 /// A request's route, carried in its extensions from the caller to the transport.

@@ -1,0 +1,539 @@
+//! Newline-delimited JSON-RPC over a pair of pipes, for both ends Tether speaks stdio on: a
+//! server's child process (Tether is the client) and the agent that started `tether serve`
+//! (Tether is the server).
+//!
+//! It reads and writes what rmcp's own line transport does: one message per line, a line no
+//! longer than a bound (a longer one is dropped), a line that is not JSON ignored, a JSON value
+//! that is not a message answered with Invalid Request, a notification that cannot be read
+//! dropped (a notification is never answered). Two things differ, both for a tool call:
+//!
+//! - The hot messages decode straight into their type ([`LineRole::decode_hot`]): a
+//!   `tools/call` request on the agent's side, the answer to a `tools/call` on the server's.
+//!   rmcp decodes a message by trying the variants of its untagged enums in turn (about thirty
+//!   `serde_json` errors built per forwarded call); everything else still goes that way.
+//! - A `tools/call` whose write failed hands its arguments back through its route
+//!   ([`CallRoute::give_back`]): the call never left, so it may go out again, and its arguments
+//!   need not be copied before the first try.
+
+use std::collections::VecDeque;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use rmcp::RoleClient;
+use rmcp::RoleServer;
+use rmcp::model::{
+    CallToolRequest, CallToolResult, ClientNotification, ClientRequest, ErrorData, GetExtensions,
+    JsonRpcMessage, JsonRpcRequest, JsonRpcResponse, RequestId, ServerResult,
+};
+use rmcp::service::{RxJsonRpcMessage, ServiceRole, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::Mutex;
+
+use crate::upstream::route::RouteTag;
+
+/// The line bound where nothing else bounds it (the agent's side): rmcp's own default.
+pub const DEFAULT_MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// How a role decodes its hot messages and what it remembers to do so.
+pub trait LineRole: ServiceRole {
+    /// What the role keeps between sending and receiving.
+    type Memory: Default + Send + 'static;
+    /// Notes a message about to be written.
+    fn sending(item: &TxJsonRpcMessage<Self>, memory: &mut Self::Memory);
+    /// The message on `line` if it is a hot one, decoded without rmcp's trials.
+    fn decode_hot(line: &[u8], memory: &mut Self::Memory) -> Option<RxJsonRpcMessage<Self>>;
+    /// Notes a message that arrived (decoded either way).
+    fn received(message: &RxJsonRpcMessage<Self>, memory: &mut Self::Memory);
+    /// A message whose write failed: what it carried that its sender wants back.
+    fn unsent(item: TxJsonRpcMessage<Self>);
+}
+
+/// The `tools/call` requests Tether sent upstream that await their answer, by id. Bounded: a
+/// call that is never answered is forgotten once `CALLS_REMEMBERED` newer ones went out (its
+/// late answer then takes rmcp's decoder, with the same result).
+#[derive(Default)]
+pub struct CallsInFlight(VecDeque<RequestId>);
+
+const CALLS_REMEMBERED: usize = 256;
+
+impl CallsInFlight {
+    fn insert(&mut self, id: RequestId) {
+        if self.0.len() == CALLS_REMEMBERED {
+            self.0.pop_front();
+        }
+        self.0.push_back(id);
+    }
+
+    fn remove(&mut self, id: &RequestId) -> bool {
+        match self.0.iter().position(|known| known == id) {
+            Some(at) => {
+                self.0.remove(at);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl LineRole for RoleClient {
+    type Memory = CallsInFlight;
+
+    fn sending(item: &TxJsonRpcMessage<Self>, calls: &mut CallsInFlight) {
+        match item {
+            JsonRpcMessage::Request(request)
+                if matches!(request.request, ClientRequest::CallToolRequest(_)) =>
+            {
+                calls.insert(request.id.clone());
+            }
+            JsonRpcMessage::Notification(notification) => {
+                if let ClientNotification::CancelledNotification(cancelled) =
+                    &notification.notification
+                    && let Some(id) = &cancelled.params.request_id
+                {
+                    calls.remove(id);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn decode_hot(line: &[u8], calls: &mut CallsInFlight) -> Option<RxJsonRpcMessage<Self>> {
+        if calls.0.is_empty() {
+            return None;
+        }
+        // Only an answer to a call of ours is taken as a call's result: the answer to another
+        // request could parse as one too.
+        let response: JsonRpcResponse<CallToolResult> = serde_json::from_slice(line).ok()?;
+        if !calls.remove(&response.id) {
+            return None;
+        }
+        Some(JsonRpcMessage::Response(JsonRpcResponse {
+            jsonrpc: response.jsonrpc,
+            id: response.id,
+            result: ServerResult::CallToolResult(response.result),
+        }))
+    }
+
+    fn received(message: &RxJsonRpcMessage<Self>, calls: &mut CallsInFlight) {
+        let id = match message {
+            JsonRpcMessage::Response(response) => &response.id,
+            JsonRpcMessage::Error(error) => match &error.id {
+                Some(id) => id,
+                None => return,
+            },
+            _ => return,
+        };
+        calls.remove(id);
+    }
+
+    fn unsent(item: TxJsonRpcMessage<Self>) {
+        let JsonRpcMessage::Request(request) = item else {
+            return;
+        };
+        let route = request.request.extensions().get::<RouteTag>().cloned();
+        if let (ClientRequest::CallToolRequest(call), Some(RouteTag(route))) =
+            (request.request, route)
+        {
+            route.give_back(call.params.arguments);
+        }
+    }
+}
+
+impl LineRole for RoleServer {
+    type Memory = ();
+
+    fn sending(_: &TxJsonRpcMessage<Self>, _: &mut ()) {}
+
+    fn decode_hot(line: &[u8], _: &mut ()) -> Option<RxJsonRpcMessage<Self>> {
+        // A byte search first: a failed typed decode of another message costs more.
+        memchr::memmem::find(line, b"\"tools/call\"")?;
+        let request: JsonRpcRequest<CallToolRequest> = serde_json::from_slice(line).ok()?;
+        Some(JsonRpcMessage::Request(JsonRpcRequest {
+            jsonrpc: request.jsonrpc,
+            id: request.id,
+            request: ClientRequest::CallToolRequest(request.request),
+        }))
+    }
+
+    fn received(_: &RxJsonRpcMessage<Self>, _: &mut ()) {}
+
+    fn unsent(_: TxJsonRpcMessage<Self>) {}
+}
+
+/// What a line turned out to be.
+enum Decoded<Role: ServiceRole> {
+    Message(RxJsonRpcMessage<Role>),
+    /// Not JSON, or a notification that cannot be read: nothing to answer.
+    Ignored,
+    /// JSON but not a message of this role: answered with Invalid Request.
+    Invalid,
+}
+
+fn decode<Role: LineRole>(line: &[u8], memory: &mut Role::Memory) -> Decoded<Role> {
+    let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    if let Some(message) = Role::decode_hot(line, memory) {
+        return Decoded::Message(message);
+    }
+    match serde_json::from_slice::<RxJsonRpcMessage<Role>>(line) {
+        Ok(message) => {
+            Role::received(&message, memory);
+            Decoded::Message(message)
+        }
+        Err(error) if error.is_syntax() || error.is_eof() => {
+            tracing::debug!("ignoring a line that is not JSON: {error}");
+            Decoded::Ignored
+        }
+        Err(error) => {
+            let notification = serde_json::from_slice::<serde_json::Value>(line)
+                .is_ok_and(|value| value.get("method").is_some() && value.get("id").is_none());
+            match notification {
+                true => {
+                    tracing::debug!("ignoring a notification that cannot be read: {error}");
+                    Decoded::Ignored
+                }
+                false => {
+                    tracing::debug!("not a JSON-RPC message: {error}");
+                    Decoded::Invalid
+                }
+            }
+        }
+    }
+}
+
+/// A line transport over `read` and `write`: see the module documentation.
+pub struct Lines<Role: LineRole, R, W> {
+    read: BufReader<R>,
+    line: Vec<u8>,
+    max_line: usize,
+    /// Dropping the rest of a line that was too long.
+    discarding: bool,
+    write: Arc<Mutex<Option<W>>>,
+    /// An Invalid Request answer still to write, and how much of it went out.
+    answer: Option<(Vec<u8>, usize)>,
+    memory: Role::Memory,
+    _role: PhantomData<fn() -> Role>,
+}
+
+impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R, W> {
+    /// Lines of at most `max_line` bytes (a longer one is dropped with an error logged).
+    pub fn new(read: R, write: W, max_line: usize) -> Self {
+        Self {
+            read: BufReader::with_capacity(64 << 10, read),
+            line: Vec::new(),
+            max_line,
+            discarding: false,
+            write: Arc::new(Mutex::new(Some(write))),
+            answer: None,
+            memory: Role::Memory::default(),
+            _role: PhantomData,
+        }
+    }
+
+    /// Reads one line into `self.line`. Cancel-safe: a read cut short leaves its bytes in
+    /// `self.line` for the next call, and nothing is consumed that was not kept or dropped.
+    async fn read_line(&mut self) -> std::io::Result<Line> {
+        loop {
+            let available = self.read.fill_buf().await?;
+            if available.is_empty() {
+                return Ok(Line::End);
+            }
+            let newline = memchr::memchr(b'\n', available);
+            let take = newline.map_or(available.len(), |at| at + 1);
+            let mut outcome = None;
+            if self.discarding {
+                self.discarding = newline.is_none();
+            } else if self.line.len() + take > self.max_line {
+                self.line.clear();
+                self.discarding = newline.is_none();
+                outcome = Some(Line::TooLong);
+            } else {
+                self.line.extend_from_slice(&available[..take]);
+                if newline.is_some() {
+                    outcome = Some(Line::Whole);
+                }
+            }
+            self.read.consume(take);
+            if let Some(outcome) = outcome {
+                return Ok(outcome);
+            }
+        }
+    }
+
+    /// Writes the pending Invalid Request answer, resuming where a cancelled try stopped.
+    async fn write_answer(&mut self) -> std::io::Result<()> {
+        let mut write = self.write.lock().await;
+        let Some(writer) = write.as_mut() else {
+            return Err(std::io::ErrorKind::NotConnected.into());
+        };
+        while let Some((bytes, written)) = self.answer.as_mut() {
+            match *written < bytes.len() {
+                true => *written += writer.write(&bytes[*written..]).await?,
+                false => {
+                    writer.flush().await?;
+                    self.answer = None;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+enum Line {
+    Whole,
+    TooLong,
+    End,
+}
+
+fn invalid_request_answer<Role: ServiceRole>() -> Vec<u8> {
+    let answer =
+        TxJsonRpcMessage::<Role>::error(ErrorData::invalid_request("Invalid request", None), None);
+    let mut bytes = serde_json::to_vec(&answer).unwrap_or_default();
+    bytes.push(b'\n');
+    bytes
+}
+
+impl<Role, R, W> Transport<Role> for Lines<Role, R, W>
+where
+    Role: LineRole,
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<Role>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        Role::sending(&item, &mut self.memory);
+        let write = self.write.clone();
+        async move {
+            let mut bytes = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
+            bytes.push(b'\n');
+            let mut write = write.lock().await;
+            let written = match write.as_mut() {
+                Some(writer) => match writer.write_all(&bytes).await {
+                    Ok(()) => writer.flush().await,
+                    Err(error) => Err(error),
+                },
+                None => Err(std::io::ErrorKind::NotConnected.into()),
+            };
+            if written.is_err() {
+                Role::unsent(item);
+            }
+            written
+        }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<Role>> {
+        loop {
+            if self.answer.is_some()
+                && let Err(error) = self.write_answer().await
+            {
+                tracing::debug!("could not answer an invalid message: {error}");
+                return None;
+            }
+            match self.read_line().await {
+                Ok(Line::Whole) => {}
+                Ok(Line::TooLong) => {
+                    tracing::error!(
+                        max_line = self.max_line,
+                        "a message longer than the line limit was dropped"
+                    );
+                    continue;
+                }
+                Ok(Line::End) => return None,
+                Err(error) => {
+                    tracing::error!("reading a line failed: {error}");
+                    return None;
+                }
+            }
+            let line = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let decoded = match line.is_empty() {
+                true => Decoded::Ignored,
+                false => decode::<Role>(line, &mut self.memory),
+            };
+            self.line.clear();
+            match decoded {
+                Decoded::Message(message) => return Some(message),
+                Decoded::Ignored => {}
+                Decoded::Invalid => self.answer = Some((invalid_request_answer::<Role>(), 0)),
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        let writer = self.write.lock().await.take();
+        match writer {
+            Some(mut writer) => writer.shutdown().await,
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstream::route::CallRoute;
+    use rmcp::model::{CallToolRequestParams, JsonObject};
+
+    fn generic<Role: ServiceRole>(line: &str) -> RxJsonRpcMessage<Role> {
+        serde_json::from_str(line).unwrap()
+    }
+
+    fn as_json<T: serde::Serialize>(value: &T) -> serde_json::Value {
+        serde_json::to_value(value).unwrap()
+    }
+
+    #[test]
+    fn an_agents_tool_call_decodes_straight_and_as_rmcp_decodes_it() {
+        let line = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hi"},"_meta":{"progressToken":"p1"}}}"#;
+        let hot = RoleServer::decode_hot(line.as_bytes(), &mut ()).expect("hot");
+        assert_eq!(as_json(&hot), as_json(&generic::<RoleServer>(line)));
+        let JsonRpcMessage::Request(request) = hot else {
+            panic!("a request")
+        };
+        let ClientRequest::CallToolRequest(call) = &request.request else {
+            panic!("a tool call")
+        };
+        assert_eq!(call.params.name, "echo");
+        // The progress token (in `_meta`) is where rmcp puts it: the request's extensions.
+        assert!(
+            request
+                .request
+                .extensions()
+                .get::<rmcp::model::RequestMetaObject>()
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn other_agent_messages_take_rmcps_decoder() {
+        for line in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            // Names a tool call, but is a notification.
+            r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"tools/call"}}"#,
+        ] {
+            assert!(RoleServer::decode_hot(line.as_bytes(), &mut ()).is_none());
+            assert!(matches!(
+                decode::<RoleServer>(line.as_bytes(), &mut ()),
+                Decoded::Message(_)
+            ));
+        }
+    }
+
+    #[test]
+    fn only_the_answer_to_a_call_in_flight_decodes_as_a_call_result() {
+        let answer = r#"{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"hi"}],"isError":false}}"#;
+        let mut calls = CallsInFlight::default();
+        // Not a call of ours: rmcp decides what it is.
+        assert!(RoleClient::decode_hot(answer.as_bytes(), &mut calls).is_none());
+        calls.insert(RequestId::Number(3));
+        let hot = RoleClient::decode_hot(answer.as_bytes(), &mut calls).expect("hot");
+        assert_eq!(as_json(&hot), as_json(&generic::<RoleClient>(answer)));
+        assert!(matches!(
+            hot,
+            JsonRpcMessage::Response(JsonRpcResponse {
+                result: ServerResult::CallToolResult(_),
+                ..
+            })
+        ));
+        assert!(calls.0.is_empty(), "answered: forgotten");
+    }
+
+    #[test]
+    fn a_call_answered_with_something_else_takes_rmcps_decoder() {
+        let mut calls = CallsInFlight::default();
+        calls.insert(RequestId::Number(4));
+        // A 2026-07-28 server asking for input instead of answering.
+        let input = r#"{"jsonrpc":"2.0","id":4,"result":{"resultType":"input_required","inputRequests":{}}}"#;
+        assert!(RoleClient::decode_hot(input.as_bytes(), &mut calls).is_none());
+        let error = r#"{"jsonrpc":"2.0","id":4,"error":{"code":-32602,"message":"bad"}}"#;
+        let Decoded::Message(message) = decode::<RoleClient>(error.as_bytes(), &mut calls) else {
+            panic!("an error answer")
+        };
+        assert!(matches!(message, JsonRpcMessage::Error(_)));
+        assert!(calls.0.is_empty(), "answered with an error: forgotten");
+    }
+
+    #[test]
+    fn calls_never_answered_are_forgotten_past_the_bound() {
+        let mut calls = CallsInFlight::default();
+        for id in 0..(CALLS_REMEMBERED as i64 + 10) {
+            calls.insert(RequestId::Number(id));
+        }
+        assert_eq!(calls.0.len(), CALLS_REMEMBERED);
+        assert!(!calls.remove(&RequestId::Number(0)));
+        assert!(calls.remove(&RequestId::Number(CALLS_REMEMBERED as i64 + 9)));
+    }
+
+    #[test]
+    fn lines_that_are_not_messages_are_ignored_or_answered_as_invalid() {
+        let mut calls = CallsInFlight::default();
+        assert!(matches!(
+            decode::<RoleClient>(b"not json", &mut calls),
+            Decoded::Ignored
+        ));
+        assert!(matches!(
+            decode::<RoleClient>(br#"{"jsonrpc":"2.0","method":5}"#, &mut calls),
+            Decoded::Ignored
+        ));
+        assert!(matches!(
+            decode::<RoleServer>(br#"{"hello":1}"#, &mut ()),
+            Decoded::Invalid
+        ));
+    }
+
+    /// A call whose write fails: its route gets the arguments back.
+    #[tokio::test]
+    async fn a_call_that_could_not_be_written_hands_its_arguments_back() {
+        let (ours, theirs) = tokio::io::duplex(1024);
+        let (read, write) = tokio::io::split(ours);
+        drop(theirs);
+        let mut lines: Lines<RoleClient, _, _> = Lines::new(read, write, 1 << 20);
+        let arguments: JsonObject = serde_json::from_str(r#"{"n":1}"#).unwrap();
+        let route = Arc::new(CallRoute::default());
+        let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(
+            CallToolRequestParams::new("t").with_arguments(arguments.clone()),
+        ));
+        request
+            .extensions_mut()
+            .insert(RouteTag(route.clone()));
+        let sent = lines
+            .send(JsonRpcMessage::request(request, RequestId::Number(1)))
+            .await;
+        assert!(sent.is_err());
+        assert_eq!(route.take_back(), Some(Some(arguments)));
+    }
+
+    /// Lines split across reads, a line over the bound dropped, blank lines skipped.
+    #[tokio::test]
+    async fn lines_are_read_whole_and_bounded() {
+        let (ours, mut theirs) = tokio::io::duplex(1 << 16);
+        let (read, write) = tokio::io::split(ours);
+        let mut lines: Lines<RoleServer, _, _> = Lines::new(read, write, 200);
+        let long = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#,
+            "x".repeat(300)
+        );
+        let reader = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while let Some(message) = lines.receive().await {
+                seen.push(as_json(&message)["id"].clone());
+            }
+            seen
+        });
+        theirs.write_all(long.as_bytes()).await.unwrap();
+        theirs.write_all(b"\n\n{\"jsonrpc\":\"2.0\",\"id\":2,").await.unwrap();
+        theirs.flush().await.unwrap();
+        tokio::task::yield_now().await;
+        theirs
+            .write_all(b"\"method\":\"ping\"}\r\n")
+            .await
+            .unwrap();
+        drop(theirs);
+        assert_eq!(reader.await.unwrap(), [serde_json::json!(2)]);
+    }
+}
