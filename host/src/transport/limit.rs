@@ -145,7 +145,7 @@ impl FrameLimiter {
     /// Where the current frame ends in `chunk` (exclusive), if it does.
     fn frame_end(&mut self, chunk: &[u8]) -> Option<usize> {
         match self.framing {
-            Framing::Lines => chunk.iter().position(|&b| b == b'\n').map(|i| i + 1),
+            Framing::Lines => memchr::memchr(b'\n', chunk).map(|i| i + 1),
             Framing::SseEvents => {
                 for (i, &byte) in chunk.iter().enumerate() {
                     let prev = std::mem::replace(&mut self.prev, byte);
