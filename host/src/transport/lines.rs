@@ -33,7 +33,7 @@ use tokio::sync::Mutex;
 use crate::upstream::route::RouteTag;
 
 /// The line bound where nothing else bounds it (the agent's side): rmcp's own default.
-pub const DEFAULT_MAX_LINE: usize = 16 * 1024 * 1024;
+pub use rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH as DEFAULT_MAX_LINE;
 
 /// How a role decodes its hot messages and what it remembers to do so.
 pub trait LineRole: ServiceRole {

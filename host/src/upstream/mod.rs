@@ -750,9 +750,6 @@ impl Session {
         timeouts: &Timeouts,
         context: &CallContext,
     ) -> Result<CallToolResult, CallFailure> {
-        if !self.is_alive() {
-            return Err(CallFailure::NotSent(self.end_fault().await));
-        }
         let mut params = CallToolRequestParams::new(tool.to_string());
         if let Some(arguments) = arguments.take() {
             params = params.with_arguments(arguments);
@@ -799,6 +796,10 @@ impl Session {
         unsent: Option<&mut CallArguments>,
     ) -> Result<ServerResult, CallFailure> {
         if !self.is_alive() {
+            // Never sent: a tool call's arguments go back to its caller.
+            if let (Some(unsent), ClientRequest::CallToolRequest(call)) = (unsent, request) {
+                unsent.put_back(call.params.arguments);
+            }
             return Err(CallFailure::NotSent(self.end_fault().await));
         }
         let mut options = PeerRequestOptions::with_timeout(timeouts.call);
