@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use crate::common::*;
-use tether::transport::stdio;
+use tether::transport::{SessionEnd, stdio};
 
 /// Starts the host harness supervising one fixture with `flags`; answers the harness and the
 /// fixture's pid once its tools are visible.
@@ -151,7 +151,7 @@ async fn the_host_sees_the_server_exit_as_it_was_through_the_guard() {
         let mut args = vec!["--transport", "stdio", "--state-dir", state.path_str()];
         args.extend_from_slice(flags);
         let args: Vec<String> = args.into_iter().map(String::from).collect();
-        stdio::spawn("exits", FIXTURE, &args, &BTreeMap::new(), None, &logs).expect("spawns")
+        spawn_child("exits", &args, &logs)
     };
 
     // An exit code passes through unchanged.
@@ -207,7 +207,7 @@ async fn a_server_outlives_the_host_thread_that_started_it() {
     let runtime = tokio::runtime::Handle::current();
     let (process, _stdout, stdin) = std::thread::spawn(move || {
         let _runtime = runtime.enter();
-        stdio::spawn("orphan", FIXTURE, &args, &BTreeMap::new(), None, &logs).expect("spawns")
+        spawn_child("orphan", &args, &logs)
     })
     .join()
     .unwrap();
@@ -244,15 +244,7 @@ async fn a_guard_does_not_keep_a_copy_of_the_host_memory() {
         .into_iter()
         .map(String::from)
         .collect();
-    let (process, _stdout, _stdin) = stdio::spawn(
-        "small",
-        FIXTURE,
-        &args,
-        &BTreeMap::new(),
-        None,
-        &dir.path().join("logs"),
-    )
-    .expect("spawns");
+    let (process, _stdout, _stdin) = spawn_child("small", &args, &dir.path().join("logs"));
     let server = process.pid();
     wait_until("the server runs", || state.pid() == Some(server)).await;
     for page in ballast.iter_mut().step_by(4096) {
@@ -267,4 +259,25 @@ async fn a_guard_does_not_keep_a_copy_of_the_host_memory() {
         private >> 20
     );
     assert_eq!(ballast[4096], 2);
+}
+
+/// Starts the fixture as Tether starts a stdio server.
+fn spawn_child(
+    server: &str,
+    args: &[String],
+    logs: &Path,
+) -> (
+    stdio::ChildProcess,
+    tokio::process::ChildStdout,
+    tokio::process::ChildStdin,
+) {
+    let child = stdio::Spawn {
+        server,
+        command: FIXTURE,
+        args,
+        env: &BTreeMap::new(),
+        cwd: None,
+        log_dir: logs,
+    };
+    stdio::spawn(&child, &SessionEnd::new()).expect("spawns")
 }

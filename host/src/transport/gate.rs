@@ -196,7 +196,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Guarded<T> {
                 None => tokio::select! {
                     biased;
                     message = self.inner.receive() => message?,
-                    () = self.end.ended() => {
+                    () = self.end.recorded() => {
                         self.ending = Some(tokio::time::Instant::now() + ANSWER_GRACE);
                         continue;
                     }

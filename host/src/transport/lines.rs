@@ -10,7 +10,10 @@
 //! - The hot messages decode straight into their type ([`LineRole::decode_hot`]): a
 //!   `tools/call` request on the agent's side, the answer to a `tools/call` on the server's.
 //!   rmcp decodes a message by trying the variants of its untagged enums in turn (about thirty
-//!   `serde_json` errors built per forwarded call); everything else still goes that way.
+//!   `serde_json` errors built per forwarded call); everything else still goes that way. A
+//!   `tools/call` request is read and written in one pass ([`wire`]), where rmcp's types buffer
+//!   its fields through two `#[serde(flatten)]` layers on the way in and copy its parameters
+//!   into a `serde_json::Value` on the way out.
 //! - A `tools/call` whose write failed hands its arguments back through its route
 //!   ([`CallRoute::give_back`]): the call never left, so it may go out again, and its arguments
 //!   need not be copied before the first try.
@@ -32,6 +35,8 @@ use tokio::sync::Mutex;
 
 use crate::upstream::route::RouteTag;
 
+mod wire;
+
 /// The line bound where nothing else bounds it (the agent's side): rmcp's own default.
 pub use rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH as DEFAULT_MAX_LINE;
 
@@ -43,6 +48,8 @@ pub trait LineRole: ServiceRole {
     fn sending(item: &TxJsonRpcMessage<Self>, memory: &mut Self::Memory);
     /// The message on `line` if it is a hot one, decoded without rmcp's trials.
     fn decode_hot(line: &[u8], memory: &mut Self::Memory) -> Option<RxJsonRpcMessage<Self>>;
+    /// Writes `item` to `out` if it is a hot one (same JSON as rmcp writes); false otherwise.
+    fn encode_hot(item: &TxJsonRpcMessage<Self>, out: &mut Vec<u8>) -> serde_json::Result<bool>;
     /// Notes a message that arrived (decoded either way).
     fn received(message: &RxJsonRpcMessage<Self>, memory: &mut Self::Memory);
     /// A message whose write failed: what it carried that its sender wants back.
@@ -115,6 +122,17 @@ impl LineRole for RoleClient {
         }))
     }
 
+    fn encode_hot(item: &TxJsonRpcMessage<Self>, out: &mut Vec<u8>) -> serde_json::Result<bool> {
+        match item {
+            JsonRpcMessage::Request(JsonRpcRequest {
+                id,
+                request: ClientRequest::CallToolRequest(call),
+                ..
+            }) => wire::write_call(id, call, out).map(|()| true),
+            _ => Ok(false),
+        }
+    }
+
     fn received(message: &RxJsonRpcMessage<Self>, calls: &mut CallsInFlight) {
         let id = match message {
             JsonRpcMessage::Response(response) => &response.id,
@@ -148,12 +166,15 @@ impl LineRole for RoleServer {
     fn decode_hot(line: &[u8], _: &mut ()) -> Option<RxJsonRpcMessage<Self>> {
         // A byte search first: a failed typed decode of another message costs more.
         memchr::memmem::find(line, b"\"tools/call\"")?;
-        let request: JsonRpcRequest<CallToolRequest> = serde_json::from_slice(line).ok()?;
-        Some(JsonRpcMessage::Request(JsonRpcRequest {
-            jsonrpc: request.jsonrpc,
-            id: request.id,
-            request: ClientRequest::CallToolRequest(request.request),
-        }))
+        let (id, call) = wire::read_call(line)?;
+        Some(JsonRpcMessage::Request(JsonRpcRequest::new(
+            id,
+            ClientRequest::CallToolRequest(call),
+        )))
+    }
+
+    fn encode_hot(_: &TxJsonRpcMessage<Self>, _: &mut Vec<u8>) -> serde_json::Result<bool> {
+        Ok(false)
     }
 
     fn received(_: &RxJsonRpcMessage<Self>, _: &mut ()) {}
@@ -308,7 +329,10 @@ where
         Role::sending(&item, &mut self.memory);
         let write = self.write.clone();
         async move {
-            let mut bytes = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
+            let mut bytes = Vec::with_capacity(256);
+            if !Role::encode_hot(&item, &mut bytes).map_err(std::io::Error::other)? {
+                serde_json::to_writer(&mut bytes, &item).map_err(std::io::Error::other)?;
+            }
             bytes.push(b'\n');
             let mut write = write.lock().await;
             let written = match write.as_mut() {

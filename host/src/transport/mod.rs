@@ -12,7 +12,10 @@ pub mod sse;
 pub mod stdio;
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use rmcp::service::RunningService;
+use rmcp::{ClientHandler, RoleClient};
 use tokio::sync::watch;
 
 pub use crate::policy::{Fault, TransportKind};
@@ -35,41 +38,114 @@ pub fn kind_words(kind: TransportKind) -> &'static str {
     }
 }
 
-/// Why the transport ended a session: set once, by the first fault that ends it.
+/// A session's end and its cause, the one place the rest of the host hears of both.
 ///
-/// When the rmcp service stops, [`SessionEnd::fault`] tells a server that forgot
-/// the session (`Some(Fault::SessionExpired)`, an HTTP 404 on a session request) from a lost
-/// connection or stream (`Some(Fault::TransportClosed(_))`) and revoked credentials
-/// (`Some(Fault::AuthRequired(_))`). `None` means the transport recorded no fault: the service
-/// was closed locally, or its worker stopped without a classified cause.
+/// The cause is recorded once, by whoever learns it first: an HTTP 404 on a session request
+/// (`Fault::SessionExpired`: the server forgot the session), a stream lost for good
+/// (`Fault::TransportClosed(_)`), revoked credentials (`Fault::AuthRequired(_)`), the stdio
+/// reaper with the child's exit status. A recorded cause does not end the session by itself:
+/// requests in flight still get their own answers for a moment (a 404 to a request proves it
+/// did not run), until the service stops ([`watch_service`]). A child's exit ends it at once
+/// ([`SessionEnd::finish`]).
 #[derive(Debug, Clone)]
-pub struct SessionEnd(Arc<watch::Sender<Option<Fault>>>);
+pub struct SessionEnd(Arc<watch::Sender<EndState>>);
+
+#[derive(Debug, Default)]
+struct EndState {
+    cause: Option<Fault>,
+    over: bool,
+}
+
+impl Default for SessionEnd {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl SessionEnd {
-    pub(crate) fn new() -> Self {
-        Self(Arc::new(watch::channel(None).0))
+    pub fn new() -> Self {
+        Self(Arc::new(watch::channel(EndState::default()).0))
     }
 
-    /// Records `fault` unless an earlier one already ended the session.
+    /// Records why the session ends, unless a cause is known already.
     pub(crate) fn set(&self, fault: Fault) {
-        self.0.send_if_modified(|current| {
-            if current.is_some() {
-                return false;
+        self.update(Some(fault), false);
+    }
+
+    /// Ends the session, with `fault` as its cause unless one is known already.
+    pub(crate) fn finish(&self, fault: Fault) {
+        self.update(Some(fault), true);
+    }
+
+    fn update(&self, fault: Option<Fault>, over: bool) {
+        self.0.send_if_modified(|state| {
+            let mut changed = false;
+            if state.cause.is_none()
+                && let Some(fault) = fault
+            {
+                tracing::debug!(?fault, "session ends");
+                state.cause = Some(fault);
+                changed = true;
             }
-            tracing::debug!(?fault, "session ends");
-            *current = Some(fault);
-            true
+            if over && !state.over {
+                state.over = true;
+                changed = true;
+            }
+            changed
         });
     }
 
+    /// Why the session ends, once that is known (it may not have ended yet).
     pub fn fault(&self) -> Option<Fault> {
-        self.0.borrow().clone()
+        self.0.borrow().cause.clone()
     }
 
-    /// Resolves once a fault has ended the session.
+    /// Whether the session has ended.
+    pub fn has_ended(&self) -> bool {
+        self.0.borrow().over
+    }
+
+    /// Resolves once a cause is recorded.
+    pub async fn recorded(&self) {
+        let mut changes = self.0.subscribe();
+        // The sender lives in `self`, so this only returns once a cause is set.
+        let _ = changes.wait_for(|state| state.cause.is_some()).await;
+    }
+
+    /// Resolves once the session has ended (then [`Self::fault`] says why).
     pub async fn ended(&self) {
         let mut changes = self.0.subscribe();
-        // The sender lives in `self`, so this only returns once a fault is set.
-        let _ = changes.wait_for(Option::is_some).await;
+        let _ = changes.wait_for(|state| state.over).await;
     }
+}
+
+/// Ends the session when its service stops: a stdio child whose stdout closed gets
+/// `STDOUT_GRACE` to exit (the reaper then ends it with its status); a process that closes
+/// stdout and lives on is ended as such. The task owns the service until it stops.
+pub(crate) fn watch_service<H: ClientHandler>(
+    service: RunningService<RoleClient, H>,
+    exit: Option<stdio::ExitWatch>,
+    kind: TransportKind,
+    end: SessionEnd,
+) {
+    tokio::spawn(async move {
+        let _ = service.waiting().await;
+        if let Some(exit) = exit
+            && !end.has_ended()
+            && exit.within(STDOUT_GRACE).await.is_none()
+        {
+            end.finish(Fault::TransportClosed(
+                "the server closed its stdout but did not exit".into(),
+            ));
+        }
+        end.finish(session_closed(kind));
+    });
+}
+
+/// How long a child whose stdout closed has to exit before that is its session's end.
+const STDOUT_GRACE: Duration = Duration::from_secs(2);
+
+/// The end of a session that stopped with no cause recorded (closed by Tether, say).
+pub(crate) fn session_closed(kind: TransportKind) -> Fault {
+    Fault::TransportClosed(format!("the {} session ended", kind_words(kind)))
 }

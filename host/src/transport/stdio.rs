@@ -4,7 +4,8 @@
 //! (an allowlist of the host's plus what the config sets: host secrets never leak), its stderr
 //! appended to a private per-server log file, and on Linux a guard process (`mod guard`) that
 //! takes the whole group down with the host even when the host is SIGKILLed. A reaper task owns
-//! the `Child` and publishes its exit status, so no child is ever left a zombie.
+//! the `Child`, so no child is ever left a zombie, and ends the session with the exit status the
+//! moment the child is reaped ([`SessionEnd`]).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -59,7 +60,7 @@ impl ChildProcess {
         self.exit_watch().within(within).await
     }
 
-    /// Its exit, to wait for apart from the process (the session's end watcher).
+    /// Its exit, to wait for apart from the process (the watcher of a stopped session).
     pub fn exit_watch(&self) -> ExitWatch {
         ExitWatch(self.exit.clone())
     }
@@ -149,15 +150,8 @@ pub async fn connect_session<H: ClientHandler>(
     routes: Arc<Routes>,
     handler: H,
 ) -> Result<StdioSession<H>, Fault> {
-    let (process, stdout, stdin) = spawn(
-        child.server,
-        child.command,
-        child.args,
-        child.env,
-        child.cwd,
-        child.log_dir,
-    )?;
     let end = SessionEnd::new();
+    let (process, stdout, stdin) = spawn(child, &end)?;
     // The line transport's own cap stays above the reader's, so it never drops a line silently.
     let reader = BoundedReader::lines(stdout, spec.max_message);
     let transport: Lines<RoleClient, _, _> =
@@ -196,15 +190,20 @@ pub async fn connect_session<H: ClientHandler>(
     }
 }
 
-/// Starts `command` for `server`; returns the process and its stdio pipes.
+/// Starts the child; returns the process and its stdio pipes. Its reaper ends `end` with the
+/// exit status.
 pub fn spawn(
-    server: &str,
-    command: &str,
-    args: &[String],
-    env: &BTreeMap<String, String>,
-    cwd: Option<&Path>,
-    log_dir: &Path,
+    child: &Spawn<'_>,
+    end: &SessionEnd,
 ) -> Result<(ChildProcess, ChildStdout, ChildStdin), Fault> {
+    let Spawn {
+        server,
+        command,
+        args,
+        env,
+        cwd,
+        log_dir,
+    } = *child;
     if let Some(dir) = cwd
         && !dir.is_dir()
     {
@@ -261,12 +260,15 @@ pub fn spawn(
     let stdin = child.stdin.take().expect("stdin is piped");
     let stdout = child.stdout.take().expect("stdout is piped");
     let (exit_tx, exit_rx) = watch::channel(None);
+    let end = end.clone();
     tokio::spawn(async move {
         // `code()` is None when a signal ended the process.
         let code = child.wait().await.ok().and_then(|status| status.code());
         // The group never outlives its leader (on Linux the guard saw to it already, unless it
         // was killed itself).
         signal_group(pid, libc::SIGKILL);
+        // The session's end first: whoever sees the exit finds the end recorded.
+        end.finish(Fault::ProcessExited(code));
         let _ = exit_tx.send(Some(code));
     });
     Ok((ChildProcess { pid, exit: exit_rx }, stdout, stdin))

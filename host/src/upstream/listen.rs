@@ -12,7 +12,7 @@ use rmcp::{Peer, RoleClient};
 use tokio::sync::{broadcast, watch};
 
 use super::{CATALOG_CHANGED, ListChanges, ServerEvent, TOOLS_CHANGED};
-use crate::policy::Fault;
+use crate::transport::SessionEnd;
 use std::sync::Arc;
 
 /// Longest pause between attempts to reopen a stream.
@@ -27,7 +27,7 @@ pub(super) struct Listener {
     pub events: broadcast::Sender<ServerEvent>,
     pub uris: watch::Receiver<BTreeSet<String>>,
     /// Set once the session ended: the listener stops.
-    pub ended: watch::Receiver<Option<Fault>>,
+    pub ended: SessionEnd,
 }
 
 /// What to ask the server for: every notification it offers, and the wanted URIs if it offers
@@ -55,11 +55,6 @@ pub(super) fn filter(
     (filter != SubscriptionFilter::new()).then_some(filter)
 }
 
-/// Resolves once the session has ended.
-async fn ended(ended: &mut watch::Receiver<Option<Fault>>) {
-    let _ = ended.wait_for(Option::is_some).await;
-}
-
 pub(super) fn spawn(listener: Listener) {
     tokio::spawn(listener.run());
 }
@@ -69,7 +64,7 @@ impl Listener {
         let mut retry = RETRY_FIRST;
         let mut renewed = false;
         loop {
-            if self.ended.borrow().is_some() {
+            if self.ended.has_ended() {
                 return;
             }
             let uris = self.uris.borrow_and_update().clone();
@@ -98,7 +93,7 @@ impl Listener {
                                 }
                                 break;
                             }
-                            _ = ended(&mut self.ended) => return,
+                            _ = self.ended.ended() => return,
                         };
                         match next {
                             Ok(Some(notification)) => self.dispatch(notification),
@@ -109,7 +104,7 @@ impl Listener {
                 }
                 Err(ServiceError::McpError(error)) if error.code == ErrorCode::METHOD_NOT_FOUND => {
                     tracing::info!(server = %self.server, "the server does not serve subscriptions/listen: its changes are not heard");
-                    ended(&mut self.ended).await;
+                    self.ended.ended().await;
                     return;
                 }
                 Err(error) => {
@@ -118,7 +113,7 @@ impl Listener {
             }
             tokio::select! {
                 _ = tokio::time::sleep(retry) => {}
-                _ = ended(&mut self.ended) => return,
+                _ = self.ended.ended() => return,
             }
             retry = (retry * 2).min(RETRY_MAX);
         }
@@ -128,7 +123,7 @@ impl Listener {
     async fn wait_for_uris(&mut self) -> bool {
         tokio::select! {
             changed = self.uris.changed() => changed.is_ok(),
-            _ = ended(&mut self.ended) => false,
+            _ = self.ended.ended() => false,
         }
     }
 

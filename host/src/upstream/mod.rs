@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 use crate::catalog::ServerCatalog;
 use crate::config::{ServerSpec, Timeouts, TransportSpec};
 use crate::policy::{Fault, Tool, TransportKind};
-use crate::transport::SessionEnd;
+use crate::transport::{SessionEnd, session_closed};
 use crate::transport::generation::{self, Generation};
 use crate::transport::http::{self, HttpFlavor, HttpOptions};
 use crate::transport::limit;
@@ -357,14 +357,12 @@ pub struct Session {
     server: String,
     peer: Peer<RoleClient>,
     cancel: std::sync::Mutex<Option<rmcp::service::RunningServiceCancellationToken>>,
-    /// The session's end with its cause, once the transport knows both (see `watch_end`).
-    ended: watch::Receiver<Option<Fault>>,
     process: Option<ChildProcess>,
     transport: TransportKind,
     server_info: String,
     ping_unsupported: AtomicBool,
-    /// Why the transport ended the session, when it knows (e.g. HTTP 404: the server forgot
-    /// the session; 401/403: credentials revoked).
+    /// The session's end with its cause, set by the transport the moment it knows (the child's
+    /// exit, HTTP 404: the server forgot the session, 401/403: credentials revoked).
     end: SessionEnd,
     max_message: usize,
     routes: Arc<Routes>,
@@ -478,7 +476,7 @@ impl Session {
                 changes,
                 events,
                 uris: session.resource_uris.subscribe(),
-                ended: session.ended.clone(),
+                ended: session.end.clone(),
             });
         }
         Ok(session)
@@ -504,14 +502,12 @@ impl Session {
             })
             .unwrap_or_default();
         let cancel = std::sync::Mutex::new(Some(service.cancellation_token()));
-        let (ended_tx, ended) = watch::channel(None);
         let exit = process.as_ref().map(ChildProcess::exit_watch);
-        tokio::spawn(watch_end(service, exit, transport, end.clone(), ended_tx));
+        crate::transport::watch_service(service, exit, transport, end.clone());
         Session {
             server: server.to_string(),
             peer,
             cancel,
-            ended,
             process,
             transport,
             server_info,
@@ -595,25 +591,22 @@ impl Session {
     }
 
     /// Whether requests can still go out: the session has not ended and its process lives.
-    /// Once false, the session's end follows promptly (see `watch_end`).
+    /// Once false, the session's end follows promptly (see [`SessionEnd`]).
     pub fn is_alive(&self) -> bool {
-        self.ended.borrow().is_none()
+        !self.end.has_ended()
             && !self.peer.is_transport_closed()
             && self.process.as_ref().is_none_or(ChildProcess::is_alive)
     }
 
-    /// Resolves when the session has ended, with why: what the transport recorded (HTTP 404,
-    /// 401/403, a broken stream), else the process's exit, else "the session ended".
+    /// Resolves when the session has ended, with why: the child's exit, what the transport
+    /// recorded (HTTP 404, 401/403, a broken stream), else "the session ended".
     pub async fn ended(&self) -> Fault {
-        let mut ended = self.ended.clone();
-        let fault = match ended.wait_for(Option::is_some).await {
-            Ok(fault) => fault.clone(),
-            Err(_) => None,
-        };
-        fault.unwrap_or_else(|| session_closed(self.transport))
+        self.end.ended().await;
+        self.recorded_end()
+            .unwrap_or_else(|| session_closed(self.transport))
     }
 
-    /// What the transport recorded against the session (it may not have ended yet).
+    /// Why the session ends, once the transport knows (it may not have ended yet).
     pub fn recorded_end(&self) -> Option<Fault> {
         self.end.fault()
     }
@@ -1069,51 +1062,6 @@ impl Session {
 
 /// How long a request that found its transport closed waits for the session's end to settle.
 const END_SETTLES_WITHIN: Duration = Duration::from_secs(5);
-
-/// Publishes the session's end with its cause, the moment both are known: when the service
-/// stops, or (stdio) when the process is reaped, whichever is first. A pipe closes a moment
-/// before its process is reaped, so a stdio session whose stdout closed waits for the exit
-/// status; a process that closes stdout and lives on is reported as such after `STDOUT_GRACE`.
-async fn watch_end(
-    service: RunningService<RoleClient, UpstreamHandler>,
-    exit: Option<stdio::ExitWatch>,
-    transport: TransportKind,
-    recorded: SessionEnd,
-    ended: watch::Sender<Option<Fault>>,
-) {
-    let cause = match exit {
-        None => {
-            let _ = service.waiting().await;
-            None
-        }
-        Some(exit) => tokio::select! {
-            _ = service.waiting() => Some(match exit.within(STDOUT_GRACE).await {
-                Some(code) => Fault::ProcessExited(code),
-                None => Fault::TransportClosed(
-                    "the server closed its stdout but did not exit".into(),
-                ),
-            }),
-            code = exit.clone().exited() => Some(Fault::ProcessExited(code)),
-        },
-    };
-    // What the transport recorded (a line too large, HTTP 404) came first and says most.
-    let fault = recorded
-        .fault()
-        .or(cause)
-        .unwrap_or_else(|| session_closed(transport));
-    tracing::debug!(%fault, "session ended");
-    let _ = ended.send(Some(fault));
-}
-
-/// How long a child whose stdout closed has to exit before that is its session's end.
-const STDOUT_GRACE: Duration = Duration::from_secs(2);
-
-fn session_closed(transport: TransportKind) -> Fault {
-    Fault::TransportClosed(format!(
-        "the {} session ended",
-        crate::transport::kind_words(transport)
-    ))
-}
 
 fn describe_service_error(error: &ServiceError) -> String {
     match error {

@@ -1,0 +1,227 @@
+//! A `tools/call` request as it is on the wire, read and written in one pass.
+//!
+//! rmcp's `JsonRpcRequest<CallToolRequest>` reads through two `#[serde(flatten)]` layers (the
+//! message's, then the one that takes `_meta` out of the parameters), which buffer every field
+//! before typing it, and writes the parameters by way of a `serde_json::Value` copy so it can
+//! merge `_meta`. These give the same values and the same JSON without either; the tests hold
+//! them to rmcp's.
+
+use std::borrow::Cow;
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, Extensions, InputResponses, JsonObject, MetaObject,
+    RequestId, RequestMetaObject,
+};
+use serde::{Deserialize, Serialize};
+
+const VERSION: &str = "2.0";
+const METHOD: &str = "tools/call";
+
+#[derive(Deserialize)]
+struct CallIn<'a> {
+    #[serde(borrow)]
+    jsonrpc: Cow<'a, str>,
+    id: RequestId,
+    #[serde(borrow)]
+    method: Cow<'a, str>,
+    params: ParamsIn,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ParamsIn {
+    #[serde(rename = "_meta")]
+    meta: Option<JsonObject>,
+    name: String,
+    arguments: Option<JsonObject>,
+    input_responses: Option<InputResponses>,
+    request_state: Option<String>,
+}
+
+/// The `tools/call` request on `line`, as rmcp would read it (its `_meta` in the extensions);
+/// `None` for anything else, or anything rmcp would refuse.
+pub(super) fn read_call(line: &[u8]) -> Option<(RequestId, CallToolRequest)> {
+    let call: CallIn = serde_json::from_slice(line).ok()?;
+    if call.jsonrpc != VERSION || call.method != METHOD {
+        return None;
+    }
+    let ParamsIn {
+        meta,
+        name,
+        arguments,
+        input_responses,
+        request_state,
+    } = call.params;
+    let mut params = CallToolRequestParams::new(name);
+    params.arguments = arguments;
+    params.input_responses = input_responses;
+    params.request_state = request_state;
+    let mut request = CallToolRequest::new(params);
+    if let Some(meta) = meta {
+        request
+            .extensions
+            .insert(RequestMetaObject(MetaObject(meta)));
+    }
+    Some((call.id, request))
+}
+
+#[derive(Serialize)]
+struct CallOut<'a> {
+    jsonrpc: &'static str,
+    id: &'a RequestId,
+    method: &'static str,
+    params: ParamsOut<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ParamsOut<'a> {
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    meta: Option<Cow<'a, JsonObject>>,
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    arguments: Option<&'a JsonObject>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_responses: Option<&'a InputResponses>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_state: Option<&'a str>,
+}
+
+/// Writes the `tools/call` request `id` as rmcp writes it.
+pub(super) fn write_call(
+    id: &RequestId,
+    call: &CallToolRequest,
+    out: &mut Vec<u8>,
+) -> serde_json::Result<()> {
+    let params = &call.params;
+    let message = CallOut {
+        jsonrpc: VERSION,
+        id,
+        method: METHOD,
+        params: ParamsOut {
+            meta: meta(params.meta.as_ref().map(|own| &own.0.0), &call.extensions),
+            name: &params.name,
+            arguments: params.arguments.as_ref(),
+            input_responses: params.input_responses.as_ref(),
+            request_state: params.request_state.as_deref(),
+        },
+    };
+    serde_json::to_writer(out, &message)
+}
+
+/// `_meta` as rmcp writes it: the parameters' own, under a legacy `MetaObject` extension, under
+/// the typed `RequestMetaObject` one (a later layer wins a key).
+fn meta<'a>(own: Option<&'a JsonObject>, extensions: &'a Extensions) -> Option<Cow<'a, JsonObject>> {
+    let legacy = extensions.get::<MetaObject>().map(|meta| &meta.0);
+    let typed = extensions.get::<RequestMetaObject>().map(|meta| &meta.0.0);
+    let mut layers = [own, legacy, typed].into_iter().flatten();
+    let mut merged = Cow::Borrowed(layers.next()?);
+    for layer in layers {
+        merged
+            .to_mut()
+            .extend(layer.iter().map(|(key, value)| (key.clone(), value.clone())));
+    }
+    Some(merged)
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::RoleClient;
+    use rmcp::model::{ClientRequest, JsonRpcMessage, JsonRpcRequest, NumberOrString};
+    use rmcp::service::TxJsonRpcMessage;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn object(value: Value) -> JsonObject {
+        value.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn a_call_reads_as_rmcp_reads_it() {
+        let lines = [
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo"}}),
+            json!({"jsonrpc": "2.0", "id": "a-7", "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"message": "h\u{e9}llo \"q\"\n",
+                "n": [1, -2, 3.5, 1e300, 18446744073709551615u64], "deep": {"x": null, "y": true}}}}),
+            json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                "params": {"_meta": {"progressToken": 4, "traceparent": "00-ab"}, "name": "slow",
+                "arguments": {}}}),
+            json!({"jsonrpc": "2.0", "id": 10, "method": "tools/call",
+                "params": {"name": "ask", "arguments": {"q": 1}, "inputResponses": {"r1": {"x": 1}},
+                "requestState": "opaque", "_meta": null, "unknown": [1]}, "extra": 2}),
+        ];
+        for line in lines {
+            let bytes = serde_json::to_vec(&line).unwrap();
+            let (id, ours) = read_call(&bytes).expect("a call");
+            let theirs: JsonRpcRequest<CallToolRequest> = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(id, theirs.id, "{line}");
+            assert_eq!(ours.params, theirs.request.params, "{line}");
+            assert_eq!(
+                ours.extensions.get::<RequestMetaObject>(),
+                theirs.request.extensions.get::<RequestMetaObject>(),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn what_rmcp_refuses_is_not_read_as_a_call() {
+        let lines = [
+            json!({"jsonrpc": "1.0", "id": 1, "method": "tools/call", "params": {"name": "echo"}}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"name": "echo"}}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call"}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"arguments": {}}}),
+            json!({"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "echo"}}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "echo", "arguments": [1]}}),
+        ];
+        for line in lines {
+            let bytes = serde_json::to_vec(&line).unwrap();
+            assert!(read_call(&bytes).is_none(), "{line}");
+            assert!(
+                serde_json::from_slice::<JsonRpcRequest<CallToolRequest>>(&bytes).is_err(),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_call_writes_as_rmcp_writes_it() {
+        let mut plain = CallToolRequestParams::new("echo");
+        plain.arguments = Some(object(json!({"message": "h\u{e9}\"llo\n", "n": [1, 2.5]})));
+        let mut full = plain.clone();
+        full.meta = Some(RequestMetaObject(MetaObject(object(json!({"a": 1, "b": 1})))));
+        full.input_responses = Some([("r1".to_string(), json!({"x": 1}))].into());
+        full.request_state = Some("opaque".into());
+        let typed = RequestMetaObject(MetaObject(object(json!({"b": 2, "c": 2}))));
+        let legacy = MetaObject(object(json!({"c": 3, "d": 3})));
+        let cases: Vec<(CallToolRequestParams, Option<RequestMetaObject>, Option<MetaObject>)> = vec![
+            (CallToolRequestParams::new("bare"), None, None),
+            (plain.clone(), None, None),
+            (plain.clone(), Some(typed.clone()), None),
+            (plain, None, Some(legacy.clone())),
+            (full.clone(), None, None),
+            (full.clone(), Some(typed.clone()), None),
+            (full, Some(typed), Some(legacy)),
+        ];
+        for (params, typed, legacy) in cases {
+            let mut call = CallToolRequest::new(params);
+            if let Some(typed) = typed {
+                call.extensions.insert(typed);
+            }
+            if let Some(legacy) = legacy {
+                call.extensions.insert(legacy);
+            }
+            let id = NumberOrString::Number(7);
+            let mut ours = Vec::new();
+            write_call(&id, &call, &mut ours).unwrap();
+            let message: TxJsonRpcMessage<RoleClient> = JsonRpcMessage::Request(
+                JsonRpcRequest::new(id, ClientRequest::CallToolRequest(call)),
+            );
+            let theirs = serde_json::to_value(&message).unwrap();
+            let ours: Value = serde_json::from_slice(&ours).unwrap();
+            assert_eq!(ours, theirs);
+        }
+    }
+}
