@@ -25,7 +25,7 @@ use std::sync::Arc;
 use rmcp::RoleClient;
 use rmcp::RoleServer;
 use rmcp::model::{
-    CallToolRequest, CallToolResult, ClientNotification, ClientRequest, ErrorData, GetExtensions,
+    CallToolResult, ClientNotification, ClientRequest, ErrorData, GetExtensions,
     JsonRpcMessage, JsonRpcRequest, JsonRpcResponse, RequestId, ServerResult,
 };
 use rmcp::service::{RxJsonRpcMessage, ServiceRole, TxJsonRpcMessage};
@@ -519,7 +519,7 @@ mod tests {
         let mut lines: Lines<RoleClient, _, _> = Lines::new(read, write, 1 << 20);
         let arguments: JsonObject = serde_json::from_str(r#"{"n":1}"#).unwrap();
         let route = Arc::new(CallRoute::default());
-        let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(
+        let mut request = ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(
             CallToolRequestParams::new("t").with_arguments(arguments.clone()),
         ));
         request

@@ -172,7 +172,8 @@ async fn read_messages(
             Err(error) => tracing::warn!(%error, "ignoring an SSE message that is not JSON-RPC"),
         }
     };
-    end.set(Fault::TransportClosed(cause.into()));
+    // Answers arrive on this stream only: once it is gone, so is the session.
+    end.finish(Fault::TransportClosed(cause.into()));
 }
 
 impl Transport<RoleClient> for SseTransport {
