@@ -1373,3 +1373,35 @@ async fn many_agents_start_their_own_gateways_on_stdio_side_by_side() {
         .unwrap_or(0);
     assert_eq!(left, 0, "no stdio state file is left behind");
 }
+
+/// An agent that starts Tether with a socket pair for its stdio (libuv does, so Node agents) is
+/// served as one with pipes is; and closing its end ends the gateway.
+#[tokio::test]
+async fn an_agent_on_a_socket_pair_is_served_like_one_on_pipes() {
+    let (dir, _state, config) = one_upstream();
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let theirs: std::os::fd::OwnedFd = theirs.into();
+    let mut command = serve_command(dir.path(), &config, &[]);
+    command
+        .stdin(Stdio::from(theirs.try_clone().unwrap()))
+        .stdout(Stdio::from(theirs))
+        .stderr(Stdio::from(
+            std::fs::File::create(dir.path().join("stderr")).unwrap(),
+        ));
+    let mut tether = command.spawn().expect("tether serve starts");
+    ours.set_nonblocking(true).unwrap();
+    let (read, write) = tokio::net::UnixStream::from_std(ours).unwrap().into_split();
+    let client = Agent::default()
+        .serve((read, write))
+        .await
+        .expect("the gateway answers the handshake on a socket");
+    assert_serves_the_upstream(&client).await;
+    client.cancel().await.unwrap();
+    let status = tokio::time::timeout(PATIENCE, tether.wait())
+        .await
+        .expect("the gateway ends when its agent leaves")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+    assert!(!stderr.contains("stdio not polled"), "{stderr}");
+}

@@ -94,20 +94,39 @@ enum Item {
 
 /// Passes an upstream request's progress to its client under the client's own token, in the
 /// order it came, never backwards; [`ProgressForward::flush`] lets the answer wait for it.
-/// Progress notifications of one request waiting for a slow client.
-const PROGRESS_BACKLOG: usize = 4096;
-
+/// The task that writes it starts with the first update: most calls that carry a token (rmcp
+/// clients set one on every request) never report progress.
 pub(super) struct Forwarder {
     token: ProgressToken,
-    items: mpsc::Sender<Item>,
-    last: std::sync::Mutex<f64>,
+    peer: Peer<RoleServer>,
+    state: std::sync::Mutex<Progress>,
 }
+
+/// The last progress passed on, and the queue to the writing task once there is one.
+struct Progress {
+    last: f64,
+    items: Option<mpsc::Sender<Item>>,
+}
+
+/// Progress notifications of one request waiting for a slow client.
+const PROGRESS_BACKLOG: usize = 4096;
 
 impl Forwarder {
     /// A forwarder when the client's request asked for progress (it carries a token).
     fn for_request(context: &RequestContext<RoleServer>) -> Option<Arc<dyn ProgressForward>> {
-        let token = context.meta.get_progress_token()?;
-        let peer = context.peer.clone();
+        Some(Arc::new(Forwarder {
+            token: context.meta.get_progress_token()?,
+            peer: context.peer.clone(),
+            state: std::sync::Mutex::new(Progress {
+                last: f64::NEG_INFINITY,
+                items: None,
+            }),
+        }))
+    }
+
+    /// Starts the task that writes progress to the client, in order.
+    fn start(&self) -> mpsc::Sender<Item> {
+        let peer = self.peer.clone();
         // Room for a long burst while the client is slow to read (slots are allocated as
         // used); only a client that stops reading misses some, and memory stays bounded.
         let (items, mut pending) = mpsc::channel(PROGRESS_BACKLOG);
@@ -128,30 +147,31 @@ impl Forwarder {
                 }
             }
         });
-        Some(Arc::new(Forwarder {
-            token,
-            items,
-            last: std::sync::Mutex::new(f64::NEG_INFINITY),
-        }))
+        items
     }
 }
 
 impl ProgressForward for Forwarder {
     fn forward(&self, upstream: ProgressNotificationParam) {
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if upstream.progress <= *last {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if upstream.progress <= state.last {
             return;
         }
-        *last = upstream.progress;
+        state.last = upstream.progress;
         let mut update = ProgressNotificationParam::new(self.token.clone(), upstream.progress);
         update.total = upstream.total;
         update.message = upstream.message;
+        let items = state.items.get_or_insert_with(|| self.start());
         // A client too slow to take its progress misses some; the answer still comes.
-        let _ = self.items.try_send(Item::Update(update));
+        let _ = items.try_send(Item::Update(update));
     }
 
     fn flush(&self) -> BoxFuture<'static, ()> {
-        let items = self.items.clone();
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(items) = state.items.clone() else {
+            // Nothing was passed on: nothing to wait for.
+            return Box::pin(std::future::ready(()));
+        };
         Box::pin(async move {
             let (done, flushed) = oneshot::channel();
             if items.send(Item::Flush(done)).await.is_ok() {

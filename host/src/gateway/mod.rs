@@ -128,11 +128,9 @@ impl Gateway {
 
     /// Serves one session over this process's stdin/stdout until the client leaves.
     pub(crate) async fn serve_stdio(self) -> Result<(), crate::Error> {
-        let transport: Lines<RoleServer, _, _> = Lines::new(
-            tokio::io::stdin(),
-            tokio::io::stdout(),
-            crate::transport::lines::DEFAULT_MAX_LINE,
-        );
+        let (input, output) = crate::transport::own_stdio::streams();
+        let transport: Lines<RoleServer, _, _> =
+            Lines::new(input, output, crate::transport::lines::DEFAULT_MAX_LINE);
         let service = self
             .serve(transport)
             .await

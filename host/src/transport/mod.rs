@@ -8,6 +8,7 @@ mod http_error;
 pub mod limit;
 pub mod lines;
 pub(crate) mod oauth;
+pub(crate) mod own_stdio;
 pub mod sse;
 pub mod stdio;
 

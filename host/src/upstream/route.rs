@@ -102,10 +102,14 @@ pub(crate) enum Belongs {
     Nowhere(&'static str),
 }
 
+/// Keyed by ids and tokens this session's peer chose, not by anything a server picks:
+/// foldhash, several times cheaper than SipHash on every call's register and unregister.
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 #[derive(Default)]
 struct Table {
-    by_id: HashMap<RequestId, (Arc<CallRoute>, Option<ProgressToken>)>,
-    by_token: HashMap<ProgressToken, Arc<CallRoute>>,
+    by_id: Map<RequestId, (Arc<CallRoute>, Option<ProgressToken>)>,
+    by_token: Map<ProgressToken, Arc<CallRoute>>,
 }
 
 /// The routes of one session's requests in flight.
