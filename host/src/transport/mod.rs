@@ -70,20 +70,18 @@ impl SessionEnd {
 
     /// Records why the session ends, unless a cause is known already.
     pub(crate) fn set(&self, fault: Fault) {
-        self.update(Some(fault), false);
+        self.update(fault, false);
     }
 
     /// Ends the session, with `fault` as its cause unless one is known already.
     pub(crate) fn finish(&self, fault: Fault) {
-        self.update(Some(fault), true);
+        self.update(fault, true);
     }
 
-    fn update(&self, fault: Option<Fault>, over: bool) {
+    fn update(&self, fault: Fault, over: bool) {
         self.0.send_if_modified(|state| {
             let mut changed = false;
-            if state.cause.is_none()
-                && let Some(fault) = fault
-            {
+            if state.cause.is_none() {
                 tracing::debug!(?fault, "session ends");
                 state.cause = Some(fault);
                 changed = true;
