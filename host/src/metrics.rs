@@ -15,7 +15,9 @@
 //! count of openings: the policy owns the breaker and reports only its state, so a count sampled
 //! at scrape time would miss short openings.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::sync::{OnceLock, RwLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
@@ -117,10 +119,38 @@ impl Default for BuildInfo {
     }
 }
 
+/// One tool's call series, taken from the families once: a call then counts itself without
+/// building (and allocating) its labels.
+struct ToolSeries {
+    /// By outcome ([`CallResultKind`] as an index), created on the first call that ends so.
+    calls: [OnceLock<Counter>; OUTCOMES],
+    /// Created by the first call that was sent (a refused one has no duration).
+    duration: OnceLock<Histogram>,
+}
+
+const OUTCOMES: usize = 6;
+
+/// Where an outcome's counter sits in [`ToolSeries::calls`] (a new outcome fails to compile here).
+fn outcome_index(outcome: CallResultKind) -> usize {
+    match outcome {
+        CallResultKind::Ok => 0,
+        CallResultKind::ToolError => 1,
+        CallResultKind::TransportError => 2,
+        CallResultKind::Timeout => 3,
+        CallResultKind::Refused => 4,
+        CallResultKind::Cancelled => 5,
+    }
+}
+
+/// Keyed by server, then tool: looked up with the call's `&str`s.
+type SeriesMap = HashMap<String, HashMap<String, ToolSeries, Hasher>, Hasher>;
+type Hasher = foldhash::fast::RandomState;
+
 /// The gateway's metrics. Cheap to share (`Arc<Metrics>`); observing never blocks on I/O.
 pub struct Metrics {
     calls: Family<CallLabels, Counter>,
     durations: Family<ToolLabels, Histogram, fn() -> Histogram>,
+    series: RwLock<SeriesMap>,
     build: BuildInfo,
 }
 
@@ -183,6 +213,7 @@ impl Metrics {
         Self {
             calls: Family::default(),
             durations: Family::new_with_constructor(call_histogram as fn() -> Histogram),
+            series: RwLock::default(),
             build,
         }
     }
@@ -196,21 +227,47 @@ impl Metrics {
         outcome: CallResultKind,
         duration: Duration,
     ) {
-        self.calls
-            .get_or_create(&CallLabels {
-                server: server.to_string(),
-                tool: tool.to_string(),
-                outcome,
-            })
-            .inc();
-        if outcome != CallResultKind::Refused {
-            self.durations
-                .get_or_create(&ToolLabels {
-                    server: server.to_string(),
-                    tool: tool.to_string(),
+        let observe = |series: &ToolSeries| {
+            series.calls[outcome_index(outcome)]
+                .get_or_init(|| {
+                    self.calls
+                        .get_or_create(&CallLabels {
+                            server: server.to_string(),
+                            tool: tool.to_string(),
+                            outcome,
+                        })
+                        .clone()
                 })
-                .observe(duration.as_secs_f64());
+                .inc();
+            if outcome != CallResultKind::Refused {
+                series
+                    .duration
+                    .get_or_init(|| {
+                        self.durations
+                            .get_or_create(&ToolLabels {
+                                server: server.to_string(),
+                                tool: tool.to_string(),
+                            })
+                            .clone()
+                    })
+                    .observe(duration.as_secs_f64());
+            }
+        };
+        let known = self.series.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(series) = known.get(server).and_then(|tools| tools.get(tool)) {
+            return observe(series);
         }
+        drop(known);
+        let mut known = self.series.write().unwrap_or_else(|e| e.into_inner());
+        let series = known
+            .entry(server.to_string())
+            .or_default()
+            .entry(tool.to_string())
+            .or_insert_with(|| ToolSeries {
+                calls: Default::default(),
+                duration: OnceLock::new(),
+            });
+        observe(series);
     }
 
     /// Every series in the Prometheus text format ([`CONTENT_TYPE`]).

@@ -11,6 +11,7 @@
 
 mod asking;
 mod client;
+mod direct;
 mod downstream;
 mod http;
 
@@ -78,6 +79,18 @@ impl Clone for Gateway {
 }
 
 impl Gateway {
+    /// Another handle on this very downstream session (a clone serves a new one).
+    fn same_session(&self) -> Self {
+        Self {
+            supervisor: self.supervisor.clone(),
+            downstream: self.downstream.clone(),
+            sessions: self.sessions.clone(),
+            session: self.session,
+            resubscribed: self.resubscribed.clone(),
+            parking: self.parking.clone(),
+        }
+    }
+
     /// Builds the gateway and starts announcing changes downstream: tool lists (registry),
     /// prompt and resource lists (catalog), resource updates and log messages (upstreams).
     pub(crate) fn new(supervisor: Supervisor) -> (Self, JoinHandle<()>) {
@@ -129,15 +142,18 @@ impl Gateway {
     /// Serves one session over this process's stdin/stdout until the client leaves.
     pub(crate) async fn serve_stdio(self) -> Result<(), crate::Error> {
         let (input, output) = crate::transport::own_stdio::streams();
+        let direct = Arc::new(direct::Direct::new(self.same_session()));
         let transport: Lines<RoleServer, _, _> =
-            Lines::new(input, output, crate::transport::lines::DEFAULT_MAX_LINE);
+            Lines::new(input, output, crate::transport::lines::DEFAULT_MAX_LINE)
+                .with_direct(direct.clone());
         let service = self
             .serve(transport)
             .await
             .map_err(|e| crate::Error::Stdio(e.to_string()))?;
-        service
-            .waiting()
-            .await
+        direct.serving(service.peer().clone());
+        let served = service.waiting().await;
+        crate::transport::lines::DirectCalls::closed(&*direct);
+        served
             .map(drop)
             .map_err(|e| crate::Error::Stdio(e.to_string()))
     }

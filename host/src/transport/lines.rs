@@ -14,6 +14,10 @@
 //!   `tools/call` request is read and written in one pass ([`wire`]), where rmcp's types buffer
 //!   its fields through two `#[serde(flatten)]` layers on the way in and copy its parameters
 //!   into a `serde_json::Value` on the way out.
+//! - Messages are written with sonic-rs, which escapes strings many bytes at a time where
+//!   serde_json takes one; it writes the same bytes (tested below), so nothing else changes. The
+//!   hot messages are read with it too (the same values; anything it refuses goes to rmcp's
+//!   decoder as before).
 //! - A `tools/call` whose write failed hands its arguments back through its route
 //!   ([`CallRoute::give_back`]): the call never left, so it may go out again, and its arguments
 //!   need not be copied before the first try.
@@ -35,7 +39,10 @@ use tokio::sync::Mutex;
 
 use crate::upstream::route::RouteTag;
 
+mod direct;
 mod wire;
+
+pub use direct::{Answers, Direct, DirectCalls};
 
 /// The line bound where nothing else bounds it (the agent's side): rmcp's own default.
 pub use rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH as DEFAULT_MAX_LINE;
@@ -49,11 +56,16 @@ pub trait LineRole: ServiceRole {
     /// The message on `line` if it is a hot one, decoded without rmcp's trials.
     fn decode_hot(line: &[u8], memory: &mut Self::Memory) -> Option<RxJsonRpcMessage<Self>>;
     /// Writes `item` to `out` if it is a hot one (same JSON as rmcp writes); false otherwise.
-    fn encode_hot(item: &TxJsonRpcMessage<Self>, out: &mut Vec<u8>) -> serde_json::Result<bool>;
+    fn encode_hot(item: &TxJsonRpcMessage<Self>, out: &mut Vec<u8>) -> sonic_rs::Result<bool>;
     /// Notes a message that arrived (decoded either way).
     fn received(message: &RxJsonRpcMessage<Self>, memory: &mut Self::Memory);
     /// A message whose write failed: what it carried that its sender wants back.
     fn unsent(item: TxJsonRpcMessage<Self>);
+    /// What the service loop gets of `message` when tool calls go `direct` (see [`direct`]).
+    fn divert(message: RxJsonRpcMessage<Self>, direct: &Direct) -> Option<RxJsonRpcMessage<Self>> {
+        let _ = direct;
+        Some(message)
+    }
 }
 
 /// The `tools/call` requests Tether sent upstream that await their answer, by id. Bounded: a
@@ -111,7 +123,7 @@ impl LineRole for RoleClient {
         }
         // Only an answer to a call of ours is taken as a call's result: the answer to another
         // request could parse as one too.
-        let response: JsonRpcResponse<CallToolResult> = serde_json::from_slice(line).ok()?;
+        let response: JsonRpcResponse<CallToolResult> = sonic_rs::from_slice(line).ok()?;
         if !calls.remove(&response.id) {
             return None;
         }
@@ -122,7 +134,7 @@ impl LineRole for RoleClient {
         }))
     }
 
-    fn encode_hot(item: &TxJsonRpcMessage<Self>, out: &mut Vec<u8>) -> serde_json::Result<bool> {
+    fn encode_hot(item: &TxJsonRpcMessage<Self>, out: &mut Vec<u8>) -> sonic_rs::Result<bool> {
         match item {
             JsonRpcMessage::Request(JsonRpcRequest {
                 id,
@@ -173,13 +185,17 @@ impl LineRole for RoleServer {
         )))
     }
 
-    fn encode_hot(_: &TxJsonRpcMessage<Self>, _: &mut Vec<u8>) -> serde_json::Result<bool> {
+    fn encode_hot(_: &TxJsonRpcMessage<Self>, _: &mut Vec<u8>) -> sonic_rs::Result<bool> {
         Ok(false)
     }
 
     fn received(_: &RxJsonRpcMessage<Self>, _: &mut ()) {}
 
     fn unsent(_: TxJsonRpcMessage<Self>) {}
+
+    fn divert(message: RxJsonRpcMessage<Self>, direct: &Direct) -> Option<RxJsonRpcMessage<Self>> {
+        direct::divert(message, direct)
+    }
 }
 
 /// What a line turned out to be.
@@ -233,6 +249,8 @@ pub struct Lines<Role: LineRole, R, W> {
     /// An Invalid Request answer still to write, and how much of it went out.
     answer: Option<(Vec<u8>, usize)>,
     memory: Role::Memory,
+    /// Where the agent's tool calls go instead of the service loop, if anywhere.
+    direct: Option<Direct>,
     _role: PhantomData<fn() -> Role>,
 }
 
@@ -247,6 +265,7 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
             write: Arc::new(Mutex::new(Some(write))),
             answer: None,
             memory: Role::Memory::default(),
+            direct: None,
             _role: PhantomData,
         }
     }
@@ -281,6 +300,13 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
         }
     }
 
+    /// The client's side ended: direct calls still running are cancelled.
+    fn closed(&self) {
+        if let Some(direct) = &self.direct {
+            direct.calls.closed();
+        }
+    }
+
     /// Writes the pending Invalid Request answer, resuming where a cancelled try stopped.
     async fn write_answer(&mut self) -> std::io::Result<()> {
         let mut write = self.write.lock().await;
@@ -306,6 +332,43 @@ enum Line {
     End,
 }
 
+impl<R, W: AsyncWrite + Unpin + Send + 'static> Lines<RoleServer, R, W> {
+    /// The agent's tool calls go to `calls` once it takes them (see [`DirectCalls`]).
+    pub fn with_direct(mut self, calls: Arc<dyn DirectCalls>) -> Self {
+        let write = self.write.clone();
+        let answers: Answers =
+            Arc::new(move |message| Box::pin(write_message::<RoleServer, W>(write.clone(), message)));
+        self.direct = Some(Direct { calls, answers });
+        self
+    }
+}
+
+/// Writes `item` as one line (the write path of every message this transport sends).
+fn write_message<Role: LineRole, W: AsyncWrite + Unpin + Send + 'static>(
+    write: Arc<Mutex<Option<W>>>,
+    item: TxJsonRpcMessage<Role>,
+) -> impl Future<Output = std::io::Result<()>> + Send + 'static {
+    async move {
+        let mut bytes = Vec::with_capacity(256);
+        if !Role::encode_hot(&item, &mut bytes).map_err(std::io::Error::other)? {
+            sonic_rs::to_writer(&mut bytes, &item).map_err(std::io::Error::other)?;
+        }
+        bytes.push(b'\n');
+        let mut write = write.lock().await;
+        let written = match write.as_mut() {
+            Some(writer) => match writer.write_all(&bytes).await {
+                Ok(()) => writer.flush().await,
+                Err(error) => Err(error),
+            },
+            None => Err(std::io::ErrorKind::NotConnected.into()),
+        };
+        if written.is_err() {
+            Role::unsent(item);
+        }
+        written
+    }
+}
+
 fn invalid_request_answer<Role: ServiceRole>() -> Vec<u8> {
     let answer =
         TxJsonRpcMessage::<Role>::error(ErrorData::invalid_request("Invalid request", None), None);
@@ -327,26 +390,7 @@ where
         item: TxJsonRpcMessage<Role>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         Role::sending(&item, &mut self.memory);
-        let write = self.write.clone();
-        async move {
-            let mut bytes = Vec::with_capacity(256);
-            if !Role::encode_hot(&item, &mut bytes).map_err(std::io::Error::other)? {
-                serde_json::to_writer(&mut bytes, &item).map_err(std::io::Error::other)?;
-            }
-            bytes.push(b'\n');
-            let mut write = write.lock().await;
-            let written = match write.as_mut() {
-                Some(writer) => match writer.write_all(&bytes).await {
-                    Ok(()) => writer.flush().await,
-                    Err(error) => Err(error),
-                },
-                None => Err(std::io::ErrorKind::NotConnected.into()),
-            };
-            if written.is_err() {
-                Role::unsent(item);
-            }
-            written
-        }
+        write_message::<Role, W>(self.write.clone(), item)
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<Role>> {
@@ -366,9 +410,13 @@ where
                     );
                     continue;
                 }
-                Ok(Line::End) => return None,
+                Ok(Line::End) => {
+                    self.closed();
+                    return None;
+                }
                 Err(error) => {
                     tracing::error!("reading a line failed: {error}");
+                    self.closed();
                     return None;
                 }
             }
@@ -380,7 +428,14 @@ where
             };
             self.line.clear();
             match decoded {
-                Decoded::Message(message) => return Some(message),
+                Decoded::Message(message) => match &self.direct {
+                    Some(direct) => {
+                        if let Some(message) = Role::divert(message, direct) {
+                            return Some(message);
+                        }
+                    }
+                    None => return Some(message),
+                },
                 Decoded::Ignored => {}
                 Decoded::Invalid => self.answer = Some((invalid_request_answer::<Role>(), 0)),
             }
@@ -408,6 +463,57 @@ mod tests {
 
     fn as_json<T: serde::Serialize>(value: &T) -> serde_json::Value {
         serde_json::to_value(value).unwrap()
+    }
+
+    /// Text and values with every kind of character and number JSON treats specially.
+    fn awkward() -> serde_json::Value {
+        let every_ascii: String = (0u8..0x80).map(char::from).collect();
+        serde_json::json!({
+            "text": format!("{every_ascii} é 😀 \u{2028}\u{2029} \u{7f} {}", "x".repeat(300)),
+            "numbers": [0, -1, u64::MAX, i64::MIN, 1.5, 0.1, 1.0, -0.0, 1e300, 5e-324, 123456789.125],
+            "nested": {"": null, "t": true, "f": false, "a": [[], {}, [{}]], "\"k\\": "v"},
+        })
+    }
+
+    #[test]
+    fn messages_are_written_byte_for_byte_as_serde_json_writes_them() {
+        let value = awkward();
+        let text = value["text"].as_str().unwrap().to_string();
+        let mut result = CallToolResult::success(vec![rmcp::model::ContentBlock::text(text.clone())]);
+        result.structured_content = Some(value.clone());
+        let server: Vec<TxJsonRpcMessage<RoleServer>> = vec![
+            JsonRpcMessage::response(ServerResult::CallToolResult(result), RequestId::Number(3)),
+            JsonRpcMessage::error(ErrorData::invalid_params(text.clone(), Some(value.clone())), None),
+            JsonRpcMessage::notification(rmcp::model::ServerNotification::ProgressNotification(
+                rmcp::model::ProgressNotification::new(rmcp::model::ProgressNotificationParam::new(
+                    rmcp::model::ProgressToken(rmcp::model::NumberOrString::String("p".into())),
+                    0.3,
+                )),
+            )),
+        ];
+        for message in &server {
+            let ours = sonic_rs::to_vec(message).unwrap();
+            assert_eq!(
+                String::from_utf8(ours).unwrap(),
+                serde_json::to_string(message).unwrap()
+            );
+        }
+        let arguments = value.as_object().cloned().unwrap();
+        let call = CallToolRequestParams::new("t").with_arguments(arguments);
+        let request: TxJsonRpcMessage<RoleClient> = JsonRpcMessage::request(
+            ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(call)),
+            RequestId::String("r".into()),
+        );
+        let mut hot = Vec::new();
+        assert!(RoleClient::encode_hot(&request, &mut hot).unwrap());
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&hot).unwrap(),
+            as_json(&request)
+        );
+        assert_eq!(
+            String::from_utf8(sonic_rs::to_vec(&request).unwrap()).unwrap(),
+            serde_json::to_string(&request).unwrap()
+        );
     }
 
     #[test]
@@ -465,6 +571,42 @@ mod tests {
             })
         ));
         assert!(calls.0.is_empty(), "answered: forgotten");
+    }
+
+    #[test]
+    fn awkward_hot_messages_decode_as_rmcp_decodes_them() {
+        let value = awkward();
+        let result = serde_json::json!({
+            "content": [{"type": "text", "text": value["text"]}, {"type": "text", "text": "\u{1F600} \\ \" \u{0} é"}],
+            "structuredContent": value,
+            "isError": false,
+        });
+        for id in [serde_json::json!(3), serde_json::json!("x\"y"), serde_json::json!(-9)] {
+            let answer =
+                serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
+            // Escapes serde_json never writes: \u sequences, surrogate pairs, \/.
+            let answer = answer.replacen("\"isError\"", "\"is\\u0045rror\"", 1).replacen(
+                "é",
+                "\\u00e9 \\ud83d\\ude00 \\/",
+                1,
+            );
+            let mut calls = CallsInFlight::default();
+            calls.insert(serde_json::from_value(id).unwrap());
+            let hot = RoleClient::decode_hot(answer.as_bytes(), &mut calls).expect("hot");
+            assert_eq!(as_json(&hot), as_json(&generic::<RoleClient>(&answer)));
+        }
+        let call = serde_json::json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+            "params": {"name": "t\u{0}é", "arguments": awkward(), "_meta": {"progressToken": 1.5}}})
+        .to_string();
+        let hot = RoleServer::decode_hot(call.as_bytes(), &mut ()).expect("hot");
+        assert_eq!(as_json(&hot), as_json(&generic::<RoleServer>(&call)));
+        // Not JSON, or not whole: nothing hot.
+        let mut calls = CallsInFlight::default();
+        calls.insert(RequestId::Number(3));
+        for broken in [r#"{"jsonrpc":"2.0","id":3,"result":{"content":[]}} x"#, r#"{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"\x"}]}}"#, r#"{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"\ud800"}]}}"#] {
+            assert!(serde_json::from_str::<serde_json::Value>(broken).is_err(), "{broken}");
+            assert!(RoleClient::decode_hot(broken.as_bytes(), &mut calls).is_none(), "{broken}");
+        }
     }
 
     #[test]

@@ -41,7 +41,7 @@ struct ParamsIn {
 /// The `tools/call` request on `line`, as rmcp would read it (its `_meta` in the extensions);
 /// `None` for anything else, or anything rmcp would refuse.
 pub(super) fn read_call(line: &[u8]) -> Option<(RequestId, CallToolRequest)> {
-    let call: CallIn = serde_json::from_slice(line).ok()?;
+    let call: CallIn = sonic_rs::from_slice(line).ok()?;
     if call.jsonrpc != VERSION || call.method != METHOD {
         return None;
     }
@@ -92,7 +92,7 @@ pub(super) fn write_call(
     id: &RequestId,
     call: &CallToolRequest,
     out: &mut Vec<u8>,
-) -> serde_json::Result<()> {
+) -> sonic_rs::Result<()> {
     let params = &call.params;
     let message = CallOut {
         jsonrpc: VERSION,
@@ -106,7 +106,7 @@ pub(super) fn write_call(
             request_state: params.request_state.as_deref(),
         },
     };
-    serde_json::to_writer(out, &message)
+    sonic_rs::to_writer(out, &message)
 }
 
 /// `_meta` as rmcp writes it: the parameters' own, under a legacy `MetaObject` extension, under
