@@ -81,10 +81,12 @@ impl DirectCalls for Direct {
             (self.gateway.clone(), self.running.clone(), answers.clone());
         tokio::spawn(async move {
             let result = Service::<RoleServer>::handle_request(&*gateway, request, context).await;
-            // A cancelled request is not answered (nor is one whose session ended).
-            if lock(&running).remove(&id).is_none() {
+            // A cancelled request is not answered (nor is one whose session ended); an
+            // answered one's token is cancelled, as rmcp's loop does.
+            let Some(cancel) = lock(&running).remove(&id) else {
                 return;
-            }
+            };
+            cancel.cancel();
             let answer = match result {
                 Ok(result) => JsonRpcMessage::response(result, id),
                 Err(error) => JsonRpcMessage::error(error, Some(id)),

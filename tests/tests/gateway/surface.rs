@@ -598,6 +598,51 @@ async fn progress_and_cancellation_reach_the_right_ends_on_both_generations() {
     assert!(terminate(gateway.tether).await.success());
 }
 
+/// The same on `tether serve`'s own stdio, where a client's tool calls are served off rmcp's
+/// service loop (`gateway/direct.rs`): progress before the answer, a cancellation that reaches
+/// the server, a death in the middle of a call; and an agent that leaves during a call ends it
+/// (the gateway exits at once, not after its 30 s drain).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_and_cancellation_reach_the_right_ends_on_stdio() {
+    let upstreams = two_upstreams();
+    let mut tether = serve_command(upstreams.dir.path(), &upstreams.config, &[])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tether serve starts");
+    let io = (tether.stdout.take().unwrap(), tether.stdin.take().unwrap());
+    let watcher = Watcher::default();
+    let client = watcher.clone().serve(io).await.expect("MCP over stdio");
+    progress_cancellation_and_death(client.peer(), &watcher, &upstreams).await;
+
+    wait_for(
+        "notes is back",
+        || async {
+            let tools = client.peer().list_all_tools().await.unwrap_or_default();
+            tools.iter().any(|tool| tool.name == "notes__slow")
+        },
+        |back| *back,
+    )
+    .await;
+    let slow_calls = upstreams.notes.calls_of("slow");
+    let _left_running = send_call(client.peer(), "notes__slow", json!({"ms": 60000})).await;
+    wait_until("the last slow call reached notes", || {
+        upstreams.notes.calls_of("slow") > slow_calls
+    })
+    .await;
+    let left = std::time::Instant::now();
+    client.cancel().await.unwrap();
+    let status = tokio::time::timeout(PATIENCE, tether.wait())
+        .await
+        .expect("the gateway ends when its agent leaves")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        left.elapsed() < Duration::from_secs(15),
+        "the call kept the gateway for {:?}: it was not cancelled with the session",
+        left.elapsed()
+    );
+}
+
 /// Upstreams of protocol 2026-07-28 only (no `initialize`, no `ping`): a stdio child and a
 /// Streamable HTTP server, behind one gateway, for a legacy client: tools, prompts and resource
 /// updates, with list changes heard on the upstream's `subscriptions/listen` stream.
