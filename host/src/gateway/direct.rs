@@ -77,10 +77,15 @@ impl DirectCalls for Direct {
         context.meta = meta;
         context.extensions = extensions;
         lock(&self.running).insert(id.clone(), cancel);
-        let (gateway, running, answers) =
-            (self.gateway.clone(), self.running.clone(), answers.clone());
+        let gateway = self.gateway.clone();
+        // Boxed before the task is made: the handler's future is several KB, and a spawned
+        // future is moved whole into its task.
+        let handling = Box::pin(async move {
+            Service::<RoleServer>::handle_request(&*gateway, request, context).await
+        });
+        let (running, answers) = (self.running.clone(), answers.clone());
         tokio::spawn(async move {
-            let result = Service::<RoleServer>::handle_request(&*gateway, request, context).await;
+            let result = handling.await;
             // A cancelled request is not answered (nor is one whose session ended); an
             // answered one's token is cancelled, as rmcp's loop does.
             let Some(cancel) = lock(&running).remove(&id) else {

@@ -344,29 +344,27 @@ impl<R, W: AsyncWrite + Unpin + Send + 'static> Lines<RoleServer, R, W> {
 }
 
 /// Writes `item` as one line (the write path of every message this transport sends).
-fn write_message<Role: LineRole, W: AsyncWrite + Unpin + Send + 'static>(
+async fn write_message<Role: LineRole, W: AsyncWrite + Unpin + Send + 'static>(
     write: Arc<Mutex<Option<W>>>,
     item: TxJsonRpcMessage<Role>,
-) -> impl Future<Output = std::io::Result<()>> + Send + 'static {
-    async move {
-        let mut bytes = Vec::with_capacity(256);
-        if !Role::encode_hot(&item, &mut bytes).map_err(std::io::Error::other)? {
-            sonic_rs::to_writer(&mut bytes, &item).map_err(std::io::Error::other)?;
-        }
-        bytes.push(b'\n');
-        let mut write = write.lock().await;
-        let written = match write.as_mut() {
-            Some(writer) => match writer.write_all(&bytes).await {
-                Ok(()) => writer.flush().await,
-                Err(error) => Err(error),
-            },
-            None => Err(std::io::ErrorKind::NotConnected.into()),
-        };
-        if written.is_err() {
-            Role::unsent(item);
-        }
-        written
+) -> std::io::Result<()> {
+    let mut bytes = Vec::with_capacity(256);
+    if !Role::encode_hot(&item, &mut bytes).map_err(std::io::Error::other)? {
+        sonic_rs::to_writer(&mut bytes, &item).map_err(std::io::Error::other)?;
     }
+    bytes.push(b'\n');
+    let mut write = write.lock().await;
+    let written = match write.as_mut() {
+        Some(writer) => match writer.write_all(&bytes).await {
+            Ok(()) => writer.flush().await,
+            Err(error) => Err(error),
+        },
+        None => Err(std::io::ErrorKind::NotConnected.into()),
+    };
+    if written.is_err() {
+        Role::unsent(item);
+    }
+    written
 }
 
 fn invalid_request_answer<Role: ServiceRole>() -> Vec<u8> {
