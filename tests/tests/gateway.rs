@@ -230,6 +230,19 @@ async fn an_agent_on_stdio_follows_an_upstream_through_death_park_and_revival() 
     );
 }
 
+/// The agent closes its side of stdio: the gateway exits, successfully, within [`PATIENCE`].
+async fn agent_leaves_and_gateway_exits<S: rmcp::service::Service<RoleClient>>(
+    client: RunningService<RoleClient, S>,
+    tether: &mut Child,
+) {
+    client.cancel().await.unwrap();
+    let status = tokio::time::timeout(PATIENCE, tether.wait())
+        .await
+        .expect("the gateway ends when its agent leaves")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
 /// A running `tether serve --http`.
 struct HttpGateway {
     tether: Child,
@@ -1396,12 +1409,7 @@ async fn an_agent_on_a_socket_pair_is_served_like_one_on_pipes() {
         .await
         .expect("the gateway answers the handshake on a socket");
     assert_serves_the_upstream(&client).await;
-    client.cancel().await.unwrap();
-    let status = tokio::time::timeout(PATIENCE, tether.wait())
-        .await
-        .expect("the gateway ends when its agent leaves")
-        .unwrap();
-    assert!(status.success(), "{status:?}");
+    agent_leaves_and_gateway_exits(client, &mut tether).await;
     let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
     assert!(!stderr.contains("stdio not polled"), "{stderr}");
 }

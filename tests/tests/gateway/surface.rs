@@ -630,12 +630,7 @@ async fn progress_and_cancellation_reach_the_right_ends_on_stdio() {
     })
     .await;
     let left = std::time::Instant::now();
-    client.cancel().await.unwrap();
-    let status = tokio::time::timeout(PATIENCE, tether.wait())
-        .await
-        .expect("the gateway ends when its agent leaves")
-        .unwrap();
-    assert!(status.success(), "{status:?}");
+    agent_leaves_and_gateway_exits(client, &mut tether).await;
     assert!(
         left.elapsed() < Duration::from_secs(15),
         "the call kept the gateway for {:?}: it was not cancelled with the session",
