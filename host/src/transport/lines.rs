@@ -61,7 +61,7 @@ pub trait LineRole: ServiceRole {
     fn received(message: &RxJsonRpcMessage<Self>, memory: &mut Self::Memory);
     /// A message whose write failed: what it carried that its sender wants back.
     fn unsent(item: TxJsonRpcMessage<Self>);
-    /// What the service loop gets of `message` when tool calls go `direct` (see [`direct`]).
+    /// What the service loop gets of `message` when tool calls go `direct` (`lines/direct.rs`).
     fn divert(message: RxJsonRpcMessage<Self>, direct: &Direct) -> Option<RxJsonRpcMessage<Self>> {
         let _ = direct;
         Some(message)
