@@ -24,7 +24,8 @@ use super::Gateway;
 use crate::transport::lines::{Answers, DirectCalls};
 
 /// Calls running, by the client's request id: what cancels each.
-type Running = Mutex<HashMap<RequestId, CancellationToken, foldhash::fast::RandomState>>;
+type Running = Mutex<RunningCalls>;
+type RunningCalls = HashMap<RequestId, CancellationToken, foldhash::fast::RandomState>;
 
 pub(super) struct Direct {
     gateway: Arc<Gateway>,
@@ -115,8 +116,6 @@ impl DirectCalls for Direct {
     }
 }
 
-fn lock(
-    running: &Running,
-) -> std::sync::MutexGuard<'_, HashMap<RequestId, CancellationToken, foldhash::fast::RandomState>> {
+fn lock(running: &Running) -> std::sync::MutexGuard<'_, RunningCalls> {
     running.lock().unwrap_or_else(|e| e.into_inner())
 }

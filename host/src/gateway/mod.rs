@@ -68,12 +68,8 @@ impl Clone for Gateway {
     /// A clone serves a new downstream session (rmcp's HTTP service clones per session).
     fn clone(&self) -> Self {
         Self {
-            supervisor: self.supervisor.clone(),
-            downstream: self.downstream.clone(),
-            sessions: self.sessions.clone(),
             session: self.sessions.fetch_add(1, Ordering::Relaxed),
-            resubscribed: self.resubscribed.clone(),
-            parking: self.parking.clone(),
+            ..self.same_session()
         }
     }
 }

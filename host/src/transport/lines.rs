@@ -426,14 +426,15 @@ where
             };
             self.line.clear();
             match decoded {
-                Decoded::Message(message) => match &self.direct {
-                    Some(direct) => {
-                        if let Some(message) = Role::divert(message, direct) {
-                            return Some(message);
-                        }
+                Decoded::Message(message) => {
+                    let kept = match &self.direct {
+                        Some(direct) => Role::divert(message, direct),
+                        None => Some(message),
+                    };
+                    if kept.is_some() {
+                        return kept;
                     }
-                    None => return Some(message),
-                },
+                }
                 Decoded::Ignored => {}
                 Decoded::Invalid => self.answer = Some((invalid_request_answer::<Role>(), 0)),
             }
