@@ -7,7 +7,9 @@
 //! instructions per call = (Ir(N calls) − Ir(0 calls)) / N. `--tether` measures another build
 //! (e.g. an older commit's `tether-cli`) with the same client, for a before/after.
 //! `--servers N --tools M` adds N−1 more servers offering M generated tools each (the called one
-//! offers them too): a call's cost must not grow with what is configured.
+//! offers them too): a call's cost must not grow with what is configured. `--http` measures
+//! the Streamable HTTP path instead: the called server is the fixture over HTTP (not traced),
+//! the client an HTTP session with `tether serve --http`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -38,6 +40,9 @@ pub struct Args {
     /// Keep each measured run's callgrind profile in this directory (for `callgrind_annotate`).
     #[arg(long)]
     keep: Option<PathBuf>,
+    /// Streamable HTTP on both sides: client to gateway, gateway to the called server.
+    #[arg(long)]
+    http: bool,
 }
 
 /// The servers configured, what each measured call is (`echo`, or `blob` with a result of
@@ -48,12 +53,19 @@ struct Load<'a> {
     tools: usize,
     result_bytes: Option<usize>,
     keep: Option<&'a Path>,
+    /// The called server's URL when it is served over HTTP (`--http`).
+    upstream: Option<&'a str>,
 }
 
 /// A config of `servers` fixtures with `tools` generated tools each; the first is `up`. Their
 /// keepalives are an hour apart, so pings do not differ between the runs compared.
 fn config(dir: &Path, state: &Path, load: Load<'_>) -> PathBuf {
-    let Load { servers, tools, .. } = load;
+    let Load {
+        servers,
+        tools,
+        upstream,
+        ..
+    } = load;
     let path = dir.join("servers.json");
     let mut entries = serde_json::Map::new();
     for i in 0..servers {
@@ -68,6 +80,13 @@ fn config(dir: &Path, state: &Path, load: Load<'_>) -> PathBuf {
             dir.join(&name)
         };
         std::fs::create_dir_all(&state).unwrap();
+        if let (0, Some(url)) = (i, upstream) {
+            entries.insert(
+                name,
+                serde_json::json!({"url": url, "timeouts": {"keepalive": "1h"}}),
+            );
+            continue;
+        }
         entries.insert(
             name,
             serde_json::json!({
@@ -100,7 +119,9 @@ async fn instructions(
     std::fs::create_dir_all(&state).unwrap();
     let config = config(&dir, &state, load);
     let out = dir.join("callgrind.%p.out");
-    let mut serve = Command::new("valgrind")
+    let http = load.upstream.is_some();
+    let mut serve = Command::new("valgrind");
+    serve
         .arg("--tool=callgrind")
         // Counted from readiness on (see below): start-up, however long with many servers, is
         // not in the totals compared.
@@ -114,16 +135,29 @@ async fn instructions(
         .arg(dir.join("state.json"))
         .arg("--log-dir")
         .arg(dir.join("logs"))
-        .env("RUST_LOG", "warn")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("valgrind runs (install valgrind)");
+        .kill_on_drop(true);
+    if http {
+        // The address it serves at is in its log.
+        serve
+            .args(["--http", "127.0.0.1:0"])
+            .env("RUST_LOG", "info")
+            .stderr(Stdio::piped());
+    } else {
+        serve.env("RUST_LOG", "warn").stderr(Stdio::null());
+    }
+    let mut serve = serve.spawn().expect("valgrind runs (install valgrind)");
     let pid = serve.id().expect("running");
-    let io = (serve.stdout.take().unwrap(), serve.stdin.take().unwrap());
-    let client = connect_client(io, modern).await;
+    let client = if http {
+        let log = serve.stderr.take().unwrap();
+        let url = util::word_after_within(log, "serving MCP at ", Duration::from_secs(300)).await;
+        let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url);
+        connect_client(transport, modern).await
+    } else {
+        let io = (serve.stdout.take().unwrap(), serve.stdin.take().unwrap());
+        connect_client(io, modern).await
+    };
     // Slow polls: every list the client sends is counted in both runs alike.
     let last = match load.servers {
         1 => "up__echo".to_string(),
@@ -149,8 +183,12 @@ async fn instructions(
             None => assert!(echo_ok(client.peer(), "up__echo").await, "echo failed"),
         }
     }
-    // Closing stdin ends `tether serve`; callgrind writes its counts on exit.
+    // Closing stdin ends `tether serve` on stdio, SIGTERM over HTTP; callgrind writes its
+    // counts on exit.
     let _ = client.cancel().await;
+    if http {
+        util::signal(pid, libc::SIGTERM);
+    }
     tokio::time::timeout(Duration::from_secs(300), serve.wait())
         .await
         .expect("tether serve ends under callgrind")
@@ -177,8 +215,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| util::sibling("tether-cli"));
     println!(
-        "\n## gateway-cost: instructions `{}` executes per forwarded call (callgrind, {} calls of {}, {} servers of {} generated tools)\n",
+        "\n## gateway-cost: instructions `{}` executes per forwarded call (callgrind, {}, {} calls of {}, {} servers of {} generated tools)\n",
         tether.display(),
+        if args.http {
+            "Streamable HTTP"
+        } else {
+            "stdio"
+        },
         args.calls,
         match args.result_bytes {
             Some(bytes) => format!("blob ({bytes} B results)"),
@@ -188,11 +231,20 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         args.tools
     );
     let rt = util::runtime();
+    // Over HTTP the called server runs for the whole benchmark, outside callgrind.
+    let upstream = args.http.then(|| {
+        let state = scratch("cost-upstream");
+        let tools = args.tools.to_string();
+        let extra = ["--tools", "echo,blob", "--generated-tools", &tools];
+        rt.block_on(util::fixture_listening("http", &state, &extra))
+    });
+    let url = upstream.as_ref().map(|(_, base)| format!("{base}/mcp"));
     let fleet = Load {
         servers: args.servers,
         tools: args.tools,
         result_bytes: args.result_bytes,
         keep: args.keep.as_deref(),
+        upstream: url.as_deref(),
     };
     // A first start compiles the policy into the cache; the measured runs load it.
     let warm = Load {
@@ -200,6 +252,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         tools: 0,
         result_bytes: None,
         keep: None,
+        upstream: None,
     };
     rt.block_on(instructions(&tether, "cost-warm", false, 0, warm));
     let mut rows = Vec::new();

@@ -204,8 +204,17 @@ pub async fn word_after<R: tokio::io::AsyncRead + Unpin + Send + 'static>(
     reader: R,
     marker: &str,
 ) -> String {
+    word_after_within(reader, marker, Duration::from_secs(30)).await
+}
+
+/// [`word_after`], waiting up to `within` (a program under valgrind starts slowly).
+pub async fn word_after_within<R: tokio::io::AsyncRead + Unpin + Send + 'static>(
+    reader: R,
+    marker: &str,
+    within: Duration,
+) -> String {
     let mut lines = BufReader::new(reader).lines();
-    let found = tokio::time::timeout(Duration::from_secs(30), async {
+    let found = tokio::time::timeout(within, async {
         while let Ok(Some(line)) = lines.next_line().await {
             if let Some(rest) = line.split(marker).nth(1) {
                 return Some(rest.split_whitespace().next().unwrap_or("").to_string());
