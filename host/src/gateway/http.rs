@@ -83,7 +83,7 @@ impl Gateway {
         );
         let answering = Arc::new(Answering::default());
         let mut app = axum::Router::new()
-            .nest_service("/mcp", service)
+            .nest_service("/mcp", Shared(Arc::new(service)))
             .layer(middleware::from_fn_with_state(
                 answering.clone(),
                 track_answers,
@@ -103,6 +103,39 @@ impl Gateway {
                 answering,
             },
         )
+    }
+}
+
+/// rmcp's service behind an `Arc`. axum clones a route's service for every request, and rmcp's
+/// clones its whole configuration (the allowed hosts and origins, strings each): about 20 k
+/// instructions a request, a tenth of forwarding a call.
+struct Shared<S>(Arc<S>);
+
+impl<S> Clone for Shared<S> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<H, M> tower_service::Service<Request> for Shared<StreamableHttpService<H, M>>
+where
+    H: rmcp::ServerHandler + Send + 'static,
+    M: rmcp::transport::streamable_http_server::SessionManager,
+{
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let service = self.0.clone();
+        Box::pin(async move { Ok(service.handle(request).await.map(Body::new)) })
     }
 }
 
