@@ -106,9 +106,9 @@ impl Gateway {
     }
 }
 
-/// rmcp's service behind an `Arc`. axum clones a route's service for every request, and rmcp's
-/// clones its whole configuration (the allowed hosts and origins, strings each): about 20 k
-/// instructions a request, a tenth of forwarding a call.
+/// rmcp's service behind an `Arc`. axum clones a route's service for every request (three times),
+/// and rmcp's clones its whole configuration (the allowed hosts and origins, strings each):
+/// ~39 k instructions a request, 7 % of forwarding a call over HTTP (docs/BENCHMARKS.md).
 struct Shared<S>(Arc<S>);
 
 impl<S> Clone for Shared<S> {
