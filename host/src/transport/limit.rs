@@ -1,8 +1,8 @@
 //! Memory bounded by configuration, never by the upstream: the largest message (`max_message`)
 //! an upstream may make Tether buffer.
 //!
-//! [`FrameLimiter`] is a sans-IO filter over the bytes a server sends, framed as lines (stdio)
-//! or as server-sent events (legacy SSE). Frames within the limit pass unchanged. An oversized
+//! [`FrameLimiter`] is a sans-IO filter over the bytes a server sends, framed as lines (stdio,
+//! fed by the line transport as it reads) or as server-sent events (legacy SSE). Frames within the limit pass unchanged. An oversized
 //! frame is cut off where it crosses the limit (what already passed is made unparsable, so the
 //! reader skips it) and dropped to its end; only its first and last bytes are kept. If it was
 //! the answer to one of our requests (its id is found in those bytes), the filter puts in its
@@ -16,7 +16,6 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures::Stream;
-use tokio::io::{AsyncRead, ReadBuf};
 
 /// The JSON-RPC error code of a synthesized "answer too large" error (implementation-defined
 /// server error range). Its `data` carries `{"tetherTooLarge": {"size": N, "limit": L}}`.
@@ -127,19 +126,22 @@ impl FrameLimiter {
         }
     }
 
-    /// Filters `chunk`, appending what the reader should see to `out`.
-    pub fn feed(&mut self, mut chunk: &[u8], out: &mut Vec<u8>) {
+    /// Filters `chunk`, appending what the reader should see to `out`. True when that is
+    /// `chunk` itself, unchanged.
+    pub fn feed(&mut self, mut chunk: &[u8], out: &mut Vec<u8>) -> bool {
+        let mut unchanged = true;
         while !chunk.is_empty() {
             let (piece, ends_frame) = match self.frame_end(chunk) {
                 Some(end) => (&chunk[..end], true),
                 None => (chunk, false),
             };
             chunk = &chunk[piece.len()..];
-            self.take(piece, out);
+            unchanged &= self.take(piece, out);
             if ends_frame {
-                self.end_frame(out);
+                unchanged &= self.end_frame(out);
             }
         }
+        unchanged
     }
 
     /// Where the current frame ends in `chunk` (exclusive), if it does.
@@ -171,7 +173,9 @@ impl FrameLimiter {
         }
     }
 
-    fn take(&mut self, piece: &[u8], out: &mut Vec<u8>) {
+    /// Passes `piece` on, or keeps what is needed of it; true when it passed.
+    fn take(&mut self, piece: &[u8], out: &mut Vec<u8>) -> bool {
+        let mut passed = false;
         if self.head.len() < KEEP {
             let room = KEEP - self.head.len();
             self.head.extend_from_slice(&piece[..piece.len().min(room)]);
@@ -197,11 +201,15 @@ impl FrameLimiter {
             }
         } else {
             out.extend_from_slice(piece);
+            passed = true;
         }
         self.frame_len += piece.len();
+        passed
     }
 
-    fn end_frame(&mut self, out: &mut Vec<u8>) {
+    /// Ends the current frame; true when it was within the limit (nothing to add).
+    fn end_frame(&mut self, out: &mut Vec<u8>) -> bool {
+        let within = self.tail.is_none();
         if let Some(tail) = self.tail.take()
             && !std::mem::take(&mut self.answered)
         {
@@ -224,6 +232,7 @@ impl FrameLimiter {
         }
         self.frame_len = 0;
         self.head.clear();
+        within
     }
 
     /// Puts a "too large" error for `id` in the output; `size` 0: not known yet.
@@ -349,54 +358,6 @@ fn rfind(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).rposition(|w| w == needle)
 }
 
-/// A child's stdout with its lines bounded (see [`FrameLimiter`]).
-pub struct BoundedReader<R> {
-    inner: R,
-    limiter: FrameLimiter,
-    read: Vec<u8>,
-    pending: Vec<u8>,
-    offset: usize,
-}
-
-impl<R> BoundedReader<R> {
-    pub fn lines(inner: R, limit: usize) -> Self {
-        Self {
-            inner,
-            limiter: FrameLimiter::new(Framing::Lines, limit),
-            read: vec![0; 64 << 10],
-            pending: Vec::new(),
-            offset: 0,
-        }
-    }
-}
-
-impl<R: AsyncRead + Unpin> AsyncRead for BoundedReader<R> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        loop {
-            if this.offset < this.pending.len() {
-                let n = buf.remaining().min(this.pending.len() - this.offset);
-                buf.put_slice(&this.pending[this.offset..this.offset + n]);
-                this.offset += n;
-                return Poll::Ready(Ok(()));
-            }
-            this.pending.clear();
-            this.offset = 0;
-            let mut read = ReadBuf::new(&mut this.read);
-            std::task::ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read))?;
-            let filled = read.filled().len();
-            if filled == 0 {
-                return Poll::Ready(Ok(())); // EOF
-            }
-            this.limiter.feed(&this.read[..filled], &mut this.pending);
-        }
-    }
-}
-
 /// An SSE body with its events bounded (see [`FrameLimiter`]).
 pub struct BoundedEvents<S> {
     inner: S,
@@ -464,6 +425,15 @@ mod tests {
             let (a, b) = text.as_bytes().split_at(split);
             assert_eq!(run(Framing::Lines, 64, &[a, b]), text);
         }
+    }
+
+    #[test]
+    fn feeding_says_whether_the_bytes_passed_unchanged() {
+        let mut limiter = FrameLimiter::new(Framing::Lines, 16);
+        let mut out = Vec::new();
+        assert!(limiter.feed(b"{\"id\":1}\n{\"id\"", &mut out));
+        assert!(!limiter.feed(b":2,\"result\":\"long enough\"}\n", &mut out));
+        assert!(limiter.feed(b"{\"id\":3}\n", &mut out));
     }
 
     #[test]

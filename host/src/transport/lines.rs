@@ -37,6 +37,7 @@ use rmcp::transport::Transport;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
 
+use super::limit::{FrameLimiter, Framing};
 use crate::upstream::route::RouteTag;
 
 mod direct;
@@ -241,7 +242,15 @@ fn decode<Role: LineRole>(line: &[u8], memory: &mut Role::Memory) -> Decoded<Rol
 /// A line transport over `read` and `write`: see the module documentation.
 pub struct Lines<Role: LineRole, R, W> {
     read: BufReader<R>,
+    /// Bytes read and kept: the next line is `line[..scanned]` once a newline ends it. With a
+    /// limiter, it may hold several lines (a "too large" answer after a cut-off line).
     line: Vec<u8>,
+    /// How much of `line` is known to hold no newline, or, after [`Line::Whole`], the length
+    /// of the line to take.
+    scanned: usize,
+    /// A server's lines pass through its limiter (see `limit.rs`) on their way in, with no
+    /// copy of their own: an oversized answer becomes a "too large" error for its call.
+    limiter: Option<FrameLimiter>,
     max_line: usize,
     /// Dropping the rest of a line that was too long.
     discarding: bool,
@@ -260,6 +269,8 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
         Self {
             read: BufReader::with_capacity(64 << 10, read),
             line: Vec::new(),
+            scanned: 0,
+            limiter: None,
             max_line,
             discarding: false,
             write: Arc::new(Mutex::new(Some(write))),
@@ -270,10 +281,24 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
         }
     }
 
-    /// Reads one line into `self.line`. Cancel-safe: a read cut short leaves its bytes in
-    /// `self.line` for the next call, and nothing is consumed that was not kept or dropped.
+    /// A server's stdout: lines over `limit` bytes are cut off, and an answer among them
+    /// becomes a "too large" error for its request ([`FrameLimiter`]).
+    pub fn limited(read: R, write: W, limit: usize) -> Self {
+        let mut lines = Self::new(read, write, usize::MAX);
+        lines.limiter = Some(FrameLimiter::new(Framing::Lines, limit));
+        lines
+    }
+
+    /// Reads until `self.line[..self.scanned]` is one whole line. Cancel-safe: a read cut short
+    /// leaves its bytes in `self.line` for the next call, and nothing is consumed that was not
+    /// kept or dropped.
     async fn read_line(&mut self) -> std::io::Result<Line> {
         loop {
+            if let Some(at) = memchr::memchr(b'\n', &self.line[self.scanned..]) {
+                self.scanned += at + 1;
+                return Ok(Line::Whole);
+            }
+            self.scanned = self.line.len();
             let available = self.read.fill_buf().await?;
             if available.is_empty() {
                 return Ok(Line::End);
@@ -281,17 +306,24 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
             let newline = memchr::memchr(b'\n', available);
             let take = newline.map_or(available.len(), |at| at + 1);
             let mut outcome = None;
-            if self.discarding {
+            if let Some(limiter) = &mut self.limiter {
+                // The limiter bounds what it keeps: no line bound of our own. What it changed
+                // (a cut-off line, a "too large" answer) the next turn scans for lines.
+                if limiter.feed(&available[..take], &mut self.line) {
+                    self.scanned = self.line.len();
+                    outcome = newline.map(|_| Line::Whole);
+                }
+            } else if self.discarding {
                 self.discarding = newline.is_none();
             } else if self.line.len() + take > self.max_line {
                 self.line.clear();
+                self.scanned = 0;
                 self.discarding = newline.is_none();
                 outcome = Some(Line::TooLong);
             } else {
                 self.line.extend_from_slice(&available[..take]);
-                if newline.is_some() {
-                    outcome = Some(Line::Whole);
-                }
+                self.scanned = self.line.len();
+                outcome = newline.map(|_| Line::Whole);
             }
             self.read.consume(take);
             if let Some(outcome) = outcome {
@@ -418,13 +450,18 @@ where
                     return None;
                 }
             }
-            let line = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+            let whole = &self.line[..self.scanned];
+            let line = whole.strip_suffix(b"\n").unwrap_or(whole);
             let line = line.strip_suffix(b"\r").unwrap_or(line);
             let decoded = match line.is_empty() {
                 true => Decoded::Ignored,
                 false => decode::<Role>(line, &mut self.memory),
             };
-            self.line.clear();
+            match self.scanned == self.line.len() {
+                true => self.line.clear(),
+                false => drop(self.line.drain(..self.scanned)),
+            }
+            self.scanned = 0;
             match decoded {
                 Decoded::Message(message) => {
                     let kept = match &self.direct {
@@ -671,6 +708,36 @@ mod tests {
             .await;
         assert!(sent.is_err());
         assert_eq!(route.take_back(), Some(Some(arguments)));
+    }
+
+    /// A server's oversized answer fails its call as soon as its id is read, before the line
+    /// ends (if it ever does); the lines after it pass untouched.
+    #[tokio::test]
+    async fn an_oversized_answer_from_a_server_becomes_a_too_large_error_at_once() {
+        let (ours, mut theirs) = tokio::io::duplex(1 << 16);
+        let (read, write) = tokio::io::split(ours);
+        let mut lines: Lines<RoleClient, _, _> = Lines::limited(read, write, 200);
+        let within = |message: Option<RxJsonRpcMessage<RoleClient>>| as_json(&message.unwrap());
+        let deadline = std::time::Duration::from_secs(10);
+        let huge = format!(
+            r#"{{"jsonrpc":"2.0","id":5,"result":{{"content":[{{"type":"text","text":"{}"#,
+            "x".repeat(1000)
+        );
+        theirs.write_all(huge.as_bytes()).await.unwrap();
+        let answer = within(tokio::time::timeout(deadline, lines.receive()).await.unwrap());
+        assert_eq!(answer["id"], 5);
+        assert_eq!(answer["error"]["code"], super::super::limit::TOO_LARGE);
+        theirs.write_all(&[b'y'; 5000]).await.unwrap();
+        theirs.write_all(b"\"}]}}\n").await.unwrap();
+        let small = r#"{"jsonrpc":"2.0","id":6,"result":{}}"#;
+        for chunk in [&small[..10], &small[10..], "\n"] {
+            theirs.write_all(chunk.as_bytes()).await.unwrap();
+            tokio::task::yield_now().await;
+        }
+        let next = within(tokio::time::timeout(deadline, lines.receive()).await.unwrap());
+        assert_eq!(next["id"], 6);
+        assert_eq!(next["result"], serde_json::json!({}));
+        assert!(lines.line.capacity() < 4096, "the cut-off line was not kept");
     }
 
     /// Lines split across reads, a line over the bound dropped, blank lines skipped.

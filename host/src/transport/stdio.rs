@@ -22,7 +22,6 @@ use rmcp::service::{ClientInitializeError, RunningService};
 use rmcp::{ClientHandler, ClientServiceExt, RoleClient};
 
 use super::gate::Guarded;
-use super::limit::BoundedReader;
 use super::lines::Lines;
 use super::{Fault, SessionEnd, generation};
 use crate::config::ServerSpec;
@@ -140,7 +139,7 @@ pub struct StdioSession<H: ClientHandler> {
 }
 
 /// Starts the server and completes the MCP handshake within `spec`'s connect timeout. Its
-/// stdout is bounded to `spec.max_message` per line before rmcp buffers it, and everything it
+/// stdout is bounded to `spec.max_message` per line as it is read, and everything it
 /// sends passes the gate ([`Guarded`]). A handshake that fails names why: the exit status of a
 /// server that died, its refusal, or the timeout; the process is stopped then.
 pub async fn connect_session<H: ClientHandler>(
@@ -152,10 +151,7 @@ pub async fn connect_session<H: ClientHandler>(
 ) -> Result<StdioSession<H>, Fault> {
     let end = SessionEnd::new();
     let (process, stdout, stdin) = spawn(child, &end)?;
-    // The line transport's own cap stays above the reader's, so it never drops a line silently.
-    let reader = BoundedReader::lines(stdout, spec.max_message);
-    let transport: Lines<RoleClient, _, _> =
-        Lines::new(reader, stdin, spec.max_message.saturating_add(2));
+    let transport: Lines<RoleClient, _, _> = Lines::limited(stdout, stdin, spec.max_message);
     let transport = Guarded::new(transport, end.clone()).with_routes(routes);
     let opening = handler.serve_with_lifecycle(transport, lifecycle);
     match tokio::time::timeout(spec.timeouts.connect, opening).await {
