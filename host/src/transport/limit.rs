@@ -90,6 +90,17 @@ impl Oversized {
     }
 }
 
+/// What [`FrameLimiter::feed_frame`] did with a chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fed {
+    /// Bytes of the chunk it took.
+    pub taken: usize,
+    /// Whether they ended a frame.
+    pub ended: bool,
+    /// Whether what it appended is exactly those bytes.
+    pub unchanged: bool,
+}
+
 /// See the module documentation. Feed it bytes in order; it appends what to pass on.
 #[derive(Debug)]
 pub struct FrameLimiter {
@@ -126,22 +137,28 @@ impl FrameLimiter {
         }
     }
 
-    /// Filters `chunk`, appending what the reader should see to `out`. True when that is
-    /// `chunk` itself, unchanged.
-    pub fn feed(&mut self, mut chunk: &[u8], out: &mut Vec<u8>) -> bool {
-        let mut unchanged = true;
+    /// Filters `chunk`, appending what the reader should see to `out`.
+    pub fn feed(&mut self, mut chunk: &[u8], out: &mut Vec<u8>) {
         while !chunk.is_empty() {
-            let (piece, ends_frame) = match self.frame_end(chunk) {
-                Some(end) => (&chunk[..end], true),
-                None => (chunk, false),
-            };
-            chunk = &chunk[piece.len()..];
-            unchanged &= self.take(piece, out);
-            if ends_frame {
-                unchanged &= self.end_frame(out);
-            }
+            let fed = self.feed_frame(chunk, out);
+            chunk = &chunk[fed.taken..];
         }
-        unchanged
+    }
+
+    /// Filters `chunk` up to the end of the current frame (all of it if the frame goes on),
+    /// appending what the reader should see to `out`.
+    pub fn feed_frame(&mut self, chunk: &[u8], out: &mut Vec<u8>) -> Fed {
+        let end = self.frame_end(chunk);
+        let piece = &chunk[..end.unwrap_or(chunk.len())];
+        let mut unchanged = self.take(piece, out);
+        if end.is_some() {
+            unchanged &= self.end_frame(out);
+        }
+        Fed {
+            taken: piece.len(),
+            ended: end.is_some(),
+            unchanged,
+        }
     }
 
     /// Where the current frame ends in `chunk` (exclusive), if it does.
@@ -428,12 +445,20 @@ mod tests {
     }
 
     #[test]
-    fn feeding_says_whether_the_bytes_passed_unchanged() {
+    fn a_frame_at_a_time_says_where_it_ended_and_whether_it_passed_unchanged() {
         let mut limiter = FrameLimiter::new(Framing::Lines, 16);
         let mut out = Vec::new();
-        assert!(limiter.feed(b"{\"id\":1}\n{\"id\"", &mut out));
-        assert!(!limiter.feed(b":2,\"result\":\"long enough\"}\n", &mut out));
-        assert!(limiter.feed(b"{\"id\":3}\n", &mut out));
+        let fed = |taken, ended, unchanged| Fed {
+            taken,
+            ended,
+            unchanged,
+        };
+        let chunk = b"{\"id\":1}\n{\"id\"";
+        assert_eq!(limiter.feed_frame(chunk, &mut out), fed(9, true, true));
+        assert_eq!(limiter.feed_frame(&chunk[9..], &mut out), fed(5, false, true));
+        let long = b":2,\"result\":\"long enough\"}\n";
+        assert_eq!(limiter.feed_frame(long, &mut out), fed(long.len(), true, false));
+        assert_eq!(limiter.feed_frame(b"{}\n", &mut out), fed(3, true, true));
     }
 
     #[test]

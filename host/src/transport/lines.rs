@@ -303,17 +303,23 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
             if available.is_empty() {
                 return Ok(Line::End);
             }
-            let newline = memchr::memchr(b'\n', available);
-            let take = newline.map_or(available.len(), |at| at + 1);
-            let mut outcome = None;
             if let Some(limiter) = &mut self.limiter {
                 // The limiter bounds what it keeps: no line bound of our own. What it changed
                 // (a cut-off line, a "too large" answer) the next turn scans for lines.
-                if limiter.feed(&available[..take], &mut self.line) {
+                let fed = limiter.feed_frame(available, &mut self.line);
+                self.read.consume(fed.taken);
+                if fed.unchanged {
                     self.scanned = self.line.len();
-                    outcome = newline.map(|_| Line::Whole);
+                    if fed.ended {
+                        return Ok(Line::Whole);
+                    }
                 }
-            } else if self.discarding {
+                continue;
+            }
+            let newline = memchr::memchr(b'\n', available);
+            let take = newline.map_or(available.len(), |at| at + 1);
+            let mut outcome = None;
+            if self.discarding {
                 self.discarding = newline.is_none();
             } else if self.line.len() + take > self.max_line {
                 self.line.clear();
