@@ -2,13 +2,14 @@
 //! an upstream may make Tether buffer.
 //!
 //! [`FrameLimiter`] is a sans-IO filter over the bytes a server sends, framed as lines (stdio,
-//! fed by the line transport as it reads) or as server-sent events (legacy SSE). Frames within the limit pass unchanged. An oversized
-//! frame is cut off where it crosses the limit (what already passed is made unparsable, so the
-//! reader skips it) and dropped to its end; only its first and last bytes are kept. If it was
-//! the answer to one of our requests (its id is found in those bytes), the filter puts in its
-//! place a JSON-RPC error for that id that says "too large" ([`TOO_LARGE`]), so the one call
-//! waiting for it fails at once with a clear message instead of waiting for its deadline.
-//! Oversized notifications and requests from the server are dropped and counted.
+//! fed by the line transport as it reads) or as server-sent events (legacy SSE). Frames within
+//! the limit pass unchanged. An oversized frame is cut off where it crosses the limit (what
+//! already passed is made unparsable, so the reader skips it) and dropped to its end; only its
+//! first and last bytes are kept. If it was the answer to one of our requests (its id is found
+//! in those bytes), the filter puts in its place a JSON-RPC error for that id that says "too
+//! large" ([`TOO_LARGE`]), so the one call waiting for it fails at once with a clear message
+//! instead of waiting for its deadline. Oversized notifications and requests from the server
+//! are dropped and counted.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};

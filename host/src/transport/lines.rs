@@ -5,7 +5,10 @@
 //! It reads and writes what rmcp's own line transport does: one message per line, a line no
 //! longer than a bound (a longer one is dropped), a line that is not JSON ignored, a JSON value
 //! that is not a message answered with Invalid Request, a notification that cannot be read
-//! dropped (a notification is never answered). Two things differ, both for a tool call:
+//! dropped (a notification is never answered). A server's lines are bounded by the limiter of
+//! `limit.rs` instead ([`Lines::limited`]): it takes them from the read buffer into the line, so
+//! a line is copied once, and an oversized answer fails its call. Two things differ, both for a
+//! tool call:
 //!
 //! - The hot messages decode straight into their type ([`LineRole::decode_hot`]): a
 //!   `tools/call` request on the agent's side, the answer to a `tools/call` on the server's.
