@@ -719,11 +719,45 @@ mod tests {
         assert_eq!(route.take_back(), Some(Some(arguments)));
     }
 
+    /// A server's lines through the limiter: several in one read, one split across reads, blank
+    /// lines and `\r\n` endings, each read whole and in order.
+    #[tokio::test]
+    async fn a_servers_lines_are_read_whole_in_any_chunking() {
+        let answer = |id: u32| format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#);
+        let text = format!(
+            "{}\n{}\r\n\n{}\n{}\n",
+            answer(1),
+            answer(2),
+            answer(3),
+            answer(4)
+        );
+        for split in [1, 20, 41, 60, text.len() - 1] {
+            let (ours, mut theirs) = tokio::io::duplex(1 << 16);
+            let (read, write) = tokio::io::split(ours);
+            let mut lines: Lines<RoleClient, _, _> = Lines::limited(read, write, 1 << 10);
+            let (first, second) = text.as_bytes().split_at(split);
+            theirs.write_all(first).await.unwrap();
+            theirs.flush().await.unwrap();
+            let reader = tokio::spawn(async move {
+                let mut seen = Vec::new();
+                while let Some(message) = lines.receive().await {
+                    seen.push(as_json(&message)["id"].clone());
+                }
+                seen
+            });
+            tokio::task::yield_now().await;
+            theirs.write_all(second).await.unwrap();
+            drop(theirs);
+            assert_eq!(reader.await.unwrap(), [1, 2, 3, 4], "split at {split}");
+        }
+    }
+
     /// A server's oversized answer fails its call as soon as its id is read, before the line
-    /// ends (if it ever does); the lines after it pass untouched.
+    /// ends (if it ever does); the lines after it pass untouched. The pipe is narrow, so the
+    /// line's start passes before it crosses the limit and is cut off there.
     #[tokio::test]
     async fn an_oversized_answer_from_a_server_becomes_a_too_large_error_at_once() {
-        let (ours, mut theirs) = tokio::io::duplex(1 << 16);
+        let (ours, mut theirs) = tokio::io::duplex(64);
         let (read, write) = tokio::io::split(ours);
         let mut lines: Lines<RoleClient, _, _> = Lines::limited(read, write, 200);
         let within = |message: Option<RxJsonRpcMessage<RoleClient>>| as_json(&message.unwrap());
@@ -732,21 +766,28 @@ mod tests {
             r#"{{"jsonrpc":"2.0","id":5,"result":{{"content":[{{"type":"text","text":"{}"#,
             "x".repeat(1000)
         );
-        theirs.write_all(huge.as_bytes()).await.unwrap();
+        let (go_on, mark) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            theirs.write_all(huge.as_bytes()).await.unwrap();
+            mark.await.unwrap();
+            theirs.write_all(&[b'y'; 5000]).await.unwrap();
+            theirs.write_all(b"\"}]}}\n").await.unwrap();
+            let small = r#"{"jsonrpc":"2.0","id":6,"result":{}}"#;
+            for chunk in [&small[..10], &small[10..], "\n"] {
+                theirs.write_all(chunk.as_bytes()).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            theirs
+        });
         let answer = within(tokio::time::timeout(deadline, lines.receive()).await.unwrap());
         assert_eq!(answer["id"], 5);
         assert_eq!(answer["error"]["code"], super::super::limit::TOO_LARGE);
-        theirs.write_all(&[b'y'; 5000]).await.unwrap();
-        theirs.write_all(b"\"}]}}\n").await.unwrap();
-        let small = r#"{"jsonrpc":"2.0","id":6,"result":{}}"#;
-        for chunk in [&small[..10], &small[10..], "\n"] {
-            theirs.write_all(chunk.as_bytes()).await.unwrap();
-            tokio::task::yield_now().await;
-        }
+        go_on.send(()).unwrap();
         let next = within(tokio::time::timeout(deadline, lines.receive()).await.unwrap());
         assert_eq!(next["id"], 6);
         assert_eq!(next["result"], serde_json::json!({}));
         assert!(lines.line.capacity() < 4096, "the cut-off line was not kept");
+        drop(server.await.unwrap());
     }
 
     /// Lines split across reads, a line over the bound dropped, blank lines skipped.
