@@ -510,6 +510,19 @@ mod tests {
         serde_json::to_value(value).unwrap()
     }
 
+    /// The ids of the messages `lines` receives until its input ends.
+    async fn ids_received<Role: LineRole, R, W>(mut lines: Lines<Role, R, W>) -> Vec<serde_json::Value>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let mut seen = Vec::new();
+        while let Some(message) = lines.receive().await {
+            seen.push(as_json(&message)["id"].clone());
+        }
+        seen
+    }
+
     /// Text and values with every kind of character and number JSON treats specially.
     fn awkward() -> serde_json::Value {
         let every_ascii: String = (0u8..0x80).map(char::from).collect();
@@ -734,17 +747,11 @@ mod tests {
         for split in [1, 20, 41, 60, text.len() - 1] {
             let (ours, mut theirs) = tokio::io::duplex(1 << 16);
             let (read, write) = tokio::io::split(ours);
-            let mut lines: Lines<RoleClient, _, _> = Lines::limited(read, write, 1 << 10);
+            let lines: Lines<RoleClient, _, _> = Lines::limited(read, write, 1 << 10);
             let (first, second) = text.as_bytes().split_at(split);
             theirs.write_all(first).await.unwrap();
             theirs.flush().await.unwrap();
-            let reader = tokio::spawn(async move {
-                let mut seen = Vec::new();
-                while let Some(message) = lines.receive().await {
-                    seen.push(as_json(&message)["id"].clone());
-                }
-                seen
-            });
+            let reader = tokio::spawn(ids_received(lines));
             tokio::task::yield_now().await;
             theirs.write_all(second).await.unwrap();
             drop(theirs);
@@ -795,18 +802,12 @@ mod tests {
     async fn lines_are_read_whole_and_bounded() {
         let (ours, mut theirs) = tokio::io::duplex(1 << 16);
         let (read, write) = tokio::io::split(ours);
-        let mut lines: Lines<RoleServer, _, _> = Lines::new(read, write, 200);
+        let lines: Lines<RoleServer, _, _> = Lines::new(read, write, 200);
         let long = format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#,
             "x".repeat(300)
         );
-        let reader = tokio::spawn(async move {
-            let mut seen = Vec::new();
-            while let Some(message) = lines.receive().await {
-                seen.push(as_json(&message)["id"].clone());
-            }
-            seen
-        });
+        let reader = tokio::spawn(ids_received(lines));
         theirs.write_all(long.as_bytes()).await.unwrap();
         theirs.write_all(b"\n\n{\"jsonrpc\":\"2.0\",\"id\":2,").await.unwrap();
         theirs.flush().await.unwrap();
