@@ -169,22 +169,44 @@ pub(crate) struct HeldData {
     servers: BTreeMap<String, usize>,
     /// Restored from a snapshot without an account per server: the snapshot's size.
     restored: usize,
+    /// The sum of `servers`, kept as they change: every guest call asks for the total, and
+    /// summing would cost each call in proportion to the servers configured.
+    servers_total: usize,
 }
 
 impl HeldData {
+    /// Nothing held per server; `restored` bytes from a snapshot.
+    fn restored(restored: usize) -> Self {
+        Self {
+            restored,
+            ..Self::default()
+        }
+    }
+
     /// All the tool data the state holds, in bytes.
     pub(crate) fn total(&self) -> usize {
-        self.servers
-            .values()
-            .fold(self.restored, |sum, bytes| sum.saturating_add(*bytes))
+        self.restored.saturating_add(self.servers_total)
     }
 
     /// Accounts for `event`, which the policy has handled; `handed` is [`handed_over`] of it.
     fn note(&mut self, event: &Event, handed: Option<(&str, usize)>) {
-        if let Some((server, bytes)) = handed {
-            self.servers.insert(server.to_string(), bytes);
+        let replaced = if let Some((server, bytes)) = handed {
+            self.servers_total = self.servers_total.saturating_add(bytes);
+            self.servers.insert(server.to_string(), bytes)
         } else if let EventKind::ServerRemoved(server) = &event.kind {
-            self.servers.remove(server);
+            self.servers.remove(server)
+        } else {
+            None
+        };
+        // Sizes saturate at usize::MAX: a sum that saturated is recounted rather than drifting.
+        match self.servers_total {
+            usize::MAX => {
+                self.servers_total = self
+                    .servers
+                    .values()
+                    .fold(0, |sum, bytes| sum.saturating_add(*bytes));
+            }
+            _ => self.servers_total -= replaced.unwrap_or(0),
         }
     }
 }
@@ -445,11 +467,7 @@ impl PolicyInstance {
     /// Restores a snapshot. The data it carries is accounted as the snapshot's size; the runtime,
     /// which knows each server's share, uses `restore_holding`.
     pub fn restore(&mut self, snapshot: &[u8]) -> Result<(), PolicyError> {
-        let held = HeldData {
-            servers: BTreeMap::new(),
-            restored: snapshot.len(),
-        };
-        self.restore_holding(snapshot, held)
+        self.restore_holding(snapshot, HeldData::restored(snapshot.len()))
     }
 
     /// Restores a snapshot of an instance that held `held` when it was taken.
@@ -568,5 +586,62 @@ fn classify(error: &wasmtime::Error, fuel: u64, memory_cap: usize) -> PolicyFaul
         _ if memory => PolicyFault::Memory(memory_cap),
         Some(trap) => PolicyFault::Trap(format!("{trap}: {text}")),
         None => PolicyFault::Trap(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::types::SessionInfo;
+
+    fn connected(server: &str, tools: usize) -> Event {
+        let tool = |i: usize| Tool {
+            name: format!("tool{i}"),
+            description: None,
+            input_schema: String::new(),
+            read_only: false,
+            extra: String::new(),
+        };
+        Event {
+            now: 0,
+            kind: EventKind::Connected(SessionInfo {
+                server: server.to_string(),
+                server_info: "fixture 1".to_string(),
+                tools: (0..tools).map(tool).collect(),
+            }),
+        }
+    }
+
+    fn note(held: &mut HeldData, event: &Event) {
+        held.note(event, handed_over(event, false));
+    }
+
+    #[test]
+    fn the_data_held_follows_each_servers_latest_list() {
+        let mut held = HeldData::restored(100);
+        let (a, b) = (connected("a", 3), connected("b", 5));
+        let size = |event: &Event| handed_over(event, false).unwrap().1;
+        note(&mut held, &a);
+        note(&mut held, &b);
+        assert_eq!(held.total(), 100 + size(&a) + size(&b));
+        // A new list replaces the server's last one; it does not add to it.
+        let a_again = connected("a", 1);
+        note(&mut held, &a_again);
+        assert_eq!(held.total(), 100 + size(&a_again) + size(&b));
+        let removed = Event {
+            now: 0,
+            kind: EventKind::ServerRemoved("b".to_string()),
+        };
+        note(&mut held, &removed);
+        assert_eq!(held.total(), 100 + size(&a_again));
+        // Other events change nothing.
+        note(
+            &mut held,
+            &Event {
+                now: 0,
+                kind: EventKind::Shutdown,
+            },
+        );
+        assert_eq!(held.total(), 100 + size(&a_again));
     }
 }
