@@ -43,8 +43,9 @@ pub(super) fn call_context(
     server: &str,
     context: &RequestContext<RoleServer>,
     log_level: Option<LoggingLevel>,
+    client: Arc<Client>,
 ) -> CallContext {
-    let modern = modern_client(context);
+    let modern = client.modern;
     let log_level = if modern {
         context.meta.log_level()
     } else {
@@ -59,7 +60,7 @@ pub(super) fn call_context(
         log: log_level
             .filter(|_| modern)
             .map(|level| log_sink(server, level, context)),
-        client: Some(Arc::new(Client::of(context))),
+        client: Some(client),
         // Started by the gateway, which knows the method and its target.
         trace: None,
     }
@@ -203,10 +204,20 @@ impl Client {
         }
     }
 
+    /// Whether it speaks protocol 2026-07-28 or later (see [`modern_client`]).
+    pub(super) fn is_modern(&self) -> bool {
+        self.modern
+    }
+
     /// This client, whose server questions go to `questions` (a 2026-07-28 client's call).
-    pub(super) fn asking(mut self, questions: mpsc::UnboundedSender<Question>) -> Self {
-        self.questions = Some(questions);
-        self
+    pub(super) fn asking(&self, questions: mpsc::UnboundedSender<Question>) -> Self {
+        Self {
+            peer: self.peer.clone(),
+            request: self.request.clone(),
+            capabilities: self.capabilities.clone(),
+            modern: self.modern,
+            questions: Some(questions),
+        }
     }
 }
 

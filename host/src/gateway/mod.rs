@@ -178,6 +178,7 @@ impl Gateway {
         &self,
         request: CallToolRequestParams,
         mut call: CallContext,
+        client: &client::Client,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let asking = match request.request_state.as_deref() {
@@ -190,7 +191,7 @@ impl Gateway {
                 // The upstream call may outlive this request: it is cancelled on its own token.
                 let cancel = tokio_util::sync::CancellationToken::new();
                 call.cancel = cancel.clone();
-                call.client = Some(Arc::new(client::Client::of(context).asking(questions)));
+                call.client = Some(Arc::new(client.asking(questions)));
                 // A retry a 2026-07-28 server asked for carries its answers through.
                 call.input_responses = request.input_responses;
                 call.request_state = request.request_state;
@@ -214,9 +215,10 @@ impl Gateway {
         server: &str,
         (method, target): (&str, &str),
         context: &RequestContext<RoleServer>,
+        client: Arc<client::Client>,
     ) -> CallContext {
-        let mut call =
-            client::call_context(server, context, self.downstream.log_level(self.session));
+        let log_level = self.downstream.log_level(self.session);
+        let mut call = client::call_context(server, context, log_level, client);
         call.trace = Some(RequestTrace::start(method, target, &context.meta));
         call
     }
@@ -262,17 +264,15 @@ impl Gateway {
         make: impl Fn(Option<rmcp::model::InputResponses>, Option<String>) -> ClientRequest,
         context: &RequestContext<RoleServer>,
     ) -> Result<ServerResult, McpError> {
-        let call = self.call_context(server, (method, target), context);
-        let asker = client::Client::of(context);
+        let asker = Arc::new(client::Client::of(context));
+        let call = self.call_context(server, (method, target), context, asker.clone());
         let (mut responses, mut state) = first;
         for _ in 0..MAX_INPUT_ROUNDS {
             match self
                 .forward(server, method, make(responses, state), &call)
                 .await?
             {
-                ServerResult::InputRequiredResult(input)
-                    if !modern_client(context) && client::can_be_asked(&asker) =>
-                {
+                ServerResult::InputRequiredResult(input) if client::can_be_asked(&asker) => {
                     responses = Some(client::fulfil(server, &asker, &input).await?);
                     state = input.request_state;
                 }
@@ -670,7 +670,9 @@ impl ServerHandler for Gateway {
             if !self.supervisor.registry().knows(&request.name) {
                 self.supervisor.startup_settled().await;
             }
-            let modern = modern_client(&context);
+            // Its protocol version and capabilities are read once, here.
+            let asker = Arc::new(client::Client::of(&context));
+            let modern = asker.is_modern();
             // Only a client that asked for its call's log messages costs a route lookup.
             let server = (modern && context.meta.log_level().is_some())
                 .then(|| self.supervisor.registry().route_for_call(&request.name))
@@ -680,16 +682,18 @@ impl ServerHandler for Gateway {
                 server.as_deref().unwrap_or_default(),
                 ("tools/call", request.name.as_ref()),
                 &context,
+                asker.clone(),
             );
             if modern {
-                return self.call_for_modern_client(request, call, &context).await;
+                return self
+                    .call_for_modern_client(request, call, &asker, &context)
+                    .await;
             }
             // A retry after the server asked for input carries the answers through.
             call.input_responses = request.input_responses;
             call.request_state = request.request_state;
             // An older client is asked what a 2026-07-28 server needs, and the call retried
             // with the answers: keep the arguments for that only when it could be asked.
-            let asker = client::Client::of(&context);
             let retries = client::can_be_asked(&asker);
             let mut arguments = request.arguments;
             // For the words of a request for input: whose it is.
@@ -916,8 +920,9 @@ impl ServerHandler for Gateway {
                 _ => String::new(),
             };
             let request = ClientRequest::CompleteRequest(CompleteRequest::new(upstream));
-            let call =
-                self.call_context(&server, ("completion/complete", target.as_str()), &context);
+            let asker = Arc::new(client::Client::of(&context));
+            let what = ("completion/complete", target.as_str());
+            let call = self.call_context(&server, what, &context, asker);
             match self
                 .forward(&server, "completion/complete", request, &call)
                 .await?

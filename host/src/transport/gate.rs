@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use rmcp::RoleClient;
 use rmcp::model::{GetExtensions, GetMeta, JsonRpcMessage, ServerNotification};
 use rmcp::service::{InboundStreamOrigin, RxJsonRpcMessage, TxJsonRpcMessage};
@@ -78,7 +79,9 @@ impl TokenBucket {
 /// Wraps a client transport: see the module documentation.
 pub struct Guarded<T> {
     inner: T,
-    end: SessionEnd,
+    /// Resolves once the session's end is recorded. Made once and polled by every receive:
+    /// rmcp's loop drops and remakes its receive future on each of its events, several a call.
+    end_recorded: BoxFuture<'static, ()>,
     routes: Option<Arc<Routes>>,
     /// Once the session ended: until when requests in flight may still be answered.
     ending: Option<tokio::time::Instant>,
@@ -91,7 +94,7 @@ impl<T> Guarded<T> {
     pub fn new(inner: T, end: SessionEnd) -> Self {
         Self {
             inner,
-            end,
+            end_recorded: Box::pin(async move { end.recorded().await }),
             routes: None,
             ending: None,
             bucket: TokenBucket::new(BURST, RATE, Instant::now()),
@@ -196,7 +199,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Guarded<T> {
                 None => tokio::select! {
                     biased;
                     message = self.inner.receive() => message?,
-                    () = self.end.recorded() => {
+                    () = &mut self.end_recorded => {
                         self.ending = Some(tokio::time::Instant::now() + ANSWER_GRACE);
                         continue;
                     }
