@@ -38,7 +38,7 @@ pub(super) fn modern_client(context: &RequestContext<RoleServer>) -> bool {
 
 /// What a forwarded request takes along from the client's request: its cancellation,
 /// progress, log level (`log_level`: a 2026-07-28 request's own, else what the client's session
-/// set), its own log stream (2026-07-28), and the client itself.
+/// set), its own log stream (2026-07-28), and the client itself (`client`, of `context`).
 pub(super) fn call_context(
     server: &str,
     context: &RequestContext<RoleServer>,

@@ -207,9 +207,9 @@ impl Gateway {
         }
     }
 
-    /// What a request forwarded for the client of `context` takes along (see `client.rs`).
     /// What a forwarded `method` request for `target` (as the client names it) takes along from
-    /// the client's request, its trace started.
+    /// the client's request in `context` (`client` is that request's [`client::Client`]), its
+    /// trace started (see `client.rs`).
     fn call_context(
         &self,
         server: &str,

@@ -175,10 +175,10 @@ pub(crate) struct HeldData {
 }
 
 impl HeldData {
-    /// Nothing held per server; `restored` bytes from a snapshot.
-    fn restored(restored: usize) -> Self {
+    /// Nothing held per server; the `bytes` of a restored snapshot.
+    fn from_snapshot(bytes: usize) -> Self {
         Self {
-            restored,
+            restored: bytes,
             ..Self::default()
         }
     }
@@ -190,15 +190,25 @@ impl HeldData {
 
     /// Accounts for `event`, which the policy has handled; `handed` is [`handed_over`] of it.
     fn note(&mut self, event: &Event, handed: Option<(&str, usize)>) {
-        let replaced = if let Some((server, bytes)) = handed {
-            self.servers_total = self.servers_total.saturating_add(bytes);
-            self.servers.insert(server.to_string(), bytes)
+        if let Some((server, bytes)) = handed {
+            self.hold(server, Some(bytes));
         } else if let EventKind::ServerRemoved(server) = &event.kind {
-            self.servers.remove(server)
-        } else {
-            None
+            self.hold(server, None);
+        }
+    }
+
+    /// `server` now holds `bytes` of tool data (`None`: nothing, it is gone). Every change goes
+    /// through here, so the sum stays that of `servers`.
+    fn hold(&mut self, server: &str, bytes: Option<usize>) {
+        let replaced = match bytes {
+            Some(bytes) => {
+                self.servers_total = self.servers_total.saturating_add(bytes);
+                self.servers.insert(server.to_string(), bytes)
+            }
+            None => self.servers.remove(server),
         };
-        // Sizes saturate at usize::MAX: a sum that saturated is recounted rather than drifting.
+        // Below usize::MAX the sum is exact, so what it replaced is in it; a sum that
+        // saturated is recounted rather than drifting.
         match self.servers_total {
             usize::MAX => {
                 self.servers_total = self
@@ -467,7 +477,7 @@ impl PolicyInstance {
     /// Restores a snapshot. The data it carries is accounted as the snapshot's size; the runtime,
     /// which knows each server's share, uses `restore_holding`.
     pub fn restore(&mut self, snapshot: &[u8]) -> Result<(), PolicyError> {
-        self.restore_holding(snapshot, HeldData::restored(snapshot.len()))
+        self.restore_holding(snapshot, HeldData::from_snapshot(snapshot.len()))
     }
 
     /// Restores a snapshot of an instance that held `held` when it was taken.
@@ -554,8 +564,7 @@ impl PolicyInstance {
         let mut held = HeldData::default();
         for server in &handover.servers {
             if let Some(session) = &server.session {
-                held.servers
-                    .insert(server.config.name.clone(), tool_data(&session.tools, false));
+                held.hold(&server.config.name, Some(tool_data(&session.tools, false)));
             }
         }
         // A 0.2.1 policy hears the operator's naming of each server first.
@@ -618,7 +627,7 @@ mod tests {
 
     #[test]
     fn the_data_held_follows_each_servers_latest_list() {
-        let mut held = HeldData::restored(100);
+        let mut held = HeldData::from_snapshot(100);
         let (a, b) = (connected("a", 3), connected("b", 5));
         let size = |event: &Event| handed_over(event, false).unwrap().1;
         note(&mut held, &a);
@@ -643,5 +652,26 @@ mod tests {
             },
         );
         assert_eq!(held.total(), 100 + size(&a_again));
+    }
+
+    #[test]
+    fn the_data_held_stays_exact_through_a_take_over_and_a_saturated_sum() {
+        let mut held = HeldData::default();
+        // As a take-over fills it, then the server is removed: nothing is left held.
+        held.hold("handed", Some(40));
+        let removed = Event {
+            now: 0,
+            kind: EventKind::ServerRemoved("handed".to_string()),
+        };
+        note(&mut held, &removed);
+        assert_eq!(held.total(), 0);
+        // A sum that saturates is recounted once the huge list is replaced.
+        held.hold("a", Some(7));
+        held.hold("huge", Some(usize::MAX));
+        assert_eq!(held.total(), usize::MAX);
+        held.hold("huge", Some(5));
+        assert_eq!(held.total(), 12);
+        held.hold("huge", None);
+        assert_eq!(held.total(), 7);
     }
 }

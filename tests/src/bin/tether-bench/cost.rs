@@ -3,7 +3,8 @@
 //!
 //! `tether serve` runs under callgrind on stdio in front of a stdio fixture (the fixture is not
 //! traced). A client of each generation makes N echo calls; the same run with no calls is the
-//! baseline, so shutdown cancels out (counting starts once the tools are listed):
+//! baseline. Counting starts once the tools are listed and the sessions' first keepalives are
+//! past, and stops before the client leaves (neither start-up nor shutdown is counted):
 //! instructions per call = (Ir(N calls) − Ir(0 calls)) / N. `--tether` measures another build
 //! (e.g. an older commit's `tether-cli`) with the same client, for a before/after.
 //! `--servers N --tools M` adds N−1 more servers offering M generated tools each (the called one
@@ -123,8 +124,8 @@ async fn instructions(
     let mut serve = Command::new("valgrind");
     serve
         .arg("--tool=callgrind")
-        // Counted from readiness on (see below): start-up, however long with many servers, is
-        // not in the totals compared.
+        // Counted from two keepalive floors after readiness on (see below): start-up, however
+        // long with many servers, is not in the totals compared.
         .arg("--instr-atstart=no")
         .arg(format!("--callgrind-out-file={}", out.display()))
         .arg(tether)
