@@ -3,8 +3,9 @@
 //!
 //! `tether serve` runs under callgrind on stdio in front of a stdio fixture (the fixture is not
 //! traced). A client of each generation makes N echo calls; the same run with no calls is the
-//! baseline. Counting starts once the tools are listed and the sessions' first keepalives are
-//! past, and stops before the client leaves (neither start-up nor shutdown is counted):
+//! baseline. Counting starts once the tools are listed and every session is proven (the admin
+//! API says `healthy`), and stops before the client leaves (neither start-up nor shutdown is
+//! counted):
 //! instructions per call = (Ir(N calls) − Ir(0 calls)) / N. `--tether` measures another build
 //! (e.g. an older commit's `tether-cli`) with the same client, for a before/after.
 //! `--servers N --tools M` adds N−1 more servers offering M generated tools each (the called one
@@ -124,8 +125,8 @@ async fn instructions(
     let mut serve = Command::new("valgrind");
     serve
         .arg("--tool=callgrind")
-        // Counted from two keepalive floors after readiness on (see below): start-up, however
-        // long with many servers, is not in the totals compared.
+        // Counted once every session is proven (see below): start-up, however long with many
+        // servers, is not in the totals compared.
         .arg("--instr-atstart=no")
         .arg(format!("--callgrind-out-file={}", out.display()))
         .arg(tether)
@@ -172,9 +173,9 @@ async fn instructions(
     )
     .await;
     // Each session's first keepalive, which proves it, comes KEEPALIVE_FLOOR after it opened:
-    // with many servers some open just before readiness. Counting starts once those are past,
-    // so neither run counts them (they would be charged to the calls of the longer one).
-    tokio::time::sleep(2 * tether::config::Timeouts::KEEPALIVE_FLOOR).await;
+    // with many servers some open just before readiness. Counting starts once all are proven,
+    // so neither run counts those pings (they would be charged to the calls of the longer one).
+    all_proven(&dir.join("state.json"), load.servers).await;
     callgrind_control(pid, "--instr=on").await;
     for _ in 0..calls {
         match load.result_bytes {
@@ -213,6 +214,42 @@ async fn instructions(
     total("totals:")
         .or_else(|| total("summary:"))
         .expect("an instruction total in callgrind's output")
+}
+
+/// Waits until the admin API of the gateway that wrote `state_file` reports `servers` servers,
+/// every one `healthy` (its session proven).
+async fn all_proven(state_file: &Path, servers: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    let http = reqwest::Client::new();
+    let proven = |status: &serde_json::Value| {
+        status["servers"].as_array().is_some_and(|rows| {
+            rows.len() == servers && rows.iter().all(|row| row["state"] == "healthy")
+        })
+    };
+    loop {
+        let status = admin_status(&http, state_file).await;
+        if status.as_ref().is_some_and(proven) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sessions were not all proven within 600 s: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The admin API's `/status` of the gateway that wrote `state_file`, once it answers.
+async fn admin_status(http: &reqwest::Client, state_file: &Path) -> Option<serde_json::Value> {
+    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(state_file).ok()?).ok()?;
+    let (addr, token) = (state["addr"].as_str()?, state["token"].as_str()?);
+    let response = http
+        .get(format!("http://{addr}/status"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .ok()?;
+    serde_json::from_slice(&response.bytes().await.ok()?).ok()
 }
 
 /// Turns callgrind's counting in the gateway process on or off.
