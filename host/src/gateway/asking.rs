@@ -8,6 +8,9 @@
 //! client calls again with the answers and that state, hands each answer to the server's
 //! waiting request and goes on with the same call. The call runs once; nothing is replayed.
 
+use std::sync::Arc;
+
+use crate::transport::lines::raw::RawResult;
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::sync::Mutex;
@@ -65,6 +68,9 @@ pub(super) struct Asking {
     cancel: CancellationToken,
     tool: String,
     expires: Instant,
+    /// Where the upstream call's result may come as the server's bytes: the slot of the request
+    /// that started it, which a call resumed by another request must move over.
+    pub(super) raw: Option<Arc<RawResult>>,
 }
 
 /// What one turn of a call ends with.
@@ -82,8 +88,10 @@ impl Asking {
         questions: mpsc::UnboundedReceiver<Question>,
         cancel: CancellationToken,
         tool: String,
+        raw: Option<Arc<RawResult>>,
     ) -> Self {
         Self {
+            raw,
             running: Running::Here(Box::pin(call)),
             questions,
             waiting: BTreeMap::new(),

@@ -15,13 +15,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 use rmcp::RoleServer;
 use rmcp::model::{
     CallToolRequest, ClientRequest, Extensions, GetExtensions, GetMeta, JsonRpcMessage, RequestId,
-    RequestMetaObject,
+    RequestMetaObject, ServerResult,
 };
 use rmcp::service::{Peer, RequestContext, Service};
 use tokio_util::sync::CancellationToken;
 
 use super::Gateway;
-use crate::transport::lines::{Answers, DirectCalls};
+use crate::transport::lines::raw::{RawResult, is_placeholder};
+use crate::transport::lines::{Answer, Answers, DirectCalls};
 
 /// Calls running, by the client's request id: what cancels each.
 type Running = Mutex<RunningCalls>;
@@ -73,6 +74,9 @@ impl DirectCalls for Direct {
         std::mem::swap(&mut meta, request.get_meta_mut());
         std::mem::swap(&mut extensions, request.extensions_mut());
         let cancel = self.session.child_token();
+        // A result of the right shape comes back as the server's bytes, written as they are.
+        let raw = Arc::new(RawResult::default());
+        extensions.insert(raw.clone());
         let mut context = RequestContext::new(id.clone(), peer.clone());
         context.ct = cancel.child_token();
         context.meta = meta;
@@ -93,9 +97,19 @@ impl DirectCalls for Direct {
                 return;
             };
             cancel.cancel();
-            let answer = match result {
-                Ok(result) => JsonRpcMessage::response(result, id),
-                Err(error) => JsonRpcMessage::error(error, Some(id)),
+            let answer = match (result, raw.take()) {
+                // Still the placeholder the bytes stand for: nothing on the way changed it.
+                (Ok(ServerResult::CallToolResult(result)), Some(bytes))
+                    if is_placeholder(&result) =>
+                {
+                    Answer::Raw {
+                        id,
+                        result: bytes,
+                        complete: result.result_type.is_some(),
+                    }
+                }
+                (Ok(result), _) => Answer::Message(JsonRpcMessage::response(result, id)),
+                (Err(error), _) => Answer::Message(JsonRpcMessage::error(error, Some(id))),
             };
             if let Err(error) = answers(answer).await {
                 tracing::debug!("could not answer a tool call: {error}");

@@ -43,6 +43,7 @@ use crate::registry::Route;
 use crate::supervisor::Supervisor;
 use crate::telemetry::RequestTrace;
 use crate::transport::lines::Lines;
+use crate::transport::lines::raw::{self, RawResult, is_placeholder};
 use crate::upstream::{CallContext, CallFailure, ServerEvent, Session};
 use client::{MAX_INPUT_ROUNDS, modern_client};
 use downstream::Downstream;
@@ -197,12 +198,17 @@ impl Gateway {
                 call.request_state = request.request_state;
                 let supervisor = self.supervisor.clone();
                 let (tool, arguments) = (request.name.to_string(), request.arguments);
+                let raw = call.raw.clone();
                 let running = async move { supervisor.call_tool_in(&tool, arguments, call).await };
-                asking::Asking::start(running, asked, cancel, request.name.to_string())
+                asking::Asking::start(running, asked, cancel, request.name.to_string(), raw)
             }
         };
+        let raw = asking.raw.clone();
         match self.parking.drive(asking, &context.ct).await {
-            asking::Turn::Done(outcome) => call_answer(&request.name, outcome, true),
+            asking::Turn::Done(outcome) => {
+                let outcome = raw_to_this_request(outcome, raw, &context.extensions);
+                call_answer(&request.name, outcome, true)
+            }
             asking::Turn::Ask(input) => Ok(CallToolResponse::InputRequired(input)),
         }
     }
@@ -492,6 +498,34 @@ fn own_meta(meta: Option<MetaObject>) -> Option<MetaObject> {
     let mut meta = meta?;
     meta.0.remove("io.modelcontextprotocol/serverInfo");
     (!meta.0.is_empty()).then_some(meta)
+}
+
+/// A call resumed by a later request than the one that started it: the result's bytes go to
+/// this request's slot, or, where this request has none, back into the result.
+fn raw_to_this_request(
+    mut outcome: asking::CallOutcome,
+    raw: Option<Arc<RawResult>>,
+    extensions: &rmcp::model::Extensions,
+) -> asking::CallOutcome {
+    let here = extensions.get::<Arc<RawResult>>();
+    let Some(raw) = raw.filter(|raw| here.is_none_or(|here| !Arc::ptr_eq(raw, here))) else {
+        return outcome;
+    };
+    let Some(bytes) = raw.take() else {
+        return outcome;
+    };
+    match (here, &mut outcome) {
+        (Some(here), _) => here.fill(bytes),
+        (None, Ok(CallToolResponse::Complete(result))) if is_placeholder(result) => {
+            *result = raw::typed(&bytes).unwrap_or_else(|| {
+                rmcp::model::CallToolResult::error(vec![rmcp::model::ContentBlock::text(
+                    "The tool answered with a result Tether could not read.",
+                )])
+            });
+        }
+        (None, _) => {}
+    }
+    outcome
 }
 
 fn unexpected(server: &str, method: &str) -> McpError {

@@ -21,6 +21,9 @@
 //!   serde_json takes one; it writes the same bytes (tested below), so nothing else changes. The
 //!   hot messages are read with it too (the same values; anything it refuses goes to rmcp's
 //!   decoder as before).
+//! - The answer to a `tools/call` whose client can take the server's bytes (a slot in its route)
+//!   is not decoded at all when the agent would get it unchanged: its bytes go to the slot and
+//!   rmcp gets a placeholder ([`raw`]).
 //! - A `tools/call` whose write failed hands its arguments back through its route
 //!   ([`CallRoute::give_back`]): the call never left, so it may go out again, and its arguments
 //!   need not be copied before the first try.
@@ -44,9 +47,11 @@ use super::limit::{FrameLimiter, Framing};
 use crate::upstream::route::RouteTag;
 
 mod direct;
+pub mod raw;
 mod wire;
 
-pub use direct::{Answers, Direct, DirectCalls};
+pub use direct::{Answer, Answers, Direct, DirectCalls};
+use raw::RawResult;
 
 /// The line bound where nothing else bounds it (the agent's side): rmcp's own default.
 pub use rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH as DEFAULT_MAX_LINE;
@@ -72,30 +77,42 @@ pub trait LineRole: ServiceRole {
     }
 }
 
-/// The `tools/call` requests Tether sent upstream that await their answer, by id. Bounded: a
-/// call that is never answered is forgotten once `CALLS_REMEMBERED` newer ones went out (its
-/// late answer then takes rmcp's decoder, with the same result).
+/// The `tools/call` requests Tether sent upstream that await their answer, by id, with the slot
+/// each result's bytes may go to ([`raw`]). Bounded: a call that is never answered is forgotten
+/// once `CALLS_REMEMBERED` newer ones went out (its late answer then takes rmcp's decoder, with
+/// the same result).
 #[derive(Default)]
-pub struct CallsInFlight(VecDeque<RequestId>);
+pub struct CallsInFlight {
+    calls: VecDeque<(RequestId, Option<Arc<RawResult>>)>,
+    /// How many of them have a slot.
+    slots: usize,
+}
 
 const CALLS_REMEMBERED: usize = 256;
 
 impl CallsInFlight {
-    fn insert(&mut self, id: RequestId) {
-        if self.0.len() == CALLS_REMEMBERED {
-            self.0.pop_front();
+    fn insert(&mut self, id: RequestId, slot: Option<Arc<RawResult>>) {
+        if self.calls.len() == CALLS_REMEMBERED {
+            self.forget(0);
         }
-        self.0.push_back(id);
+        self.slots += usize::from(slot.is_some());
+        self.calls.push_back((id, slot));
     }
 
-    fn remove(&mut self, id: &RequestId) -> bool {
-        match self.0.iter().position(|known| known == id) {
-            Some(at) => {
-                self.0.remove(at);
-                true
-            }
-            None => false,
-        }
+    /// Forgets call `id`; whether it was in flight, and its slot.
+    fn remove(&mut self, id: &RequestId) -> Option<Option<Arc<RawResult>>> {
+        let at = self.calls.iter().position(|(known, _)| known == id)?;
+        Some(self.forget(at))
+    }
+
+    fn forget(&mut self, at: usize) -> Option<Arc<RawResult>> {
+        let (_, slot) = self.calls.remove(at)?;
+        self.slots -= usize::from(slot.is_some());
+        slot
+    }
+
+    fn is_empty(&self) -> bool {
+        self.calls.is_empty()
     }
 }
 
@@ -107,7 +124,9 @@ impl LineRole for RoleClient {
             JsonRpcMessage::Request(request)
                 if matches!(request.request, ClientRequest::CallToolRequest(_)) =>
             {
-                calls.insert(request.id.clone());
+                let slot = request.request.extensions().get::<RouteTag>();
+                let slot = slot.and_then(|RouteTag(route)| route.raw.clone());
+                calls.insert(request.id.clone(), slot);
             }
             JsonRpcMessage::Notification(notification) => {
                 if let ClientNotification::CancelledNotification(cancelled) =
@@ -122,15 +141,28 @@ impl LineRole for RoleClient {
     }
 
     fn decode_hot(line: &[u8], calls: &mut CallsInFlight) -> Option<RxJsonRpcMessage<Self>> {
-        if calls.0.is_empty() {
+        if calls.is_empty() {
             return None;
+        }
+        if calls.slots > 0
+            && let Some((id, result)) = raw::read(line)
+            && let Some(position) = calls.calls.iter().position(|(known, _)| *known == id)
+            && calls.calls[position].1.is_some()
+            && raw::passes_unchanged(result.as_raw_str())
+        {
+            if let Some(slot) = calls.forget(position) {
+                slot.fill(result.as_raw_str().as_bytes().to_vec());
+            }
+            return Some(JsonRpcMessage::Response(JsonRpcResponse {
+                jsonrpc: Default::default(),
+                id,
+                result: ServerResult::CallToolResult(raw::placeholder()),
+            }));
         }
         // Only an answer to a call of ours is taken as a call's result: the answer to another
         // request could parse as one too.
         let response: JsonRpcResponse<CallToolResult> = sonic_rs::from_slice(line).ok()?;
-        if !calls.remove(&response.id) {
-            return None;
-        }
+        calls.remove(&response.id)?;
         Some(JsonRpcMessage::Response(JsonRpcResponse {
             jsonrpc: response.jsonrpc,
             id: response.id,
@@ -377,8 +409,16 @@ impl<R, W: AsyncWrite + Unpin + Send + 'static> Lines<RoleServer, R, W> {
     /// The agent's tool calls go to `calls` once it takes them (see [`DirectCalls`]).
     pub fn with_direct(mut self, calls: Arc<dyn DirectCalls>) -> Self {
         let write = self.write.clone();
-        let answers: Answers =
-            Arc::new(move |message| Box::pin(write_message::<RoleServer, W>(write.clone(), message)));
+        let answers: Answers = Arc::new(move |answer| match answer {
+            Answer::Message(message) => {
+                Box::pin(write_message::<RoleServer, W>(write.clone(), message))
+            }
+            Answer::Raw {
+                id,
+                result,
+                complete,
+            } => Box::pin(write_raw(write.clone(), id, result, complete)),
+        });
         self.direct = Some(Direct { calls, answers });
         self
     }
@@ -406,6 +446,27 @@ async fn write_message<Role: LineRole, W: AsyncWrite + Unpin + Send + 'static>(
         Role::unsent(item);
     }
     written
+}
+
+/// Writes the answer to tool call `id` with the result's bytes as the server wrote them (see
+/// [`raw`]): the bytes are not copied again, the line goes out in one vectored write.
+async fn write_raw<W: AsyncWrite + Unpin + Send + 'static>(
+    write: Arc<Mutex<Option<W>>>,
+    id: RequestId,
+    result: Vec<u8>,
+    complete: bool,
+) -> std::io::Result<()> {
+    use bytes::Buf;
+    let (head, body, tail) = raw::answer_line(&id, &result, complete);
+    let mut line = head.as_slice().chain(body).chain(tail);
+    let mut write = write.lock().await;
+    match write.as_mut() {
+        Some(writer) => {
+            writer.write_all_buf(&mut line).await?;
+            writer.flush().await
+        }
+        None => Err(std::io::ErrorKind::NotConnected.into()),
+    }
 }
 
 fn invalid_request_answer<Role: ServiceRole>() -> Vec<u8> {
@@ -618,7 +679,7 @@ mod tests {
         let mut calls = CallsInFlight::default();
         // Not a call of ours: rmcp decides what it is.
         assert!(RoleClient::decode_hot(answer.as_bytes(), &mut calls).is_none());
-        calls.insert(RequestId::Number(3));
+        calls.insert(RequestId::Number(3), None);
         let hot = RoleClient::decode_hot(answer.as_bytes(), &mut calls).expect("hot");
         assert_eq!(as_json(&hot), as_json(&generic::<RoleClient>(answer)));
         assert!(matches!(
@@ -628,7 +689,7 @@ mod tests {
                 ..
             })
         ));
-        assert!(calls.0.is_empty(), "answered: forgotten");
+        assert!(calls.is_empty(), "answered: forgotten");
     }
 
     #[test]
@@ -649,7 +710,7 @@ mod tests {
                 1,
             );
             let mut calls = CallsInFlight::default();
-            calls.insert(serde_json::from_value(id).unwrap());
+            calls.insert(serde_json::from_value(id).unwrap(), None);
             let hot = RoleClient::decode_hot(answer.as_bytes(), &mut calls).expect("hot");
             assert_eq!(as_json(&hot), as_json(&generic::<RoleClient>(&answer)));
         }
@@ -660,7 +721,7 @@ mod tests {
         assert_eq!(as_json(&hot), as_json(&generic::<RoleServer>(&call)));
         // Not JSON, or not whole: nothing hot.
         let mut calls = CallsInFlight::default();
-        calls.insert(RequestId::Number(3));
+        calls.insert(RequestId::Number(3), None);
         for broken in [r#"{"jsonrpc":"2.0","id":3,"result":{"content":[]}} x"#, r#"{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"\x"}]}}"#, r#"{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"\ud800"}]}}"#] {
             assert!(serde_json::from_str::<serde_json::Value>(broken).is_err(), "{broken}");
             assert!(RoleClient::decode_hot(broken.as_bytes(), &mut calls).is_none(), "{broken}");
@@ -670,7 +731,7 @@ mod tests {
     #[test]
     fn a_call_answered_with_something_else_takes_rmcps_decoder() {
         let mut calls = CallsInFlight::default();
-        calls.insert(RequestId::Number(4));
+        calls.insert(RequestId::Number(4), None);
         // A 2026-07-28 server asking for input instead of answering.
         let input = r#"{"jsonrpc":"2.0","id":4,"result":{"resultType":"input_required","inputRequests":{}}}"#;
         assert!(RoleClient::decode_hot(input.as_bytes(), &mut calls).is_none());
@@ -679,18 +740,61 @@ mod tests {
             panic!("an error answer")
         };
         assert!(matches!(message, JsonRpcMessage::Error(_)));
-        assert!(calls.0.is_empty(), "answered with an error: forgotten");
+        assert!(calls.is_empty(), "answered with an error: forgotten");
+    }
+
+    #[test]
+    fn a_result_that_passes_unchanged_goes_to_its_calls_slot_as_the_servers_bytes() {
+        let result = r#"{"content":[{"type":"text","text":"a\u00e9 \"q\""}], "x" : [1.50]}"#;
+        let answer = format!(r#"{{"id":5,"jsonrpc":"2.0","result":{result}}}"#);
+        let mut calls = CallsInFlight::default();
+        let slot = Arc::new(RawResult::default());
+        calls.insert(RequestId::Number(4), Some(Arc::new(RawResult::default())));
+        calls.insert(RequestId::Number(5), Some(slot.clone()));
+        let hot = RoleClient::decode_hot(answer.as_bytes(), &mut calls).expect("hot");
+        let JsonRpcMessage::Response(JsonRpcResponse {
+            id,
+            result: ServerResult::CallToolResult(placeholder),
+            ..
+        }) = hot
+        else {
+            panic!("a call's result")
+        };
+        assert_eq!(id, RequestId::Number(5));
+        assert!(raw::is_placeholder(&placeholder));
+        assert_eq!(slot.take().as_deref(), Some(result.as_bytes()), "byte for byte");
+        assert_eq!((calls.calls.len(), calls.slots), (1, 1));
+        // An error's words are for the policy: it decodes, and the slot stays empty.
+        let slot = Arc::new(RawResult::default());
+        calls.insert(RequestId::Number(6), Some(slot.clone()));
+        let error = r#"{"jsonrpc":"2.0","id":6,"result":{"content":[],"isError":true}}"#;
+        let hot = RoleClient::decode_hot(error.as_bytes(), &mut calls).expect("hot");
+        assert_eq!(as_json(&hot), as_json(&generic::<RoleClient>(error)));
+        assert!(slot.take().is_none());
+        assert_eq!((calls.calls.len(), calls.slots), (1, 1));
+        // A call without a slot decodes as before.
+        calls.insert(RequestId::Number(7), None);
+        let plain = answer.replace("\"id\":5", "\"id\":7");
+        let hot = RoleClient::decode_hot(plain.as_bytes(), &mut calls).expect("hot");
+        assert_eq!(as_json(&hot), as_json(&generic::<RoleClient>(&plain)));
+        assert_eq!((calls.calls.len(), calls.slots), (1, 1));
     }
 
     #[test]
     fn calls_never_answered_are_forgotten_past_the_bound() {
         let mut calls = CallsInFlight::default();
         for id in 0..(CALLS_REMEMBERED as i64 + 10) {
-            calls.insert(RequestId::Number(id));
+            calls.insert(RequestId::Number(id), None);
         }
-        assert_eq!(calls.0.len(), CALLS_REMEMBERED);
-        assert!(!calls.remove(&RequestId::Number(0)));
-        assert!(calls.remove(&RequestId::Number(CALLS_REMEMBERED as i64 + 9)));
+        assert_eq!(calls.calls.len(), CALLS_REMEMBERED);
+        calls.insert(RequestId::Number(-1), Some(Arc::default()));
+        assert_eq!(calls.slots, 1);
+        assert!(calls.remove(&RequestId::Number(0)).is_none());
+        assert!(calls.remove(&RequestId::Number(CALLS_REMEMBERED as i64 + 9)).is_some());
+        for id in 1000..1000 + CALLS_REMEMBERED as i64 {
+            calls.insert(RequestId::Number(id), None);
+        }
+        assert_eq!(calls.slots, 0, "the slot of a call forgotten is forgotten with it");
     }
 
     #[test]

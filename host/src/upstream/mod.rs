@@ -124,6 +124,8 @@ pub struct CallContext {
     pub client: Option<Arc<dyn ClientAsk>>,
     /// The request's trace: what it records, and the trace context sent upstream with it.
     pub(crate) trace: Option<Arc<crate::telemetry::RequestTrace>>,
+    /// Where a tool call's result may go as the server's bytes (see [`CallRoute::raw`]).
+    pub(crate) raw: Option<Arc<crate::transport::lines::raw::RawResult>>,
 }
 
 /// The client side of a session: tells the supervisor of list changes, the gateway of events,
@@ -820,6 +822,7 @@ impl Session {
             progress: context.progress.clone(),
             log: context.log.clone(),
             client: context.client.clone(),
+            raw: context.raw.clone(),
             ..CallRoute::default()
         });
         request.extensions_mut().insert(RouteTag(route.clone()));

@@ -20,6 +20,7 @@ use rmcp::model::{
 use rmcp::service::InboundStreamOrigin;
 
 use super::LogSink;
+use crate::transport::lines::raw::RawResult;
 
 /// Receives an upstream request's progress, already in its client's terms; `flush` resolves once
 /// everything received so far has been passed on.
@@ -51,6 +52,9 @@ pub struct CallRoute {
     pub client: Option<Arc<dyn ClientAsk>>,
     /// A tool call's arguments, handed back by a transport that could not write the call.
     pub(crate) unsent: Mutex<Option<Option<JsonObject>>>,
+    /// Where a tool call's result may go as the server's bytes, for a client whose answers
+    /// can carry them (`transport/lines/raw.rs`).
+    pub(crate) raw: Option<Arc<RawResult>>,
 }
 
 impl CallRoute {

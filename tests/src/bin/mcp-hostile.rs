@@ -12,6 +12,8 @@
 //! - `list-changed-flood N FILE`: after `initialized`, N `notifications/tools/list_changed`;
 //!   every tools/list received appends a line to FILE.
 //! - `log-flood N BYTES`: after `initialized`, N `notifications/message` of BYTES each.
+//! - `verbatim`: the `big` tool answers with JSON a writer would not write back the same way
+//!   ([`VERBATIM`]; with the argument `error: true`, an error result alike).
 //! - `sampling`: the `big` tool asks the client for `sampling/createMessage` and answers with
 //!   what the client said (its error message, or its result).
 //!
@@ -23,6 +25,11 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 
 type Out = Arc<Mutex<std::io::Stdout>>;
+
+/// `verbatim`'s results: an escaped `é` and `/`, a number with a trailing zero, a member no
+/// protocol generation defines.
+const VERBATIM: &str = r#"{"content":[{"type":"text","text":"caf\u00e9 \/"}],"structuredContent":{"n":1.50},"x-note":"kept"}"#;
+const VERBATIM_ERROR: &str = r#"{"content":[{"type":"text","text":"caf\u00e9 \/"}],"structuredContent":{"n":1.50},"isError":true}"#;
 
 fn send(out: &Out, message: &Value) {
     let mut out = out.lock().unwrap();
@@ -155,6 +162,14 @@ fn main() {
                                    "result": {"content": [{"type": "text", "text": text}]}})
                             .to_string()
                         };
+                        send_raw(&out, line.as_bytes(), true);
+                    }
+                    "verbatim" => {
+                        let error = message["params"]["arguments"]["error"] == json!(true);
+                        let result = if error { VERBATIM_ERROR } else { VERBATIM };
+                        let id = id.clone().unwrap_or(Value::Null);
+                        let line =
+                            format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{result}}}");
                         send_raw(&out, line.as_bytes(), true);
                     }
                     "endless-line" => {

@@ -1,7 +1,8 @@
 //! What crosses Tether between a client and an upstream, seen on the wire: every progress
 //! notification of a call, in order, before its answer, for clients and upstreams of both
-//! generations; resource subscriptions across generations; and a first answer that waits for
-//! the servers still starting (and later answers that never wait).
+//! generations; resource subscriptions across generations; a first answer that waits for the
+//! servers still starting (and later answers that never wait); and a result that reaches a stdio
+//! agent as a stdio server wrote it.
 
 #![allow(deprecated)] // resources/subscribe is legacy-only, and what an older client uses
 
@@ -433,6 +434,107 @@ async fn a_client_that_lists_once_at_start_gets_the_servers_still_starting() {
 }
 
 /// Keeps reading a child's stderr so it never blocks on a full pipe.
+/// What `mcp-hostile verbatim` answers its `big` tool with (`error`: its error result): JSON a
+/// parser reads and a writer would not write back the same way (an escaped `é` and `/`, a number
+/// with a trailing zero, a member no protocol generation defines).
+const VERBATIM: &str = r#"{"content":[{"type":"text","text":"caf\u00e9 \/"}],"structuredContent":{"n":1.50},"x-note":"kept"}"#;
+const VERBATIM_ERROR: &str = r#"{"content":[{"type":"text","text":"caf\u00e9 \/"}],"structuredContent":{"n":1.50},"isError":true}"#;
+
+/// The bytes a stream carried, kept as they are read.
+struct Tap<R> {
+    inner: R,
+    seen: Arc<Mutex<Vec<u8>>>,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Tap<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        let fresh = buf.filled()[before..].to_vec();
+        self.seen.lock().unwrap().extend_from_slice(&fresh);
+        polled
+    }
+}
+
+/// An agent on `tether serve`'s stdio, of either generation, in front of a stdio server: a result
+/// the agent gets unchanged reaches it as the server wrote it, byte for byte (a 2026-07-28
+/// agent's with `resultType` first); an error result, whose words the policy reads, takes the
+/// typed way and reaches it all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_reaches_a_stdio_agent_as_the_server_wrote_it() {
+    use rmcp::ClientServiceExt;
+    use rmcp::model::{ProtocolVersion, ResultType};
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("servers.json");
+    let hostile = env!("CARGO_BIN_EXE_mcp-hostile");
+    let servers = json!({"mcpServers": {"h": {"command": hostile, "args": ["verbatim"]}}});
+    std::fs::write(&config, servers.to_string()).unwrap();
+    for modern in [false, true] {
+        let mut tether = serve(dir.path(), &config, &[], None);
+        drain_stderr(&mut tether);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let read = Tap {
+            inner: tether.stdout.take().unwrap(),
+            seen: seen.clone(),
+        };
+        let lifecycle = match modern {
+            true => rmcp::ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+            false => rmcp::ClientLifecycleMode::Initialize,
+        };
+        let client =
+            ().serve_with_lifecycle((read, tether.stdin.take().unwrap()), lifecycle)
+                .await
+                .expect("an MCP session on stdio");
+        let tools = client.peer().list_all_tools().await.expect("tools/list");
+        let big = tools
+            .iter()
+            .find(|tool| tool.name.ends_with("big"))
+            .expect("the server's tools")
+            .name
+            .clone();
+
+        let result = client
+            .peer()
+            .call_tool(CallToolRequestParams::new(big.clone()))
+            .await
+            .expect("the call");
+        assert_eq!(text(&result), "café /");
+        assert_eq!(result.structured_content, Some(json!({"n": 1.5})));
+        let expected = match modern {
+            true => VERBATIM.replacen('{', r#"{"resultType":"complete","#, 1),
+            false => VERBATIM.to_string(),
+        };
+        assert_eq!(result.result_type, modern.then_some(ResultType::COMPLETE));
+        let wire = String::from_utf8(seen.lock().unwrap().clone()).unwrap();
+        assert!(
+            wire.contains(&format!(r#""result":{expected}}}"#)),
+            "modern: {modern}; the agent read: {wire}"
+        );
+
+        let failed = client
+            .peer()
+            .call_tool(
+                CallToolRequestParams::new(big)
+                    .with_arguments(args(json!({"error": true})).unwrap()),
+            )
+            .await
+            .expect("the call");
+        assert_eq!(failed.is_error, Some(true));
+        assert_eq!(text(&failed), "café /");
+        let wire = String::from_utf8(seen.lock().unwrap().clone()).unwrap();
+        assert!(!wire.contains(VERBATIM_ERROR), "typed, not passed: {wire}");
+        drop(client);
+        let _ = terminate(tether).await;
+    }
+}
+
 fn drain_stderr(child: &mut Child) {
     if let Some(stderr) = child.stderr.take() {
         tokio::spawn(async move {

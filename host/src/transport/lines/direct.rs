@@ -27,9 +27,20 @@ pub trait DirectCalls: Send + Sync {
     fn closed(&self);
 }
 
-/// Writes one message to the client.
-pub type Answers =
-    Arc<dyn Fn(TxJsonRpcMessage<RoleServer>) -> BoxFuture<'static, std::io::Result<()>> + Send + Sync>;
+/// What the client is answered with.
+pub enum Answer {
+    Message(TxJsonRpcMessage<RoleServer>),
+    /// The answer to tool call `id` whose result came as the server's bytes ([`super::raw`]),
+    /// with `"resultType":"complete"` added for a 2026-07-28 client (`complete`).
+    Raw {
+        id: RequestId,
+        result: Vec<u8>,
+        complete: bool,
+    },
+}
+
+/// Writes one answer to the client.
+pub type Answers = Arc<dyn Fn(Answer) -> BoxFuture<'static, std::io::Result<()>> + Send + Sync>;
 
 /// A transport's direct calls and how their answers are written (made by
 /// [`super::Lines::with_direct`]).
