@@ -70,6 +70,11 @@ pub trait LineRole: ServiceRole {
     fn received(message: &RxJsonRpcMessage<Self>, memory: &mut Self::Memory);
     /// A message whose write failed: what it carried that its sender wants back.
     fn unsent(item: TxJsonRpcMessage<Self>);
+    /// A result [`Self::decode_hot`] found in the line that goes to a slot (see [`raw`]).
+    fn kept(memory: &mut Self::Memory) -> Option<Kept> {
+        let _ = memory;
+        None
+    }
     /// What the service loop gets of `message` when tool calls go `direct` (`lines/direct.rs`).
     fn divert(message: RxJsonRpcMessage<Self>, direct: &Direct) -> Option<RxJsonRpcMessage<Self>> {
         let _ = direct;
@@ -86,6 +91,15 @@ pub struct CallsInFlight {
     calls: VecDeque<(RequestId, Option<Arc<RawResult>>)>,
     /// How many of them have a slot.
     slots: usize,
+    /// The result in the line just decoded that goes to its slot.
+    kept: Option<Kept>,
+}
+
+/// A result to keep: its slot, and where it lies (its address in the line and its length).
+pub struct Kept {
+    slot: Arc<RawResult>,
+    at: usize,
+    len: usize,
 }
 
 const CALLS_REMEMBERED: usize = 256;
@@ -145,13 +159,13 @@ impl LineRole for RoleClient {
             return None;
         }
         if calls.slots > 0
-            && let Some((id, result)) = raw::read(line)
+            && let Some((id, Some(result))) = raw::read(line)
             && let Some(position) = calls.calls.iter().position(|(known, _)| *known == id)
             && calls.calls[position].1.is_some()
-            && raw::passes_unchanged(result.as_raw_str())
         {
             if let Some(slot) = calls.forget(position) {
-                slot.fill(result.as_raw_str().as_bytes().to_vec());
+                let (at, len) = (result.as_ptr() as usize, result.len());
+                calls.kept = Some(Kept { slot, at, len });
             }
             return Some(JsonRpcMessage::Response(JsonRpcResponse {
                 jsonrpc: Default::default(),
@@ -179,6 +193,10 @@ impl LineRole for RoleClient {
             }) => wire::write_call(id, call, out).map(|()| true),
             _ => Ok(false),
         }
+    }
+
+    fn kept(calls: &mut CallsInFlight) -> Option<Kept> {
+        calls.kept.take()
     }
 
     fn received(message: &RxJsonRpcMessage<Self>, calls: &mut CallsInFlight) {
@@ -373,6 +391,26 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
         }
     }
 
+    /// Puts a result of the line just read in its slot: the line's buffer itself where the line
+    /// is all of it (a fresh one of the same size takes its place), else a copy.
+    fn keep(&mut self, kept: Kept) {
+        let start = kept.at.wrapping_sub(self.line.as_ptr() as usize);
+        let range = start..start.saturating_add(kept.len);
+        let bytes = match self.scanned == self.line.len() {
+            true => {
+                let buffer = Vec::with_capacity(self.line.capacity());
+                raw::RawBytes::new(std::mem::replace(&mut self.line, buffer), range)
+            }
+            false => (self.line.get(range))
+                .and_then(|bytes| raw::RawBytes::new(bytes.to_vec(), 0..kept.len)),
+        };
+        match bytes {
+            Some(bytes) => kept.slot.fill(bytes),
+            // Cannot be: the result was found in this very line.
+            None => tracing::error!("a result to pass on lies outside its line"),
+        }
+    }
+
     /// The client's side ended: direct calls still running are cancelled.
     fn closed(&self) {
         if let Some(direct) = &self.direct {
@@ -453,11 +491,11 @@ async fn write_message<Role: LineRole, W: AsyncWrite + Unpin + Send + 'static>(
 async fn write_raw<W: AsyncWrite + Unpin + Send + 'static>(
     write: Arc<Mutex<Option<W>>>,
     id: RequestId,
-    result: Vec<u8>,
+    result: raw::RawBytes,
     complete: bool,
 ) -> std::io::Result<()> {
     use bytes::Buf;
-    let (head, body, tail) = raw::answer_line(&id, &result, complete);
+    let (head, body, tail) = raw::answer_line(&id, result.as_slice(), complete);
     let mut line = head.as_slice().chain(body).chain(tail);
     let mut write = write.lock().await;
     match write.as_mut() {
@@ -527,7 +565,11 @@ where
                 true => Decoded::Ignored,
                 false => decode::<Role>(line, &mut self.memory),
             };
-            match self.scanned == self.line.len() {
+            // Keeping may take the whole buffer (then nothing is left to drop).
+            if let Some(kept) = Role::kept(&mut self.memory) {
+                self.keep(kept);
+            }
+            match self.scanned >= self.line.len() {
                 true => self.line.clear(),
                 false => drop(self.line.drain(..self.scanned)),
             }
@@ -762,7 +804,10 @@ mod tests {
         };
         assert_eq!(id, RequestId::Number(5));
         assert!(raw::is_placeholder(&placeholder));
-        assert_eq!(slot.take().as_deref(), Some(result.as_bytes()), "byte for byte");
+        let kept = RoleClient::kept(&mut calls).expect("kept");
+        assert!(Arc::ptr_eq(&kept.slot, &slot));
+        let at = kept.at - answer.as_ptr() as usize;
+        assert_eq!(&answer.as_bytes()[at..at + kept.len], result.as_bytes(), "byte for byte");
         assert_eq!((calls.calls.len(), calls.slots), (1, 1));
         // An error's words are for the policy: it decodes, and the slot stays empty.
         let slot = Arc::new(RawResult::default());
@@ -770,7 +815,7 @@ mod tests {
         let error = r#"{"jsonrpc":"2.0","id":6,"result":{"content":[],"isError":true}}"#;
         let hot = RoleClient::decode_hot(error.as_bytes(), &mut calls).expect("hot");
         assert_eq!(as_json(&hot), as_json(&generic::<RoleClient>(error)));
-        assert!(slot.take().is_none());
+        assert!(RoleClient::kept(&mut calls).is_none());
         assert_eq!((calls.calls.len(), calls.slots), (1, 1));
         // A call without a slot decodes as before.
         calls.insert(RequestId::Number(7), None);
@@ -834,6 +879,48 @@ mod tests {
             .await;
         assert!(sent.is_err());
         assert_eq!(route.take_back(), Some(Some(arguments)));
+    }
+
+    /// Results passed on as bytes, read through the limiter: with a line after it in the same
+    /// read (copied out) and as the last line read (its buffer moved), each exactly as written.
+    #[tokio::test]
+    async fn results_for_slots_are_kept_byte_for_byte_from_the_lines_read() {
+        let (ours, mut theirs) = tokio::io::duplex(1 << 16);
+        let (read, write) = tokio::io::split(ours);
+        let mut lines: Lines<RoleClient, _, _> = Lines::limited(read, write, 1 << 10);
+        let mut slots = Vec::new();
+        for id in [1, 2] {
+            let route = Arc::new(CallRoute {
+                raw: Some(Arc::default()),
+                ..CallRoute::default()
+            });
+            slots.push(route.raw.clone().unwrap());
+            let mut request = ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(
+                CallToolRequestParams::new("t"),
+            ));
+            request.extensions_mut().insert(RouteTag(route));
+            let request = JsonRpcMessage::request(request, RequestId::Number(id));
+            lines.send(request).await.expect("the call is written");
+        }
+        let result = |n: u32| format!(r#"{{ "content" : [{{"type":"text","text":"\u00e9{n}"}}] }}"#);
+        let text = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}}\r\n{{\"id\":2,\"result\":{},\"jsonrpc\":\"2.0\"}}\n",
+            result(1),
+            result(2)
+        );
+        theirs.write_all(text.as_bytes()).await.unwrap();
+        for (id, slot) in (1..=2).zip(&slots) {
+            let Some(JsonRpcMessage::Response(response)) = lines.receive().await else {
+                panic!("an answer")
+            };
+            assert_eq!(response.id, RequestId::Number(id));
+            let ServerResult::CallToolResult(placeholder) = response.result else {
+                panic!("a call's result")
+            };
+            assert!(raw::is_placeholder(&placeholder));
+            let bytes = slot.take().expect("the result's bytes");
+            assert_eq!(bytes.as_slice(), result(id as u32).as_bytes());
+        }
     }
 
     /// A server's lines through the limiter: several in one read, one split across reads, blank

@@ -34,7 +34,7 @@ pub enum Answer {
     /// with `"resultType":"complete"` added for a 2026-07-28 client (`complete`).
     Raw {
         id: RequestId,
-        result: Vec<u8>,
+        result: super::raw::RawBytes,
         complete: bool,
     },
 }

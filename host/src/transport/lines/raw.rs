@@ -23,16 +23,36 @@ use sonic_rs::LazyValue;
 
 /// Where a call's result bytes wait for the agent's answer (one per call).
 #[derive(Default)]
-pub struct RawResult(Mutex<Option<Vec<u8>>>);
+pub struct RawResult(Mutex<Option<RawBytes>>);
 
 impl RawResult {
-    pub fn fill(&self, bytes: Vec<u8>) {
+    pub fn fill(&self, bytes: RawBytes) {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes);
     }
 
     /// The result's bytes, if the server's answer came as bytes.
-    pub fn take(&self) -> Option<Vec<u8>> {
+    pub fn take(&self) -> Option<RawBytes> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+/// A result's bytes: the line they came on, moved rather than copied where the line was the
+/// whole buffer read, and where they lie in it.
+#[derive(Debug)]
+pub struct RawBytes {
+    buffer: Vec<u8>,
+    range: std::ops::Range<usize>,
+}
+
+impl RawBytes {
+    /// `range` of `buffer`; `None` if it is not within it.
+    pub fn new(buffer: Vec<u8>, range: std::ops::Range<usize>) -> Option<Self> {
+        buffer.get(range.clone())?;
+        Some(Self { buffer, range })
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.buffer[self.range.clone()]
     }
 }
 
@@ -53,8 +73,8 @@ pub fn is_placeholder(result: &CallToolResult) -> bool {
 }
 
 /// The result in `bytes` as rmcp's type, for an answer that cannot carry the bytes after all.
-pub fn typed(bytes: &[u8]) -> Option<CallToolResult> {
-    serde_json::from_slice(bytes).ok()
+pub fn typed(bytes: &RawBytes) -> Option<CallToolResult> {
+    serde_json::from_slice(bytes.as_slice()).ok()
 }
 
 #[derive(Deserialize)]
@@ -63,59 +83,104 @@ struct Envelope<'a> {
     jsonrpc: JsonRpcVersion2_0,
     id: RequestId,
     #[serde(borrow)]
-    result: LazyValue<'a>,
+    result: Members<'a>,
 }
 
-/// The members of a result that decide whether it passes unchanged.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Shape<'a> {
-    #[serde(borrow)]
-    content: Option<LazyValue<'a>>,
-    is_error: Option<bool>,
-    #[serde(borrow)]
-    result_type: Option<LazyValue<'a>>,
-    #[serde(borrow)]
-    structured_content: Option<LazyValue<'a>>,
-    #[serde(rename = "_meta", borrow)]
-    meta: Option<LazyValue<'a>>,
+/// What a result's one validated pass finds: whether it passes unchanged, and the two ends that
+/// locate it in the line (its first member's name and its last member's value, both borrowed
+/// from the line where they hold no escapes).
+struct Members<'a> {
+    passes: bool,
+    first_key: Option<&'a str>,
+    last_value: Option<LazyValue<'a>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Members<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let members: Members<'de> = deserializer.deserialize_map(MembersVisitor)?;
+        Ok(members)
+    }
+}
+
+struct MembersVisitor;
+
+impl<'de> serde::de::Visitor<'de> for MembersVisitor {
+    type Value = Members<'de>;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("a tool call's result")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+        let mut members = Members {
+            passes: true,
+            first_key: None,
+            last_value: None,
+        };
+        let mut content = false;
+        // A name with escapes cannot be borrowed: the whole answer then takes the typed way.
+        while let Some(key) = map.next_key::<&'de str>()? {
+            let value: LazyValue<'de> = map.next_value()?;
+            let raw = value.as_raw_str().as_bytes();
+            members.passes &= match key {
+                "content" => {
+                    content = raw.first() == Some(&b'[');
+                    content
+                }
+                "isError" => raw == b"false",
+                "resultType" => false,
+                "structuredContent" => raw.first() == Some(&b'{'),
+                "_meta" => meta_passes(raw),
+                _ => true,
+            };
+            members.first_key.get_or_insert(key);
+            members.last_value = Some(value);
+        }
+        members.passes &= content;
+        Ok(members)
+    }
 }
 
 /// The `_meta` member Tether drops from results (it names the server behind the gateway).
 const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
-/// The id of the answer on `line` and its result's bytes, if it is a valid JSON-RPC answer with
-/// a result.
-pub(super) fn read(line: &[u8]) -> Option<(RequestId, LazyValue<'_>)> {
+/// The id of the answer on `line`, if it is a valid JSON-RPC answer with a result (validated
+/// whole, in one pass), and the result's bytes if the agent gets it exactly as the typed way
+/// would give it, up to the order of members and members neither generation defines: content
+/// and no more of what Tether or rmcp change — no error (the policy reads its words), no
+/// `resultType` (dropped for older agents), structured content only as an object (older agents
+/// get any other in the content), `_meta` without the server's identity.
+pub(super) fn read(line: &[u8]) -> Option<(RequestId, Option<&[u8]>)> {
     let envelope: Envelope = sonic_rs::from_slice(line).ok()?;
-    Some((envelope.id, envelope.result))
+    let members = envelope.result;
+    let bytes = members.passes.then(|| span(line, &members)).flatten();
+    Some((envelope.id, bytes))
 }
 
-/// Whether the agent gets `result` (already validated JSON) exactly as the typed way would give
-/// it, up to the order of members and members neither generation defines: content and no more
-/// of what Tether or rmcp change — no error (the policy reads its words), no `resultType`
-/// (dropped for older agents), structured content only as an object (older agents get any
-/// other in the content), `_meta` without the server's identity.
-pub(super) fn passes_unchanged(result: &str) -> bool {
-    let Ok(shape) = sonic_rs::from_str::<Shape>(result) else {
-        return false;
+/// Where the result of `members` lies in `line`: from the `{` before its first member's name to
+/// the `}` after its last member's value. `None` where either end is not a slice of the line
+/// (a last value that is a string with escapes is a copy).
+fn span<'a>(line: &'a [u8], members: &Members) -> Option<&'a [u8]> {
+    let offset = |slice: &[u8]| {
+        let at = (slice.as_ptr() as usize).checked_sub(line.as_ptr() as usize)?;
+        (at + slice.len() <= line.len()).then_some(at)
     };
-    let starts = |value: &Option<LazyValue>, with: u8| {
-        value
-            .as_ref()
-            .is_none_or(|value| value.as_raw_str().as_bytes().first() == Some(&with))
-    };
-    shape.content.is_some()
-        && starts(&shape.content, b'[')
-        && shape.is_error != Some(true)
-        && shape.result_type.is_none()
-        && starts(&shape.structured_content, b'{')
-        && shape.meta.as_ref().is_none_or(|meta| {
-            sonic_rs::from_str::<std::collections::HashMap<String, serde::de::IgnoredAny>>(
-                meta.as_raw_str(),
-            )
-            .is_ok_and(|members| !members.is_empty() && !members.contains_key(SERVER_INFO))
-        })
+    let key = offset(members.first_key?.as_bytes())?;
+    let last = members.last_value.as_ref()?.as_raw_str().as_bytes();
+    let end = offset(last)? + last.len();
+    // Before the name: its opening quote, then only whitespace back to the brace.
+    let before = line[..key.checked_sub(1)?].trim_ascii_end();
+    let after = line[end..].trim_ascii_start();
+    let open = before.len().checked_sub(1)?;
+    let close = line.len() - after.len();
+    (line[open] == b'{' && after.first() == Some(&b'}')).then(|| &line[open..=close])
+}
+
+/// Whether a result's `_meta` reaches the agent unchanged: an object with members, none of them
+/// the server's identity.
+fn meta_passes(meta: &[u8]) -> bool {
+    sonic_rs::from_slice::<std::collections::HashMap<String, serde::de::IgnoredAny>>(meta)
+        .is_ok_and(|members| !members.is_empty() && !members.contains_key(SERVER_INFO))
 }
 
 /// Writes the answer `id` to a tool call whose result is `result`'s bytes, as one line, with
@@ -144,7 +209,13 @@ mod tests {
     use super::*;
 
     fn passes(result: &str) -> bool {
-        passes_unchanged(result)
+        let line = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
+        // A result that is not an object is no answer this reads: the typed way.
+        let bytes = read(line.as_bytes()).and_then(|(_, bytes)| bytes);
+        if let Some(bytes) = bytes {
+            assert_eq!(bytes, result.as_bytes(), "the result's bytes, whole");
+        }
+        bytes.is_some()
     }
 
     #[test]
@@ -161,17 +232,24 @@ mod tests {
         assert!(!passes(r#"{"content":[],"_meta":{}}"#));
         assert!(!passes(&format!(r#"{{"content":[],"_meta":{{"{SERVER_INFO}":{{}}}}}}"#)));
         assert!(!passes("[]"));
+        assert!(!passes(r#"{"content":[],"isError":"no"}"#));
+        assert!(!passes(r#"{"content":[],"isError":false,"isError":true}"#));
     }
 
     #[test]
     fn only_a_valid_answer_is_read() {
         let line = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"a\"b"}]}}"#;
-        let (id, result) = read(line).unwrap();
-        let result = result.as_raw_str();
-        assert_eq!(id, RequestId::Number(7));
-        assert_eq!(result, r#"{"content":[{"type":"text","text":"a\"b"}]}"#);
-        assert!(passes_unchanged(result));
+        let result = r#"{"content":[{"type":"text","text":"a\"b"}]}"#.as_bytes();
+        assert_eq!(read(line).unwrap(), (RequestId::Number(7), Some(result)));
+        // Found whatever the spacing and order of the answer's members.
+        let spaced = br#" { "result" : {  "x" : "y\"" , "content" : [ ] } , "id" : 7 , "jsonrpc" : "2.0" } "#;
+        let result = br#"{  "x" : "y\"" , "content" : [ ] }"#.as_slice();
+        assert_eq!(read(spaced).unwrap(), (RequestId::Number(7), Some(result)));
+        // A last value that is a string with escapes is not the line's: the typed way.
+        let escaped = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[],"x":"\u0041"}}"#;
+        assert_eq!(read(escaped).unwrap(), (RequestId::Number(7), None));
         assert!(read(br#"{"jsonrpc":"2.0","id":7,"result":{"content":[}}"#).is_none());
+        assert!(read(br#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}} x"#).is_none());
         assert!(read(br#"{"jsonrpc":"1.0","id":7,"result":{"content":[]}}"#).is_none());
         assert!(read(br#"{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"x"}}"#).is_none());
     }
