@@ -391,12 +391,15 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
         }
     }
 
-    /// Puts a result of the line just read in its slot: the line's buffer itself where the line
-    /// is all of it (a fresh one of the same size takes its place), else a copy.
+    /// Puts a result of the line just read in its slot: a large one in the line's buffer itself
+    /// where the line is all of it (a fresh one of the same size takes its place), else a copy.
     fn keep(&mut self, kept: Kept) {
+        /// Below this a copy costs less than a fresh buffer.
+        const MOVE_FROM: usize = 16 << 10;
         let start = kept.at.wrapping_sub(self.line.as_ptr() as usize);
         let range = start..start.saturating_add(kept.len);
-        let bytes = match self.scanned == self.line.len() {
+        let whole = self.scanned == self.line.len() && kept.len * 2 >= self.line.capacity();
+        let bytes = match whole && kept.len >= MOVE_FROM {
             true => {
                 let buffer = Vec::with_capacity(self.line.capacity());
                 raw::RawBytes::new(std::mem::replace(&mut self.line, buffer), range)
@@ -881,13 +884,14 @@ mod tests {
         assert_eq!(route.take_back(), Some(Some(arguments)));
     }
 
-    /// Results passed on as bytes, read through the limiter: with a line after it in the same
-    /// read (copied out) and as the last line read (its buffer moved), each exactly as written.
+    /// Results passed on as bytes, read through the limiter: a small one with a line after it in
+    /// the same read (copied out), a large one as the last line read (its buffer moved), each
+    /// exactly as written.
     #[tokio::test]
     async fn results_for_slots_are_kept_byte_for_byte_from_the_lines_read() {
         let (ours, mut theirs) = tokio::io::duplex(1 << 16);
         let (read, write) = tokio::io::split(ours);
-        let mut lines: Lines<RoleClient, _, _> = Lines::limited(read, write, 1 << 10);
+        let mut lines: Lines<RoleClient, _, _> = Lines::limited(read, write, 1 << 16);
         let mut slots = Vec::new();
         for id in [1, 2] {
             let route = Arc::new(CallRoute {
@@ -902,7 +906,10 @@ mod tests {
             let request = JsonRpcMessage::request(request, RequestId::Number(id));
             lines.send(request).await.expect("the call is written");
         }
-        let result = |n: u32| format!(r#"{{ "content" : [{{"type":"text","text":"\u00e9{n}"}}] }}"#);
+        let result = |n: u32| {
+            let text = "x".repeat(n as usize * n as usize * 5_000);
+            format!(r#"{{ "content" : [{{"type":"text","text":"\u00e9{text}"}}] }}"#)
+        };
         let text = format!(
             "{{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}}\r\n{{\"id\":2,\"result\":{},\"jsonrpc\":\"2.0\"}}\n",
             result(1),
