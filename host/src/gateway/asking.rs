@@ -8,12 +8,10 @@
 //! client calls again with the answers and that state, hands each answer to the server's
 //! waiting request and goes on with the same call. The call runs once; nothing is replayed.
 
-use std::sync::Arc;
-
 use crate::transport::lines::raw::RawResult;
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;

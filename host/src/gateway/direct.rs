@@ -97,19 +97,25 @@ impl DirectCalls for Direct {
                 return;
             };
             cancel.cancel();
-            let answer = match (result, raw.take()) {
-                // Still the placeholder the bytes stand for: nothing on the way changed it.
-                (Ok(ServerResult::CallToolResult(result)), Some(bytes))
-                    if is_placeholder(&result) =>
-                {
-                    Answer::Raw {
-                        id,
-                        result: bytes,
-                        complete: result.result_type.is_some(),
+            let answer = match result {
+                // Still the placeholder the bytes stand for: nothing on the way changed it. (A
+                // call parked for input leaves its slot alone: the request resuming it moves
+                // the bytes over.)
+                Ok(ServerResult::CallToolResult(result)) if is_placeholder(&result) => {
+                    match raw.take() {
+                        Some(bytes) => Answer::Raw {
+                            id,
+                            result: bytes,
+                            complete: result.result_type.is_some(),
+                        },
+                        None => Answer::Message(JsonRpcMessage::response(
+                            ServerResult::CallToolResult(result),
+                            id,
+                        )),
                     }
                 }
-                (Ok(result), _) => Answer::Message(JsonRpcMessage::response(result, id)),
-                (Err(error), _) => Answer::Message(JsonRpcMessage::error(error, Some(id))),
+                Ok(result) => Answer::Message(JsonRpcMessage::response(result, id)),
+                Err(error) => Answer::Message(JsonRpcMessage::error(error, Some(id))),
             };
             if let Err(error) = answers(answer).await {
                 tracing::debug!("could not answer a tool call: {error}");

@@ -504,14 +504,15 @@ fn own_meta(meta: Option<MetaObject>) -> Option<MetaObject> {
 /// this request's slot, or, where this request has none, back into the result.
 fn raw_to_this_request(
     mut outcome: asking::CallOutcome,
-    raw: Option<Arc<RawResult>>,
+    started: Option<Arc<RawResult>>,
     extensions: &rmcp::model::Extensions,
 ) -> asking::CallOutcome {
     let here = extensions.get::<Arc<RawResult>>();
-    let Some(raw) = raw.filter(|raw| here.is_none_or(|here| !Arc::ptr_eq(raw, here))) else {
+    let Some(started) = started.filter(|slot| here.is_none_or(|here| !Arc::ptr_eq(slot, here)))
+    else {
         return outcome;
     };
-    let Some(bytes) = raw.take() else {
+    let Some(bytes) = started.take() else {
         return outcome;
     };
     match (here, &mut outcome) {

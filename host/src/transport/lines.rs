@@ -104,6 +104,9 @@ pub struct Kept {
 
 const CALLS_REMEMBERED: usize = 256;
 
+/// The nesting serde_json accepts (its recursion limit).
+const MAX_NESTING: usize = 128;
+
 impl CallsInFlight {
     fn insert(&mut self, id: RequestId, slot: Option<Arc<RawResult>>) {
         if self.calls.len() == CALLS_REMEMBERED {
@@ -155,7 +158,10 @@ impl LineRole for RoleClient {
     }
 
     fn decode_hot(line: &[u8], calls: &mut CallsInFlight) -> Option<RxJsonRpcMessage<Self>> {
-        if calls.is_empty() {
+        // sonic-rs skips nested values recursively with no bound: a line that could nest deeper
+        // than serde_json allows takes rmcp's decoder, which refuses it.
+        if calls.is_empty() || memchr::memchr2_iter(b'[', b'{', line).nth(MAX_NESTING).is_some()
+        {
             return None;
         }
         if calls.slots > 0
@@ -404,7 +410,7 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
                 let buffer = Vec::with_capacity(self.line.capacity());
                 raw::RawBytes::new(std::mem::replace(&mut self.line, buffer), range)
             }
-            false => (self.line.get(range))
+            false => self.line.get(range)
                 .and_then(|bytes| raw::RawBytes::new(bytes.to_vec(), 0..kept.len)),
         };
         match bytes {
@@ -826,6 +832,23 @@ mod tests {
         let hot = RoleClient::decode_hot(plain.as_bytes(), &mut calls).expect("hot");
         assert_eq!(as_json(&hot), as_json(&generic::<RoleClient>(&plain)));
         assert_eq!((calls.calls.len(), calls.slots), (1, 1));
+    }
+
+    #[test]
+    fn an_answer_nested_deeper_than_serde_json_allows_is_refused_not_recursed_into() {
+        let mut calls = CallsInFlight::default();
+        calls.insert(RequestId::Number(1), Some(Arc::default()));
+        let depth = 100_000;
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"result":{{"content":[{}{}]}}}}"#,
+            "[".repeat(depth),
+            "]".repeat(depth)
+        );
+        assert!(RoleClient::decode_hot(line.as_bytes(), &mut calls).is_none());
+        assert!(!matches!(
+            decode::<RoleClient>(line.as_bytes(), &mut calls),
+            Decoded::Message(_)
+        ));
     }
 
     #[test]

@@ -433,7 +433,6 @@ async fn a_client_that_lists_once_at_start_gets_the_servers_still_starting() {
     assert!(terminate(gateway.tether).await.success());
 }
 
-/// Keeps reading a child's stderr so it never blocks on a full pipe.
 /// What `mcp-hostile verbatim` answers its `big` tool with (`error`: its error result): JSON a
 /// parser reads and a writer would not write back the same way (an escaped `é` and `/`, a number
 /// with a trailing zero, a member no protocol generation defines).
@@ -535,6 +534,73 @@ async fn a_result_reaches_a_stdio_agent_as_the_server_wrote_it() {
     }
 }
 
+/// A 2026-07-28 agent on stdio whose call an older server asks something during: the agent gets
+/// the question as a request for input, calls again with its answer, and the server's result —
+/// which arrives for the first request's call — reaches the request that resumed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_resumed_with_answers_on_stdio_gets_the_servers_result() {
+    use rmcp::ClientServiceExt;
+    use rmcp::model::{CallToolResponse, ClientCapabilities, ClientInfo, ProtocolVersion};
+
+    #[derive(Clone)]
+    struct Sampler;
+    impl ClientHandler for Sampler {
+        fn get_info(&self) -> ClientInfo {
+            let mut info = ClientInfo::default();
+            info.capabilities = ClientCapabilities::builder().enable_sampling().build();
+            info
+        }
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("servers.json");
+    let hostile = env!("CARGO_BIN_EXE_mcp-hostile");
+    let servers = json!({"mcpServers": {"h": {"command": hostile, "args": ["sampling"]}}});
+    std::fs::write(&config, servers.to_string()).unwrap();
+    let mut tether = serve(dir.path(), &config, &[], None);
+    drain_stderr(&mut tether);
+    let io = (tether.stdout.take().unwrap(), tether.stdin.take().unwrap());
+    let lifecycle = rmcp::ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    };
+    let client = Sampler
+        .serve_with_lifecycle(io, lifecycle)
+        .await
+        .expect("an MCP session on stdio");
+    let tools = client.peer().list_all_tools().await.expect("tools/list");
+    let big = tools
+        .iter()
+        .find(|tool| tool.name.ends_with("big"))
+        .expect("the server's tools")
+        .name
+        .clone();
+    let asked = client
+        .peer()
+        .call_tool_once(CallToolRequestParams::new(big.clone()))
+        .await
+        .expect("the call");
+    let CallToolResponse::InputRequired(asked) = asked else {
+        panic!("the server's question comes as a request for input: {asked:?}")
+    };
+    let key = (asked.input_requests.as_ref())
+        .and_then(|requests| requests.keys().next().cloned())
+        .expect("a question");
+    let mut retry = CallToolRequestParams::new(big);
+    let answer = json!({"role": "assistant", "model": "m",
+                        "content": {"type": "text", "text": "from the agent"}});
+    retry.input_responses = Some([(key, answer)].into());
+    retry.request_state = asked.request_state;
+    let answered = client.peer().call_tool(retry).await.expect("the retry");
+    assert!(
+        text(&answered).starts_with("sampling answered:")
+            && text(&answered).contains("from the agent"),
+        "{answered:?}"
+    );
+    drop(client);
+    let _ = terminate(tether).await;
+}
+
+/// Keeps reading a child's stderr so it never blocks on a full pipe.
 fn drain_stderr(child: &mut Child) {
     if let Some(stderr) = child.stderr.take() {
         tokio::spawn(async move {

@@ -9,6 +9,11 @@
 //! [`passes_unchanged`]): whatever else Tether does to a result (words for a failure, a result
 //! the policy must read) takes the typed way as before.
 //!
+//! The check is of the result's members, not of each content block: a block of a kind rmcp
+//! does not know reaches the agent as it would without Tether (the typed way refused the whole
+//! result). What is passed is valid JSON on one line: validated whole, its escapes too, with no
+//! bare carriage return (some line readers end a line there).
+//!
 //! The agent's side hands a [`RawResult`] slot down with the call; the server's side fills it
 //! with the validated bytes of the answer and gives rmcp a placeholder (an empty result), so
 //! the call path runs unchanged: the policy hears a success, deadlines and cancellation hold.
@@ -118,21 +123,26 @@ impl<'de> serde::de::Visitor<'de> for MembersVisitor {
             last_value: None,
         };
         let mut content = false;
+        // The members read so far, of those checked: a second one is refused, as rmcp's
+        // decoder refuses it.
+        let mut seen = 0u8;
         // A name with escapes cannot be borrowed: the whole answer then takes the typed way.
         while let Some(key) = map.next_key::<&'de str>()? {
             let value: LazyValue<'de> = map.next_value()?;
             let raw = value.as_raw_str().as_bytes();
-            members.passes &= match key {
+            let (bit, passes) = match key {
                 "content" => {
                     content = raw.first() == Some(&b'[');
-                    content
+                    (1, content)
                 }
-                "isError" => raw == b"false",
-                "resultType" => false,
-                "structuredContent" => raw.first() == Some(&b'{'),
-                "_meta" => meta_passes(raw),
-                _ => true,
+                "isError" => (2, raw == b"false"),
+                "resultType" => (4, false),
+                "structuredContent" => (8, raw.first() == Some(&b'{')),
+                "_meta" => (16, meta_passes(raw)),
+                _ => (0, true),
             };
+            members.passes &= passes && seen & bit == 0;
+            seen |= bit;
             members.first_key.get_or_insert(key);
             members.last_value = Some(value);
         }
@@ -153,8 +163,50 @@ const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 pub(super) fn read(line: &[u8]) -> Option<(RequestId, Option<&[u8]>)> {
     let envelope: Envelope = sonic_rs::from_slice(line).ok()?;
     let members = envelope.result;
-    let bytes = members.passes.then(|| span(line, &members)).flatten();
+    let bytes = (members.passes.then(|| span(line, &members)).flatten())
+        .filter(|bytes| escapes_valid(bytes) && !bytes.contains(&b'\r'));
     Some((envelope.id, bytes))
+}
+
+/// Whether every escape in `json` (valid JSON but for its escapes) is one a JSON parser takes:
+/// sonic-rs skips the four characters of a `\u` escape unchecked, where the agent's parser
+/// would refuse a bad digit or a lone surrogate (and the typed way refuses them too). A bare
+/// carriage return (whitespace to JSON) is refused by the caller: line readers that take it
+/// for a line's end would split the answer.
+fn escapes_valid(json: &[u8]) -> bool {
+    let hex = |at: usize| {
+        json.get(at..at + 4)
+            .and_then(|digits| std::str::from_utf8(digits).ok())
+            .and_then(|digits| u16::from_str_radix(digits, 16).ok())
+    };
+    let mut at = 0;
+    while let Some(found) = memchr::memchr(b'\\', &json[at..]) {
+        let escape = at + found;
+        at = escape + 2;
+        match json.get(escape + 1) {
+            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {}
+            Some(b'u') => {
+                let Some(unit) = hex(escape + 2) else {
+                    return false;
+                };
+                at = escape + 6;
+                if (0xDC00..0xE000).contains(&unit) {
+                    return false;
+                }
+                if (0xD800..0xDC00).contains(&unit) {
+                    let low = (json.get(at..at + 2) == Some(&b"\\u"[..]))
+                        .then(|| hex(at + 2))
+                        .flatten();
+                    if !low.is_some_and(|low| (0xDC00..0xE000).contains(&low)) {
+                        return false;
+                    }
+                    at += 6;
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// Where the result of `members` lies in `line`: from the `{` before its first member's name to
@@ -250,6 +302,22 @@ mod tests {
         assert_eq!(read(escaped).unwrap(), (RequestId::Number(7), None));
         assert!(read(br#"{"jsonrpc":"2.0","id":7,"result":{"content":[}}"#).is_none());
         assert!(read(br#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}} x"#).is_none());
+        // Escapes sonic-rs lets through, a duplicate, a bare carriage return: the typed way.
+        for (result, passes) in [
+            (r#"{"content":[{"type":"text","text":"\ud83d\ude00 \u00e9 \\u \n"}]}"#, true),
+            (r#"{"content":[{"type":"text","text":"\uZZZZ"}]}"#, false),
+            (r#"{"content":[{"type":"text","text":"\ud800"}]}"#, false),
+            (r#"{"content":[{"type":"text","text":"\ud800\u0041"}]}"#, false),
+            (r#"{"content":[{"type":"text","text":"\ude00"}]}"#, false),
+            (r#"{"content":[{"type":"text","text":"\u"}],"x":"}]}"#, false),
+            (r#"{"content":[],"content":[]}"#, false),
+            (r#"{"content":[],"isError":false,"isError":false}"#, false),
+            ("{\"content\":[]\r}", false),
+        ] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
+            let bytes = read(line.as_bytes()).and_then(|(_, bytes)| bytes);
+            assert_eq!(bytes.is_some(), passes, "{result}");
+        }
         assert!(read(br#"{"jsonrpc":"1.0","id":7,"result":{"content":[]}}"#).is_none());
         assert!(read(br#"{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"x"}}"#).is_none());
     }
