@@ -439,6 +439,13 @@ async fn a_client_that_lists_once_at_start_gets_the_servers_still_starting() {
 const VERBATIM: &str = r#"{"content":[{"type":"text","text":"caf\u00e9 \/"}],"structuredContent":{"n":1.50},"x-note":"kept"}"#;
 const VERBATIM_ERROR: &str = r#"{"content":[{"type":"text","text":"caf\u00e9 \/"}],"structuredContent":{"n":1.50},"isError":true}"#;
 
+/// The name under which the gateway serves `mcp-hostile`'s `big` tool.
+async fn big_tool(peer: &rmcp::Peer<RoleClient>) -> String {
+    let tools = peer.list_all_tools().await.expect("tools/list");
+    let big = tools.iter().find(|tool| tool.name.ends_with("big"));
+    big.expect("the server's tools").name.to_string()
+}
+
 /// The bytes a stream carried, kept as they are read.
 struct Tap<R> {
     inner: R,
@@ -491,13 +498,7 @@ async fn a_result_reaches_a_stdio_agent_as_the_server_wrote_it() {
             ().serve_with_lifecycle((read, tether.stdin.take().unwrap()), lifecycle)
                 .await
                 .expect("an MCP session on stdio");
-        let tools = client.peer().list_all_tools().await.expect("tools/list");
-        let big = tools
-            .iter()
-            .find(|tool| tool.name.ends_with("big"))
-            .expect("the server's tools")
-            .name
-            .clone();
+        let big = big_tool(client.peer()).await;
 
         let result = client
             .peer()
@@ -567,13 +568,7 @@ async fn a_call_resumed_with_answers_on_stdio_gets_the_servers_result() {
         .serve_with_lifecycle(io, lifecycle)
         .await
         .expect("an MCP session on stdio");
-    let tools = client.peer().list_all_tools().await.expect("tools/list");
-    let big = tools
-        .iter()
-        .find(|tool| tool.name.ends_with("big"))
-        .expect("the server's tools")
-        .name
-        .clone();
+    let big = big_tool(client.peer()).await;
     let asked = client
         .peer()
         .call_tool_once(CallToolRequestParams::new(big.clone()))
