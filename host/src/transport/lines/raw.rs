@@ -164,7 +164,7 @@ pub(super) fn read(line: &[u8]) -> Option<(RequestId, Option<&[u8]>)> {
     let envelope: Envelope = sonic_rs::from_slice(line).ok()?;
     let members = envelope.result;
     let bytes = (members.passes.then(|| span(line, &members)).flatten())
-        .filter(|bytes| escapes_valid(bytes) && !bytes.contains(&b'\r'));
+        .filter(|bytes| escapes_valid(bytes) && memchr::memchr(b'\r', bytes).is_none());
     Some((envelope.id, bytes))
 }
 
