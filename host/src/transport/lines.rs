@@ -40,6 +40,7 @@ use rmcp::model::{
 };
 use rmcp::service::{RxJsonRpcMessage, ServiceRole, TxJsonRpcMessage};
 use rmcp::transport::Transport;
+use bytes::Buf;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
 
@@ -166,13 +167,12 @@ impl LineRole for RoleClient {
         }
         if calls.slots > 0
             && let Some((id, Some(result))) = raw::read(line)
-            && let Some(position) = calls.calls.iter().position(|(known, _)| *known == id)
-            && calls.calls[position].1.is_some()
+            && let Some(position) = (calls.calls.iter())
+                .position(|(known, slot)| *known == id && slot.is_some())
+            && let Some(slot) = calls.forget(position)
         {
-            if let Some(slot) = calls.forget(position) {
-                let (at, len) = (result.as_ptr() as usize, result.len());
-                calls.kept = Some(Kept { slot, at, len });
-            }
+            let (at, len) = (result.as_ptr() as usize, result.len());
+            calls.kept = Some(Kept { slot, at, len });
             return Some(JsonRpcMessage::Response(JsonRpcResponse {
                 jsonrpc: Default::default(),
                 id,
@@ -481,14 +481,7 @@ async fn write_message<Role: LineRole, W: AsyncWrite + Unpin + Send + 'static>(
         sonic_rs::to_writer(&mut bytes, &item).map_err(std::io::Error::other)?;
     }
     bytes.push(b'\n');
-    let mut write = write.lock().await;
-    let written = match write.as_mut() {
-        Some(writer) => match writer.write_all(&bytes).await {
-            Ok(()) => writer.flush().await,
-            Err(error) => Err(error),
-        },
-        None => Err(std::io::ErrorKind::NotConnected.into()),
-    };
+    let written = write_line(&write, bytes.as_slice()).await;
     if written.is_err() {
         Role::unsent(item);
     }
@@ -503,9 +496,15 @@ async fn write_raw<W: AsyncWrite + Unpin + Send + 'static>(
     result: raw::RawBytes,
     complete: bool,
 ) -> std::io::Result<()> {
-    use bytes::Buf;
     let (head, body, tail) = raw::answer_line(&id, result.as_slice(), complete);
-    let mut line = head.as_slice().chain(body).chain(tail);
+    write_line(&write, head.as_slice().chain(body).chain(tail)).await
+}
+
+/// Writes one whole line under the writer's lock, in as few writes as the writer allows.
+async fn write_line<W: AsyncWrite + Unpin>(
+    write: &Mutex<Option<W>>,
+    mut line: impl Buf,
+) -> std::io::Result<()> {
     let mut write = write.lock().await;
     match write.as_mut() {
         Some(writer) => {
