@@ -14,7 +14,6 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CallToolResponse, ClientResult, ErrorData, InputRequest, InputRequests, InputRequiredResult,
@@ -35,6 +34,11 @@ const PARK_FOR: Duration = Duration::from_secs(600);
 
 /// What the request states Tether issues start with (a server's own pass through untouched).
 const STATE_PREFIX: &str = "tether-asked:";
+
+/// Where a call's server questions go, and where the call takes them from. Boxed: the channel's
+/// first block of 32 slots is made with it, for every 2026-07-28 client's call.
+pub(super) type Questions = mpsc::UnboundedSender<Box<Question>>;
+pub(super) type Asked = mpsc::UnboundedReceiver<Box<Question>>;
 
 /// A server's request for the client, and where its answer goes.
 pub(super) struct Question {
@@ -59,9 +63,9 @@ enum Running {
 /// A call that may ask its client something.
 pub(super) struct Asking {
     running: Running,
-    questions: mpsc::UnboundedReceiver<Question>,
+    questions: Asked,
     /// Questions asked and not answered yet, by the key the client sees.
-    waiting: BTreeMap<String, (Kind, InputRequest, Question)>,
+    waiting: BTreeMap<String, (Kind, InputRequest, Box<Question>)>,
     next_key: u64,
     cancel: CancellationToken,
     tool: String,
@@ -83,7 +87,7 @@ impl Asking {
     /// questions come on `questions`.
     pub(super) fn start(
         call: impl Future<Output = CallOutcome> + Send + 'static,
-        questions: mpsc::UnboundedReceiver<Question>,
+        questions: Asked,
         cancel: CancellationToken,
         tool: String,
         raw: Option<Arc<RawResult>>,
@@ -125,7 +129,7 @@ impl Asking {
     }
 
     /// Takes a server's question: a request the client can answer as input, or an error.
-    fn take(&mut self, question: Question) {
+    fn take(&mut self, question: Box<Question>) {
         let (kind, input) = match &question.request {
             ServerRequest::CreateMessageRequest(request) => {
                 (Kind::Sampling, InputRequest::CreateMessage(request.clone()))
@@ -213,14 +217,15 @@ impl Parking {
         }
         let mut cancelled = false;
         loop {
-            let call: BoxFuture<'_, CallOutcome> = match &mut asking.running {
-                Running::Here(call) => Box::pin(call.as_mut()),
-                Running::Spawned(task) => Box::pin(async {
-                    task.await.unwrap_or_else(|error| {
+            let running = &mut asking.running;
+            let call = std::future::poll_fn(|cx| match running {
+                Running::Here(call) => call.as_mut().poll(cx),
+                Running::Spawned(task) => Pin::new(task).poll(cx).map(|joined| {
+                    joined.unwrap_or_else(|error| {
                         Err(CallError::Interrupted(format!("its task ended: {error}")))
                     })
                 }),
-            };
+            });
             tokio::select! {
                 outcome = call => return Turn::Done(outcome),
                 Some(question) = asking.questions.recv() => {

@@ -22,7 +22,7 @@ use rmcp::service::{OriginatingRequestId, RequestContext};
 use rmcp::{ErrorData as McpError, Peer, RoleServer};
 use tokio::sync::{mpsc, oneshot};
 
-use super::asking::Question;
+use super::asking::{Asked, Question, Questions};
 use super::downstream;
 use crate::upstream::{CallContext, ClientAsk, LogSink, ProgressForward};
 
@@ -32,10 +32,19 @@ pub(super) const MAX_INPUT_ROUNDS: usize = 10;
 /// Whether the client negotiated protocol 2026-07-28 or later (it answers a server's requests
 /// for input as `InputRequiredResult`, and takes no requests from a server).
 pub(super) fn modern_client(context: &RequestContext<RoleServer>) -> bool {
-    context
-        .protocol_version()
-        .is_some_and(|v| v.as_str() >= rmcp::model::ProtocolVersion::V_2026_07_28.as_str())
+    let modern = |version: &str| version >= rmcp::model::ProtocolVersion::V_2026_07_28.as_str();
+    // The request's own version read in place (rmcp's reader copies it out); else as rmcp
+    // reads it, from the session.
+    match context.meta.get(PROTOCOL_VERSION_KEY) {
+        Some(serde_json::Value::String(version)) => modern(version),
+        _ => context
+            .protocol_version()
+            .is_some_and(|v| modern(v.as_str())),
+    }
 }
+
+/// Where a 2026-07-28 request names its protocol version in its `_meta`.
+const PROTOCOL_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 
 /// What a forwarded request takes along from the client's request: its cancellation,
 /// progress, log level (`log_level`: a 2026-07-28 request's own, else what the client's session
@@ -193,7 +202,7 @@ pub(super) struct Client {
     modern: bool,
     /// For a 2026-07-28 client, where a server's questions go to become a request for input
     /// (see `asking.rs`); without it such a client cannot be asked.
-    questions: Option<mpsc::UnboundedSender<Question>>,
+    questions: Option<Questions>,
 }
 
 impl Client {
@@ -212,15 +221,12 @@ impl Client {
         self.modern
     }
 
-    /// This client, whose server questions go to `questions` (a 2026-07-28 client's call).
-    pub(super) fn asking(&self, questions: mpsc::UnboundedSender<Question>) -> Self {
-        Self {
-            peer: self.peer.clone(),
-            request: self.request.clone(),
-            capabilities: self.capabilities.clone(),
-            modern: self.modern,
-            questions: Some(questions),
-        }
+    /// Makes this client's server questions come to the receiver returned (a 2026-07-28
+    /// client's call: see `asking.rs`).
+    pub(super) fn take_questions(&mut self) -> Asked {
+        let (questions, asked) = mpsc::unbounded_channel();
+        self.questions = Some(questions);
+        asked
     }
 }
 
@@ -247,7 +253,7 @@ impl ClientAsk for Client {
                 let questions = questions.ok_or_else(unasked)?;
                 let (answer, answered) = oneshot::channel();
                 questions
-                    .send(Question { request, answer })
+                    .send(Box::new(Question { request, answer }))
                     .map_err(|_| unasked())?;
                 answered.await.unwrap_or_else(|_| {
                     Err(ErrorData::internal_error(

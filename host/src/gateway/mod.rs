@@ -179,7 +179,7 @@ impl Gateway {
         &self,
         request: CallToolRequestParams,
         mut call: CallContext,
-        client: &client::Client,
+        asked: asking::Asked,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let asking = match request.request_state.as_deref() {
@@ -188,11 +188,9 @@ impl Gateway {
                     .resume(state, &request.name, request.input_responses)?
             }
             _ => {
-                let (questions, asked) = tokio::sync::mpsc::unbounded_channel();
                 // The upstream call may outlive this request: it is cancelled on its own token.
                 let cancel = tokio_util::sync::CancellationToken::new();
                 call.cancel = cancel.clone();
-                call.client = Some(Arc::new(client.asking(questions)));
                 // A retry a 2026-07-28 server asked for carries its answers through.
                 call.input_responses = request.input_responses;
                 call.request_state = request.request_state;
@@ -706,8 +704,11 @@ impl ServerHandler for Gateway {
                 self.supervisor.startup_settled().await;
             }
             // Its protocol version and capabilities are read once, here.
-            let asker = Arc::new(client::Client::of(&context));
+            let mut asker = client::Client::of(&context);
             let modern = asker.is_modern();
+            // A 2026-07-28 client's call may end asking it what the server asked.
+            let asked = modern.then(|| asker.take_questions());
+            let asker = Arc::new(asker);
             // Only a client that asked for its call's log messages costs a route lookup.
             let server = (modern && context.meta.log_level().is_some())
                 .then(|| self.supervisor.registry().route_for_call(&request.name))
@@ -719,9 +720,9 @@ impl ServerHandler for Gateway {
                 &context,
                 asker.clone(),
             );
-            if modern {
+            if let Some(asked) = asked {
                 return self
-                    .call_for_modern_client(request, call, &asker, &context)
+                    .call_for_modern_client(request, call, asked, &context)
                     .await;
             }
             // A retry after the server asked for input carries the answers through.

@@ -18,9 +18,10 @@ use super::input::Input;
 const INPUT_WEIGHT: usize = 32;
 
 /// The runtime's default minimum of inputs between checkpoints: a small state's snapshot
-/// (about 130 k instructions for one server's) then costs each input about 1 k; replaying this
-/// many after a fault takes well under a millisecond.
-pub(crate) const DEFAULT_CHECKPOINT_EVERY: usize = 128;
+/// (about 130 k instructions for one server's) then costs each input about 250 (a forwarded
+/// call is two inputs); replaying this many after a fault (a few thousand instructions each)
+/// takes about a millisecond, and the journal holds some tens of KB.
+pub(crate) const DEFAULT_CHECKPOINT_EVERY: usize = 512;
 
 pub(crate) struct LastGood {
     /// The policy's state after the inputs before `journal`.
