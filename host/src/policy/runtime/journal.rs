@@ -20,7 +20,7 @@ const INPUT_WEIGHT: usize = 32;
 /// The runtime's default minimum of inputs between checkpoints: a small state's snapshot
 /// (about 130 k instructions for one server's) then costs each input about 250 (a forwarded
 /// call is two inputs); replaying this many after a fault (a few thousand instructions each)
-/// takes about a millisecond, and the journal holds some tens of KB.
+/// takes a millisecond or two, and the journal holds about 100 KB.
 pub(crate) const DEFAULT_CHECKPOINT_EVERY: usize = 512;
 
 pub(crate) struct LastGood {
