@@ -186,13 +186,16 @@ impl Policy {
         }
         match server.state {
             ServerState::Stopped => Admission::Reject(words::stopped(name)),
-            ServerState::Parked => {
-                let why = server
-                    .park_reason
-                    .as_ref()
-                    .map_or_else(|| "parked".to_string(), ParkReason::model_words);
-                Admission::Reject(words::parked(name, &why))
-            }
+            ServerState::Parked => match &server.park_reason {
+                // Only a login helps: say who can give it and how, not "reconnect".
+                Some(ParkReason::Authorization(_)) => Admission::Reject(words::needs_login(name)),
+                reason => {
+                    let why = reason
+                        .as_ref()
+                        .map_or_else(|| "parked".to_string(), ParkReason::model_words);
+                    Admission::Reject(words::parked(name, &why))
+                }
+            },
             ServerState::Connecting | ServerState::BackingOff => {
                 let backing_off = server.state == ServerState::BackingOff;
                 if backing_off && server.breaker.claim_probe(Probe::Reconnect) {

@@ -87,6 +87,14 @@ pub fn parked(server: &str, why: &str) -> String {
     )
 }
 
+/// The server is parked until someone logs in. The command is Tether's own and names nothing
+/// but the server, so the model can pass it on to the person who must act.
+pub fn needs_login(server: &str) -> String {
+    format!(
+        "Server {server:?} is unavailable (parked: it needs an authorization (a login) from the user or the operator); the call was not sent. Ask the user or an operator to log in with `tether auth login {server}`; the server comes back after the login."
+    )
+}
+
 /// The server was shut down.
 pub fn stopped(server: &str) -> String {
     format!("Server {server:?} has been stopped; the call was not sent. Do not retry it.")
@@ -220,6 +228,7 @@ mod tests {
             breaker_open("files", OpenReason::ProbeFailed, 1),
             breaker_probing("files"),
             parked("files", "parked: its process could not be started"),
+            needs_login("files"),
             stopped("files"),
             unknown("files"),
         ];
@@ -228,5 +237,6 @@ mod tests {
             assert!(m.contains("the call was not sent"), "{m}");
         }
         assert!(parked("files", "x").ends_with("Ask an operator to reconnect it."));
+        assert!(needs_login("files").contains("`tether auth login files`"));
     }
 }

@@ -35,8 +35,9 @@ const PARK_FOR: Duration = Duration::from_secs(600);
 /// What the request states Tether issues start with (a server's own pass through untouched).
 const STATE_PREFIX: &str = "tether-asked:";
 
-/// Where a call's server questions go, and where the call takes them from. Boxed: the channel's
-/// first block of 32 slots is made with it, for every 2026-07-28 client's call.
+/// Where a call's server questions go, and where the call takes them from. Boxed: the channel
+/// allocates its first block of 32 slots up front, on every 2026-07-28 client's call, and a
+/// slot is then one pointer wide.
 pub(super) type Questions = mpsc::UnboundedSender<Box<Question>>;
 pub(super) type Asked = mpsc::UnboundedReceiver<Box<Question>>;
 
@@ -217,6 +218,7 @@ impl Parking {
         }
         let mut cancelled = false;
         loop {
+            // Polled in place, not boxed each turn.
             let running = &mut asking.running;
             let call = std::future::poll_fn(|cx| match running {
                 Running::Here(call) => call.as_mut().poll(cx),

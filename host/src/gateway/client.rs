@@ -223,7 +223,7 @@ impl Client {
 
     /// Makes this client's server questions come to the receiver returned (a 2026-07-28
     /// client's call: see `asking.rs`).
-    pub(super) fn take_questions(&mut self) -> Asked {
+    pub(super) fn open_questions(&mut self) -> Asked {
         let (questions, asked) = mpsc::unbounded_channel();
         self.questions = Some(questions);
         asked

@@ -174,20 +174,23 @@ impl Gateway {
 
     /// A 2026-07-28 client's call: an older server's requests during it become a request for
     /// input, and the client's next call with the answers (and Tether's request state) goes
-    /// on with the same upstream call (see `asking.rs`).
+    /// on with the same upstream call (see `asking.rs`). `asked`: where a new call's server
+    /// questions come (`None` for a call resumed with answers: its own channel is parked).
     async fn call_for_modern_client(
         &self,
         request: CallToolRequestParams,
         mut call: CallContext,
-        asked: asking::Asked,
+        asked: Option<asking::Asked>,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let asking = match request.request_state.as_deref() {
-            Some(state) if asking::Parking::issued(state) => {
+        let asking = match asked {
+            // A request state Tether issued (`call_tool` checked): the parked call goes on.
+            None => {
+                let state = request.request_state.as_deref().unwrap_or_default();
                 self.parking
                     .resume(state, &request.name, request.input_responses)?
             }
-            _ => {
+            Some(asked) => {
                 // The upstream call may outlive this request: it is cancelled on its own token.
                 let cancel = tokio_util::sync::CancellationToken::new();
                 call.cancel = cancel.clone();
@@ -707,7 +710,11 @@ impl ServerHandler for Gateway {
             let mut asker = client::Client::of(&context);
             let modern = asker.is_modern();
             // A 2026-07-28 client's call may end asking it what the server asked.
-            let asked = modern.then(|| asker.take_questions());
+            let resumed = request
+                .request_state
+                .as_deref()
+                .is_some_and(asking::Parking::issued);
+            let asked = (modern && !resumed).then(|| asker.open_questions());
             let asker = Arc::new(asker);
             // Only a client that asked for its call's log messages costs a route lookup.
             let server = (modern && context.meta.log_level().is_some())
@@ -720,7 +727,7 @@ impl ServerHandler for Gateway {
                 &context,
                 asker.clone(),
             );
-            if let Some(asked) = asked {
+            if modern {
                 return self
                     .call_for_modern_client(request, call, asked, &context)
                     .await;

@@ -297,7 +297,9 @@ async fn a_server_behind_oauth_stays_connected_across_refreshes_and_revives_afte
         "{view}"
     );
 
-    // The grant is revoked: the server parks with the fault that says what to do.
+    // The grant is revoked: the server parks with the fault that says what to do. The call
+    // names the login whether it meets the refused refresh itself or the park a background
+    // refresh already caused.
     assert!(oauth.revoke().await > 0);
     let refused = echo(&client, "revoked").await;
     assert!(

@@ -416,6 +416,13 @@ fn a_server_that_needs_a_login_parks_without_probes_until_it_is_authorized() {
         detail.contains(login) && detail.contains("no self-probe"),
         "{detail}"
     );
+    // A call meanwhile tells the agent who must act and how, not to have it reconnected.
+    assert_eq!(
+        p.admit(req(20, 1, "web")),
+        Admission::Reject(
+            "Server \"web\" is unavailable (parked: it needs an authorization (a login) from the user or the operator); the call was not sent. Ask the user or an operator to log in with `tether auth login web`; the server comes back after the login.".into()
+        )
+    );
     // A login: the host reports it as the operator's reconnect.
     let a = p.handle(ev(60_000, reconnect("web", ReconnectSource::Operator)));
     assert_eq!(count(&a, |a| matches!(a, Action::Connect(_))), 1, "{a:?}");

@@ -139,22 +139,35 @@ fn the_journal_since_the_last_snapshot_stays_bounded() {
 fn a_larger_state_is_snapshotted_less_often_so_an_input_pays_the_same() {
     let every = super::super::journal::DEFAULT_CHECKPOINT_EVERY;
     let (mut core, _) = core_checkpointing(Limits::default(), 0, every);
-    let servers: Vec<String> = (0..40).map(|i| format!("server-{i}")).collect();
-    for (i, server) in servers.iter().enumerate() {
-        core.step(event(i as Millis, configured(server))).unwrap();
+    // 40 servers of 20 tools: a state well over `every` inputs' weight.
+    let mut now = 0;
+    for i in 0..40 {
+        let server = format!("server-{i}");
+        core.step(event(now, configured(&server))).unwrap();
+        core.step(event(now + 1, connected(&server, 20))).unwrap();
+        now += 2;
+    }
+    // Inputs that change little, counted from one checkpoint (the journal emptied) to the next.
+    let mut step = |core: &mut PolicyCore| {
+        let before = core.last_good.journal.len();
+        now += 1;
+        core.step(event(now, configured("server-0"))).unwrap();
+        core.last_good.journal.len() < before
+    };
+    let mut guard = 0;
+    while !step(&mut core) {
+        guard += 1;
+        assert!(guard < 100_000, "a first checkpoint");
     }
     let snapshot = core.last_good.snapshot.len();
-    assert!(snapshot > 4 * 32, "{snapshot} bytes");
-    // Inputs that change little until the next snapshot.
-    let before = core.last_good.snapshot.clone();
-    let mut inputs = core.last_good.journal.len() as Millis;
-    while core.last_good.snapshot == before && inputs < 100_000 {
-        core.step(event(100 + inputs, configured("server-0")))
-            .unwrap();
+    assert!(snapshot > every * 32, "{snapshot} bytes");
+    let mut inputs = 1;
+    while !step(&mut core) {
         inputs += 1;
+        assert!(inputs < 100_000, "a second checkpoint");
     }
     assert!(
-        inputs as usize >= snapshot / 32,
+        inputs > every && inputs >= snapshot / 32,
         "{inputs} inputs between snapshots of a {snapshot}-byte state"
     );
 }
