@@ -564,6 +564,26 @@ async fn progress_extends_a_call_deadline_but_only_up_to_the_maximum() {
         "{}",
         text(&too_long)
     );
+    // The call that ran out of time is cancelled at the server; so is one that reports no
+    // progress (`hang`) past the idle deadline.
+    wait_until("the server heard the cancellation", || {
+        state.cancelled() == 1
+    })
+    .await;
+    let silent = host
+        .supervisor
+        .call_tool("patient__hang", args(json!({})))
+        .await
+        .unwrap();
+    assert!(
+        text(&silent).contains("did not answer within"),
+        "{}",
+        text(&silent)
+    );
+    wait_until("the server heard the second cancellation", || {
+        state.cancelled() == 2
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

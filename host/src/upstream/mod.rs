@@ -24,7 +24,7 @@ use rmcp::model::{
     UnsubscribeRequest, UnsubscribeRequestParams,
 };
 use rmcp::service::{
-    NotificationContext, PeerRequestOptions, RequestContext, RunningService,
+    NotificationContext, PeerRequestOptions, RequestContext, RequestHandle, RunningService,
     ServiceError,
 };
 use rmcp::{ClientHandler, Peer, RoleClient};
@@ -330,6 +330,42 @@ struct Unroute<'a> {
 impl Drop for Unroute<'_> {
     fn drop(&mut self) {
         self.routes.unregister(&self.id);
+    }
+}
+
+/// Why a request in flight stopped waiting for its answer.
+enum GaveUp {
+    Cancelled,
+    /// The timeout that ran out, and the reason the server is given (rmcp's words).
+    OutOfTime(Duration, &'static str),
+}
+
+/// Resolves once a request that started at `start` runs out of time: `timeouts.call` after its
+/// start or after the last progress the server reported on it (`route`), or `timeouts.call_max`
+/// after its start, whichever comes first.
+async fn out_of_time(
+    route: &CallRoute,
+    start: tokio::time::Instant,
+    timeouts: &Timeouts,
+) -> (Duration, &'static str) {
+    let hard = start + timeouts.call_max;
+    loop {
+        let idle_end = route.last_progress().unwrap_or(start) + timeouts.call;
+        if idle_end >= hard {
+            tokio::time::sleep_until(hard).await;
+            return (
+                timeouts.call_max,
+                RequestHandle::<RoleClient>::REQUEST_MAX_TOTAL_TIMEOUT_REASON,
+            );
+        }
+        tokio::time::sleep_until(idle_end).await;
+        // Progress that came meanwhile moved the idle deadline.
+        if route.last_progress().unwrap_or(start) + timeouts.call <= tokio::time::Instant::now() {
+            return (
+                timeouts.call,
+                RequestHandle::<RoleClient>::REQUEST_TIMEOUT_REASON,
+            );
+        }
     }
 }
 
@@ -797,9 +833,9 @@ impl Session {
             }
             return Err(CallFailure::NotSent(self.end_fault().await));
         }
-        let mut options = PeerRequestOptions::with_timeout(timeouts.call);
-        options.reset_timeout_on_progress = true;
-        options.max_total_timeout = Some(timeouts.call_max);
+        // The deadlines are kept here (`await_answer`), not by rmcp: its way costs every request
+        // a lock, a channel and a second timer.
+        let mut options = PeerRequestOptions::no_options();
         if self.generation == Generation::Modern {
             // A 2026-07-28 server decides by what the caller can do and wants (per request).
             let mut meta = rmcp::model::RequestMetaObject::new();
@@ -826,7 +862,10 @@ impl Session {
             ..CallRoute::default()
         });
         request.extensions_mut().insert(RouteTag(route.clone()));
-        let result = self.await_answer(method, request, options, context).await;
+        // Boxed: rmcp's futures make this one large, and every future that awaits it inline
+        // (the whole call path) would be as large and be copied whole at each move.
+        let answer = self.await_answer(method, request, options, &route, timeouts, context);
+        let result = Box::pin(answer).await;
         if let (Err(CallFailure::NotSent(_)), Some(unsent)) = (&result, unsent)
             && let Some(arguments) = route.take_back()
         {
@@ -835,14 +874,20 @@ impl Session {
         result
     }
 
-    /// Sends the request and waits for its answer (see [`Self::exchange`]).
+    /// Sends the request and waits for its answer (see [`Self::exchange`]): at most
+    /// `timeouts.call` from its start or from the last progress the server reported on it
+    /// (`route`), and `timeouts.call_max` in all. A request that runs out of time is cancelled
+    /// at the server with the reason rmcp gives.
     async fn await_answer(
         &self,
         method: &str,
         request: ClientRequest,
         options: PeerRequestOptions,
+        route: &CallRoute,
+        timeouts: &Timeouts,
         context: &CallContext,
     ) -> Result<ServerResult, CallFailure> {
+        let start = tokio::time::Instant::now();
         let handle = match self.peer.send_request_with_option(request, options).await {
             Ok(handle) => handle,
             Err(error) => {
@@ -856,17 +901,29 @@ impl Session {
             id: handle.id.clone(),
         };
         let (peer, id) = (handle.peer.clone(), handle.id.clone());
-        let answer = tokio::select! {
-            answer = handle.await_response() => answer,
-            _ = context.cancel.cancelled() => {
-                let cancelled = CancelledNotificationParam::new(
-                    Some(id),
-                    Some("the client cancelled the request".into()),
-                );
+        let waited = tokio::select! {
+            biased;
+            answer = handle.await_response() => Ok(answer),
+            _ = context.cancel.cancelled() => Err(GaveUp::Cancelled),
+            (timeout, reason) = out_of_time(route, start, timeouts) => {
+                Err(GaveUp::OutOfTime(timeout, reason))
+            }
+        };
+        let answer = match waited {
+            Ok(answer) => answer,
+            Err(gave_up) => {
+                let reason = match gave_up {
+                    GaveUp::Cancelled => "the client cancelled the request",
+                    GaveUp::OutOfTime(_, reason) => reason,
+                };
+                let cancelled = CancelledNotificationParam::new(Some(id), Some(reason.into()));
                 if let Err(error) = peer.notify_cancelled(cancelled).await {
                     tracing::debug!(server = %self.server, "could not pass a cancellation on: {error}");
                 }
-                return Err(CallFailure::Cancelled);
+                match gave_up {
+                    GaveUp::Cancelled => return Err(CallFailure::Cancelled),
+                    GaveUp::OutOfTime(timeout, _) => Err(ServiceError::Timeout { timeout }),
+                }
             }
         };
         // Progress the server sent before its answer reaches the client before the answer.

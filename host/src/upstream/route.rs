@@ -55,12 +55,19 @@ pub struct CallRoute {
     /// Where a tool call's result may go as the server's bytes, for a client whose answers
     /// can carry them (`transport/lines/raw.rs`).
     pub(crate) raw: Option<Arc<RawResult>>,
+    /// When the server last reported progress on it: its idle deadline counts from then.
+    pub(crate) progressed: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl CallRoute {
     /// Keeps the arguments of a call whose write failed (it never left), for its caller.
     pub(crate) fn give_back(&self, arguments: Option<JsonObject>) {
         *self.unsent.lock().unwrap_or_else(|e| e.into_inner()) = Some(arguments);
+    }
+
+    /// When the server last reported progress on the request, if it did.
+    pub(crate) fn last_progress(&self) -> Option<tokio::time::Instant> {
+        *self.progressed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The arguments a transport handed back, if it did.
@@ -172,10 +179,16 @@ impl Routes {
         }
     }
 
-    /// Passes progress on to its request's client; false when no request in flight owns it.
+    /// Notes progress on its request (it pushes the request's idle deadline back) and passes it
+    /// on to the request's client; false when no request in flight owns it, or its client did
+    /// not ask for progress.
     pub(crate) fn progress(&self, update: &ProgressNotificationParam) -> bool {
-        let route = self.table().by_token.get(&update.progress_token).cloned();
-        match route.and_then(|route| route.progress.clone()) {
+        let Some(route) = self.table().by_token.get(&update.progress_token).cloned() else {
+            return false;
+        };
+        *route.progressed.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(tokio::time::Instant::now());
+        match &route.progress {
             Some(progress) => {
                 progress.forward(update.clone());
                 true
@@ -252,8 +265,10 @@ mod tests {
             progress: Some(counter.clone()),
             ..CallRoute::default()
         });
-        routes.register(RequestId::Number(1), Some(token("a")), route);
+        routes.register(RequestId::Number(1), Some(token("a")), route.clone());
+        assert_eq!(route.last_progress(), None);
         assert!(routes.progress(&update("a")));
+        assert!(route.last_progress().is_some(), "its idle deadline moves");
         assert!(!routes.progress(&update("b")), "nobody owns b");
         routes.unregister(&RequestId::Number(1));
         assert!(!routes.progress(&update("a")), "the request ended");
