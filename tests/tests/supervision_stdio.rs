@@ -553,12 +553,18 @@ async fn progress_extends_a_call_deadline_but_only_up_to_the_maximum() {
         "progress resets the deadline: {}",
         text(&kept_alive)
     );
+    let started = std::time::Instant::now();
     let too_long = host
         .supervisor
         .call_tool("patient__slow", args(json!({"ms": 5000})))
         .await
         .unwrap();
+    let took = started.elapsed();
     assert!(is_error(&too_long));
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_millis(4000),
+        "the maximum ends it: {took:?}"
+    );
     assert!(
         text(&too_long).contains("did not answer within"),
         "{}",
@@ -570,15 +576,21 @@ async fn progress_extends_a_call_deadline_but_only_up_to_the_maximum() {
         state.cancelled() == 1
     })
     .await;
+    let started = std::time::Instant::now();
     let silent = host
         .supervisor
         .call_tool("patient__hang", args(json!({})))
         .await
         .unwrap();
+    let took = started.elapsed();
     assert!(
         text(&silent).contains("did not answer within"),
         "{}",
         text(&silent)
+    );
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_millis(1400),
+        "the idle deadline ends it: {took:?}"
     );
     wait_until("the server heard the second cancellation", || {
         state.cancelled() == 2

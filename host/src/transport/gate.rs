@@ -11,7 +11,8 @@
 //! It is where a client's request and what the server sends for it meet ([`Routes`]): a request
 //! leaving with a route is registered before it is written; progress for it is handed to its
 //! client here, in arrival order and before the answer that follows it (rmcp would handle each
-//! notification on a task of its own, in no particular order, after the answer); and each
+//! notification on a task of its own, in no particular order, after the answer), and moves its
+//! request's idle deadline, so rmcp never sees it; and each
 //! server-to-client request is tagged with the request it belongs to.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -221,9 +222,15 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Guarded<T> {
             };
             let mut message = message;
             super::generation::legacy_only_rejection(&mut message);
-            // Progress handed to its client still reaches rmcp (it resets the call's timer),
-            // within the rate; the client has it either way.
             self.arriving(&mut message);
+            // Progress is its request's (its client, its deadline: `upstream/route.rs`): rmcp
+            // has no use for it, and would spend a task and a token of the rate on each.
+            if self.routes.is_some()
+                && let JsonRpcMessage::Notification(notification) = &message
+                && let ServerNotification::ProgressNotification(_) = notification.notification
+            {
+                continue;
+            }
             if self.admit(&message) {
                 return Some(message);
             }

@@ -24,7 +24,7 @@ use rmcp::model::{
     UnsubscribeRequest, UnsubscribeRequestParams,
 };
 use rmcp::service::{
-    NotificationContext, PeerRequestOptions, RequestContext, RequestHandle, RunningService,
+    NotificationContext, PeerRequestOptions, RequestContext, RunningService,
     ServiceError,
 };
 use rmcp::{ClientHandler, Peer, RoleClient};
@@ -338,35 +338,6 @@ enum GaveUp {
     Cancelled,
     /// The timeout that ran out, and the reason the server is given (rmcp's words).
     OutOfTime(Duration, &'static str),
-}
-
-/// Resolves once a request that started at `start` runs out of time: `timeouts.call` after its
-/// start or after the last progress the server reported on it (`route`), or `timeouts.call_max`
-/// after its start, whichever comes first.
-async fn out_of_time(
-    route: &CallRoute,
-    start: tokio::time::Instant,
-    timeouts: &Timeouts,
-) -> (Duration, &'static str) {
-    let hard = start + timeouts.call_max;
-    loop {
-        let idle_end = route.last_progress().unwrap_or(start) + timeouts.call;
-        if idle_end >= hard {
-            tokio::time::sleep_until(hard).await;
-            return (
-                timeouts.call_max,
-                RequestHandle::<RoleClient>::REQUEST_MAX_TOTAL_TIMEOUT_REASON,
-            );
-        }
-        tokio::time::sleep_until(idle_end).await;
-        // Progress that came meanwhile moved the idle deadline.
-        if route.last_progress().unwrap_or(start) + timeouts.call <= tokio::time::Instant::now() {
-            return (
-                timeouts.call,
-                RequestHandle::<RoleClient>::REQUEST_TIMEOUT_REASON,
-            );
-        }
-    }
 }
 
 /// How a call failed when it did not produce a result.
@@ -887,7 +858,9 @@ impl Session {
         timeouts: &Timeouts,
         context: &CallContext,
     ) -> Result<ServerResult, CallFailure> {
-        let start = tokio::time::Instant::now();
+        // Set before the request leaves: progress may come before the send returns.
+        let now = tokio::time::Instant::now();
+        let deadlines = route.deadlines(now, timeouts.call, timeouts.call_max);
         let handle = match self.peer.send_request_with_option(request, options).await {
             Ok(handle) => handle,
             Err(error) => {
@@ -905,7 +878,7 @@ impl Session {
             biased;
             answer = handle.await_response() => Ok(answer),
             _ = context.cancel.cancelled() => Err(GaveUp::Cancelled),
-            (timeout, reason) = out_of_time(route, start, timeouts) => {
+            (timeout, reason) = deadlines.out_of_time() => {
                 Err(GaveUp::OutOfTime(timeout, reason))
             }
         };

@@ -11,13 +11,16 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use rmcp::model::{
     ClientCapabilities, ClientResult, ErrorData, JsonObject, ProgressNotificationParam,
     ProgressToken, RequestId, ServerRequest,
 };
-use rmcp::service::InboundStreamOrigin;
+use rmcp::RoleClient;
+use rmcp::service::{InboundStreamOrigin, RequestHandle};
+use tokio::time::Instant;
 
 use super::LogSink;
 use crate::transport::lines::raw::RawResult;
@@ -55,8 +58,16 @@ pub struct CallRoute {
     /// Where a tool call's result may go as the server's bytes, for a client whose answers
     /// can carry them (`transport/lines/raw.rs`).
     pub(crate) raw: Option<Arc<RawResult>>,
-    /// When the server last reported progress on it: its idle deadline counts from then.
-    pub(crate) progressed: Mutex<Option<tokio::time::Instant>>,
+    /// Its idle deadline, once its sender set one ([`CallRoute::deadlines`]): progress before
+    /// it moves it.
+    pub(crate) idle: Mutex<Option<IdleDeadline>>,
+}
+
+/// When a request in flight is idle too long, and how long is too long.
+#[derive(Clone, Copy)]
+pub(crate) struct IdleDeadline {
+    at: Instant,
+    idle: Duration,
 }
 
 impl CallRoute {
@@ -65,14 +76,70 @@ impl CallRoute {
         *self.unsent.lock().unwrap_or_else(|e| e.into_inner()) = Some(arguments);
     }
 
-    /// When the server last reported progress on the request, if it did.
-    pub(crate) fn last_progress(&self) -> Option<tokio::time::Instant> {
-        *self.progressed.lock().unwrap_or_else(|e| e.into_inner())
+    fn idle(&self) -> std::sync::MutexGuard<'_, Option<IdleDeadline>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts the request's deadlines at `start`: `idle` after it or after the last progress
+    /// that came in time, and `max` after it in all.
+    pub(crate) fn deadlines(&self, start: Instant, idle: Duration, max: Duration) -> Deadlines<'_> {
+        *self.idle() = Some(IdleDeadline {
+            at: start + idle,
+            idle,
+        });
+        Deadlines {
+            route: self,
+            hard: start + max,
+            max,
+        }
+    }
+
+    /// The server reported progress on the request at `at`: before its idle deadline, that
+    /// deadline moves; after it, the request has already run out of time.
+    fn progressed(&self, at: Instant) {
+        if let Some(deadline) = self.idle().as_mut()
+            && at <= deadline.at
+        {
+            deadline.at = at + deadline.idle;
+        }
     }
 
     /// The arguments a transport handed back, if it did.
     pub(crate) fn take_back(&self) -> Option<Option<JsonObject>> {
         self.unsent.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+/// A request's deadlines (see [`CallRoute::deadlines`]).
+pub(crate) struct Deadlines<'a> {
+    route: &'a CallRoute,
+    hard: Instant,
+    max: Duration,
+}
+
+impl Deadlines<'_> {
+    /// Resolves once the request runs out of time, with the timeout that ran out and the reason
+    /// the server is told (rmcp's words). When both end at once, the idle one is named, as rmcp
+    /// does.
+    pub(crate) async fn out_of_time(&self) -> (Duration, &'static str) {
+        loop {
+            let Some(idle) = *self.route.idle() else {
+                break;
+            };
+            if idle.at > self.hard {
+                break;
+            }
+            tokio::time::sleep_until(idle.at).await;
+            // Progress that came in time moved it.
+            if self.route.idle().is_some_and(|now| now.at <= idle.at) {
+                return (idle.idle, RequestHandle::<RoleClient>::REQUEST_TIMEOUT_REASON);
+            }
+        }
+        tokio::time::sleep_until(self.hard).await;
+        (
+            self.max,
+            RequestHandle::<RoleClient>::REQUEST_MAX_TOTAL_TIMEOUT_REASON,
+        )
     }
 }
 
@@ -186,8 +253,7 @@ impl Routes {
         let Some(route) = self.table().by_token.get(&update.progress_token).cloned() else {
             return false;
         };
-        *route.progressed.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some(tokio::time::Instant::now());
+        route.progressed(Instant::now());
         match &route.progress {
             Some(progress) => {
                 progress.forward(update.clone());
@@ -266,13 +332,53 @@ mod tests {
             ..CallRoute::default()
         });
         routes.register(RequestId::Number(1), Some(token("a")), route.clone());
-        assert_eq!(route.last_progress(), None);
         assert!(routes.progress(&update("a")));
-        assert!(route.last_progress().is_some(), "its idle deadline moves");
         assert!(!routes.progress(&update("b")), "nobody owns b");
         routes.unregister(&RequestId::Number(1));
         assert!(!routes.progress(&update("a")), "the request ended");
         assert_eq!(counter.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    const IDLE: Duration = Duration::from_millis(300);
+    const MAX: Duration = Duration::from_millis(1_000);
+
+    /// What ends a request started now, with progress at each of `progress` (ms from the
+    /// start), and when (ms from the start).
+    async fn run_out(progress: &[u64], max: Duration) -> ((Duration, &'static str), u128) {
+        let routes = Routes::default();
+        let route = Arc::new(CallRoute::default());
+        routes.register(RequestId::Number(1), Some(token("a")), route.clone());
+        let start = Instant::now();
+        let deadlines = route.deadlines(start, IDLE, max);
+        let reports = async {
+            for at in progress {
+                tokio::time::sleep_until(start + Duration::from_millis(*at)).await;
+                routes.progress(&update("a"));
+            }
+            std::future::pending::<()>().await
+        };
+        let ended = tokio::select! {
+            ended = deadlines.out_of_time() => ended,
+            () = reports => unreachable!(),
+        };
+        (ended, start.elapsed().as_millis())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_runs_out_of_time_when_idle_or_in_all_whatever_its_progress() {
+        let idle = (IDLE, RequestHandle::<RoleClient>::REQUEST_TIMEOUT_REASON);
+        let total = (MAX, RequestHandle::<RoleClient>::REQUEST_MAX_TOTAL_TIMEOUT_REASON);
+        // No progress: idle after 300 ms.
+        assert_eq!(run_out(&[], MAX).await, (idle, 300));
+        // Progress at 200 ms: idle 300 ms after it.
+        assert_eq!(run_out(&[200], MAX).await, (idle, 500));
+        // Progress every 200 ms: the maximum ends it.
+        let steady: Vec<u64> = (1..10).map(|i| i * 200).collect();
+        assert_eq!(run_out(&steady, MAX).await, (total, 1_000));
+        // Progress after the idle deadline passed does not revive it.
+        assert_eq!(run_out(&[400], MAX).await, (idle, 300));
+        // Both deadlines at once: the idle one is named, as rmcp names it.
+        assert_eq!(run_out(&[], IDLE).await, ((IDLE, idle.1), 300));
     }
 
     #[test]
