@@ -331,7 +331,7 @@ mod tests {
             progress: Some(counter.clone()),
             ..CallRoute::default()
         });
-        routes.register(RequestId::Number(1), Some(token("a")), route.clone());
+        routes.register(RequestId::Number(1), Some(token("a")), route);
         assert!(routes.progress(&update("a")));
         assert!(!routes.progress(&update("b")), "nobody owns b");
         routes.unregister(&RequestId::Number(1));
