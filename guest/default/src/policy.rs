@@ -186,16 +186,15 @@ impl Policy {
         }
         match server.state {
             ServerState::Stopped => Admission::Reject(words::stopped(name)),
-            ServerState::Parked => match &server.park_reason {
-                // Only a login helps: say who can give it and how, not "reconnect".
-                Some(ParkReason::Authorization(_)) => Admission::Reject(words::needs_login(name)),
-                reason => {
-                    let why = reason
-                        .as_ref()
-                        .map_or_else(|| "parked".to_string(), ParkReason::model_words);
-                    Admission::Reject(words::parked(name, &why))
-                }
-            },
+            ServerState::Parked => {
+                let reason = server.park_reason.as_ref();
+                let why = reason.map_or_else(|| "parked".to_string(), ParkReason::model_words);
+                let advice = reason.map_or_else(
+                    || words::RECONNECT_ADVICE.to_string(),
+                    |reason| reason.model_advice(name),
+                );
+                Admission::Reject(words::parked(name, &why, &advice))
+            }
             ServerState::Connecting | ServerState::BackingOff => {
                 let backing_off = server.state == ServerState::BackingOff;
                 if backing_off && server.breaker.claim_probe(Probe::Reconnect) {

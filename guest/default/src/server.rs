@@ -8,7 +8,7 @@ use crate::breaker::Breaker;
 use crate::model::{BreakerState, Fault, Millis, ServerConfig, ServerState, ServerStatus, Tool};
 use crate::registry::Filters;
 use crate::settings::Settings;
-use crate::words::fault_phrase;
+use crate::words::{self, fault_phrase};
 
 /// Why a server is parked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,6 +60,14 @@ impl ParkReason {
             ParkReason::Authorization(_) => {
                 "parked: it needs an authorization (a login) from the user or the operator".into()
             }
+        }
+    }
+
+    /// For the model: what to do about it. Only a login revives a server parked for one.
+    pub fn model_advice(&self, server: &str) -> String {
+        match self {
+            ParkReason::Authorization(_) => words::login_advice(server),
+            _ => words::RECONNECT_ADVICE.into(),
         }
     }
 }

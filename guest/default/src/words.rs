@@ -80,18 +80,20 @@ pub fn breaker_probing(server: &str) -> String {
     )
 }
 
-/// The server is parked; `why` comes from [`crate::server::ParkReason::model_words`].
-pub fn parked(server: &str, why: &str) -> String {
-    format!(
-        "Server {server:?} is unavailable ({why}); the call was not sent. Ask an operator to reconnect it."
-    )
+/// The server is parked; `why` comes from [`crate::server::ParkReason::model_words`], `advice`
+/// from [`crate::server::ParkReason::model_advice`].
+pub fn parked(server: &str, why: &str, advice: &str) -> String {
+    format!("Server {server:?} is unavailable ({why}); the call was not sent. {advice}")
 }
 
-/// The server is parked until someone logs in. The command is Tether's own and names nothing
-/// but the server, so the model can pass it on to the person who must act.
-pub fn needs_login(server: &str) -> String {
+/// What to do about a parked server that another attempt may revive.
+pub const RECONNECT_ADVICE: &str = "Ask an operator to reconnect it.";
+
+/// What to do about a server parked until someone logs in. The command is Tether's own and names
+/// nothing but the server, so the model can pass it on to the person who must act.
+pub fn login_advice(server: &str) -> String {
     format!(
-        "Server {server:?} is unavailable (parked: it needs an authorization (a login) from the user or the operator); the call was not sent. Ask the user or an operator to log in with `tether auth login {server}`; the server comes back after the login."
+        "Ask the user or an operator to log in with `tether auth login {server}`; the server comes back after the login."
     )
 }
 
@@ -227,8 +229,11 @@ mod tests {
             reconnecting("files", None, Some(3_000)),
             breaker_open("files", OpenReason::ProbeFailed, 1),
             breaker_probing("files"),
-            parked("files", "parked: its process could not be started"),
-            needs_login("files"),
+            parked(
+                "files",
+                "parked: its process could not be started",
+                RECONNECT_ADVICE,
+            ),
             stopped("files"),
             unknown("files"),
         ];
@@ -236,7 +241,6 @@ mod tests {
             assert!(m.starts_with("Server \"files\" "), "{m}");
             assert!(m.contains("the call was not sent"), "{m}");
         }
-        assert!(parked("files", "x").ends_with("Ask an operator to reconnect it."));
-        assert!(needs_login("files").contains("`tether auth login files`"));
+        assert!(login_advice("files").contains("`tether auth login files`"));
     }
 }

@@ -804,8 +804,8 @@ impl Session {
             }
             return Err(CallFailure::NotSent(self.end_fault().await));
         }
-        // The deadlines are kept here (`await_answer`), not by rmcp: its way costs every request
-        // a lock, a channel and a second timer.
+        // The deadlines are kept by the route (`await_answer`), not by rmcp: its way costs every
+        // request an async lock, a channel and a second timer.
         let mut options = PeerRequestOptions::no_options();
         if self.generation == Generation::Modern {
             // A 2026-07-28 server decides by what the caller can do and wants (per request).
@@ -845,10 +845,9 @@ impl Session {
         result
     }
 
-    /// Sends the request and waits for its answer (see [`Self::exchange`]): at most
-    /// `timeouts.call` from its start or from the last progress the server reported on it
-    /// (`route`), and `timeouts.call_max` in all. A request that runs out of time is cancelled
-    /// at the server with the reason rmcp gives.
+    /// Sends the request and waits for its answer (see [`Self::exchange`]) within its deadlines
+    /// (`route`, [`CallRoute::deadlines`]). A request that runs out of time is cancelled at the
+    /// server with the reason rmcp gives.
     async fn await_answer(
         &self,
         method: &str,
