@@ -24,11 +24,12 @@
 //! - The answer to a `tools/call` whose client can take the server's bytes (a slot in its route)
 //!   is not decoded at all when the agent would get it unchanged: its bytes go to the slot and
 //!   rmcp gets a placeholder ([`raw`]).
+//! - A server's `tools/call` may be written by its caller and answered straight to it, past
+//!   rmcp's service loop ([`CallSender`], `lines/calls.rs`).
 //! - A `tools/call` whose write failed hands its arguments back through its route
 //!   ([`CallRoute::give_back`]): the call never left, so it may go out again, and its arguments
 //!   need not be copied before the first try.
 
-use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -47,10 +48,12 @@ use tokio::sync::Mutex;
 use super::limit::{FrameLimiter, Framing};
 use crate::upstream::route::RouteTag;
 
+mod calls;
 mod direct;
 pub mod raw;
 mod wire;
 
+pub use calls::{Answered, CallSender, CallsReader, PendingCall};
 pub use direct::{Answer, Answers, Direct, DirectCalls};
 use raw::RawResult;
 
@@ -69,6 +72,16 @@ pub trait LineRole: ServiceRole {
     fn encode_hot(item: &TxJsonRpcMessage<Self>, out: &mut Vec<u8>) -> sonic_rs::Result<bool>;
     /// Notes a message that arrived (decoded either way).
     fn received(message: &RxJsonRpcMessage<Self>, memory: &mut Self::Memory);
+    /// What the service loop gets of `message` once [`Self::decode_hot`] or
+    /// [`Self::received`] noted it: nothing when it answers a caller that waits for it itself
+    /// (`lines/calls.rs`).
+    fn answered(
+        message: RxJsonRpcMessage<Self>,
+        memory: &mut Self::Memory,
+    ) -> Option<RxJsonRpcMessage<Self>> {
+        let _ = memory;
+        Some(message)
+    }
     /// A message whose write failed: what it carried that its sender wants back.
     fn unsent(item: TxJsonRpcMessage<Self>);
     /// A result [`Self::decode_hot`] found in the line that goes to a slot (see [`raw`]).
@@ -83,19 +96,6 @@ pub trait LineRole: ServiceRole {
     }
 }
 
-/// The `tools/call` requests Tether sent upstream that await their answer, by id, with the slot
-/// each result's bytes may go to ([`raw`]). Bounded: a call that is never answered is forgotten
-/// once `CALLS_REMEMBERED` newer ones went out (its late answer then takes rmcp's decoder, with
-/// the same result).
-#[derive(Default)]
-pub struct CallsInFlight {
-    calls: VecDeque<(RequestId, Option<Arc<RawResult>>)>,
-    /// How many of them have a slot.
-    slots: usize,
-    /// The result in the line just decoded that goes to its slot.
-    kept: Option<Kept>,
-}
-
 /// A result to keep: its slot, and where it lies (its address in the line and its length).
 pub struct Kept {
     slot: Arc<RawResult>,
@@ -103,76 +103,49 @@ pub struct Kept {
     len: usize,
 }
 
-const CALLS_REMEMBERED: usize = 256;
-
 /// The nesting serde_json accepts (its recursion limit).
 const MAX_NESTING: usize = 128;
 
-impl CallsInFlight {
-    fn insert(&mut self, id: RequestId, slot: Option<Arc<RawResult>>) {
-        if self.calls.len() == CALLS_REMEMBERED {
-            self.forget(0);
-        }
-        self.slots += usize::from(slot.is_some());
-        self.calls.push_back((id, slot));
-    }
-
-    /// Forgets call `id`; whether it was in flight, and its slot.
-    fn remove(&mut self, id: &RequestId) -> Option<Option<Arc<RawResult>>> {
-        let at = self.calls.iter().position(|(known, _)| known == id)?;
-        Some(self.forget(at))
-    }
-
-    fn forget(&mut self, at: usize) -> Option<Arc<RawResult>> {
-        let (_, slot) = self.calls.remove(at)?;
-        self.slots -= usize::from(slot.is_some());
-        slot
-    }
-
-    fn is_empty(&self) -> bool {
-        self.calls.is_empty()
-    }
-}
-
 impl LineRole for RoleClient {
-    type Memory = CallsInFlight;
+    type Memory = CallsReader;
 
-    fn sending(item: &TxJsonRpcMessage<Self>, calls: &mut CallsInFlight) {
+    fn sending(item: &TxJsonRpcMessage<Self>, calls: &mut CallsReader) {
         match item {
             JsonRpcMessage::Request(request)
                 if matches!(request.request, ClientRequest::CallToolRequest(_)) =>
             {
-                let slot = request.request.extensions().get::<RouteTag>();
-                let slot = slot.and_then(|RouteTag(route)| route.raw.clone());
-                calls.insert(request.id.clone(), slot);
+                let slot = calls::slot_of(&request.request);
+                calls.lock().insert(request.id.clone(), slot);
             }
             JsonRpcMessage::Notification(notification) => {
                 if let ClientNotification::CancelledNotification(cancelled) =
                     &notification.notification
                     && let Some(id) = &cancelled.params.request_id
                 {
-                    calls.remove(id);
+                    calls.lock().remove(id);
                 }
             }
             _ => {}
         }
     }
 
-    fn decode_hot(line: &[u8], calls: &mut CallsInFlight) -> Option<RxJsonRpcMessage<Self>> {
+    fn decode_hot(line: &[u8], reader: &mut CallsReader) -> Option<RxJsonRpcMessage<Self>> {
+        let mut calls = reader.lock();
         // sonic-rs skips nested values recursively with no bound: a line that could nest deeper
         // than serde_json allows takes rmcp's decoder, which refuses it.
         if calls.is_empty() || memchr::memchr2_iter(b'[', b'{', line).nth(MAX_NESTING).is_some()
         {
             return None;
         }
-        if calls.slots > 0
+        if calls.has_slots()
             && let Some((id, Some(result))) = raw::read(line)
-            && let Some(position) = (calls.calls.iter())
-                .position(|(known, slot)| *known == id && slot.is_some())
-            && let Some(slot) = calls.forget(position)
+            && let Some(call) = calls.remove_with_slot(&id)
         {
+            drop(calls);
             let (at, len) = (result.as_ptr() as usize, result.len());
-            calls.kept = Some(Kept { slot, at, len });
+            if let Some(slot) = reader.answering(call) {
+                reader.kept = Some(Kept { slot, at, len });
+            }
             return Some(JsonRpcMessage::Response(JsonRpcResponse {
                 jsonrpc: Default::default(),
                 id,
@@ -182,7 +155,9 @@ impl LineRole for RoleClient {
         // Only an answer to a call of ours is taken as a call's result: the answer to another
         // request could parse as one too.
         let response: JsonRpcResponse<CallToolResult> = sonic_rs::from_slice(line).ok()?;
-        calls.remove(&response.id)?;
+        let call = calls.remove(&response.id)?;
+        drop(calls);
+        reader.answering(call);
         Some(JsonRpcMessage::Response(JsonRpcResponse {
             jsonrpc: response.jsonrpc,
             id: response.id,
@@ -201,11 +176,11 @@ impl LineRole for RoleClient {
         }
     }
 
-    fn kept(calls: &mut CallsInFlight) -> Option<Kept> {
-        calls.kept.take()
+    fn kept(reader: &mut CallsReader) -> Option<Kept> {
+        reader.kept.take()
     }
 
-    fn received(message: &RxJsonRpcMessage<Self>, calls: &mut CallsInFlight) {
+    fn received(message: &RxJsonRpcMessage<Self>, reader: &mut CallsReader) {
         let id = match message {
             JsonRpcMessage::Response(response) => &response.id,
             JsonRpcMessage::Error(error) => match &error.id {
@@ -214,7 +189,17 @@ impl LineRole for RoleClient {
             },
             _ => return,
         };
-        calls.remove(id);
+        let call = reader.lock().remove(id);
+        if let Some(call) = call {
+            reader.answering(call);
+        }
+    }
+
+    fn answered(
+        message: RxJsonRpcMessage<Self>,
+        reader: &mut CallsReader,
+    ) -> Option<RxJsonRpcMessage<Self>> {
+        reader.hand_over(message)
     }
 
     fn unsent(item: TxJsonRpcMessage<Self>) {
@@ -452,6 +437,17 @@ enum Line {
     End,
 }
 
+impl<R, W: AsyncWrite + Unpin + Send + 'static> Lines<RoleClient, R, W> {
+    /// A way for callers to send tool calls themselves, answered by this transport's reader
+    /// (see [`CallSender`]).
+    pub fn call_sender(&self) -> CallSender {
+        let write = self.write.clone();
+        self.memory.sender(Arc::new(move |message| {
+            Box::pin(write_message::<RoleClient, W>(write.clone(), message))
+        }))
+    }
+}
+
 impl<R, W: AsyncWrite + Unpin + Send + 'static> Lines<RoleServer, R, W> {
     /// The agent's tool calls go to `calls` once it takes them (see [`DirectCalls`]).
     pub fn with_direct(mut self, calls: Arc<dyn DirectCalls>) -> Self {
@@ -584,6 +580,9 @@ where
             self.scanned = 0;
             match decoded {
                 Decoded::Message(message) => {
+                    let Some(message) = Role::answered(message, &mut self.memory) else {
+                        continue;
+                    };
                     let kept = match &self.direct {
                         Some(direct) => Role::divert(message, direct),
                         None => Some(message),
@@ -726,10 +725,10 @@ mod tests {
     #[test]
     fn only_the_answer_to_a_call_in_flight_decodes_as_a_call_result() {
         let answer = r#"{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"hi"}],"isError":false}}"#;
-        let mut calls = CallsInFlight::default();
+        let mut calls = CallsReader::default();
         // Not a call of ours: rmcp decides what it is.
         assert!(RoleClient::decode_hot(answer.as_bytes(), &mut calls).is_none());
-        calls.insert(RequestId::Number(3), None);
+        calls.lock().insert(RequestId::Number(3), None);
         let hot = RoleClient::decode_hot(answer.as_bytes(), &mut calls).expect("hot");
         assert_eq!(as_json(&hot), as_json(&generic::<RoleClient>(answer)));
         assert!(matches!(
@@ -739,7 +738,7 @@ mod tests {
                 ..
             })
         ));
-        assert!(calls.is_empty(), "answered: forgotten");
+        assert!(calls.lock().is_empty(), "answered: forgotten");
     }
 
     #[test]
@@ -759,8 +758,8 @@ mod tests {
                 "\\u00e9 \\ud83d\\ude00 \\/",
                 1,
             );
-            let mut calls = CallsInFlight::default();
-            calls.insert(serde_json::from_value(id).unwrap(), None);
+            let mut calls = CallsReader::default();
+            calls.lock().insert(serde_json::from_value(id).unwrap(), None);
             let hot = RoleClient::decode_hot(answer.as_bytes(), &mut calls).expect("hot");
             assert_eq!(as_json(&hot), as_json(&generic::<RoleClient>(&answer)));
         }
@@ -770,8 +769,8 @@ mod tests {
         let hot = RoleServer::decode_hot(call.as_bytes(), &mut ()).expect("hot");
         assert_eq!(as_json(&hot), as_json(&generic::<RoleServer>(&call)));
         // Not JSON, or not whole: nothing hot.
-        let mut calls = CallsInFlight::default();
-        calls.insert(RequestId::Number(3), None);
+        let mut calls = CallsReader::default();
+        calls.lock().insert(RequestId::Number(3), None);
         for broken in [r#"{"jsonrpc":"2.0","id":3,"result":{"content":[]}} x"#, r#"{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"\x"}]}}"#, r#"{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"\ud800"}]}}"#] {
             assert!(serde_json::from_str::<serde_json::Value>(broken).is_err(), "{broken}");
             assert!(RoleClient::decode_hot(broken.as_bytes(), &mut calls).is_none(), "{broken}");
@@ -780,8 +779,8 @@ mod tests {
 
     #[test]
     fn a_call_answered_with_something_else_takes_rmcps_decoder() {
-        let mut calls = CallsInFlight::default();
-        calls.insert(RequestId::Number(4), None);
+        let mut calls = CallsReader::default();
+        calls.lock().insert(RequestId::Number(4), None);
         // A 2026-07-28 server asking for input instead of answering.
         let input = r#"{"jsonrpc":"2.0","id":4,"result":{"resultType":"input_required","inputRequests":{}}}"#;
         assert!(RoleClient::decode_hot(input.as_bytes(), &mut calls).is_none());
@@ -790,17 +789,17 @@ mod tests {
             panic!("an error answer")
         };
         assert!(matches!(message, JsonRpcMessage::Error(_)));
-        assert!(calls.is_empty(), "answered with an error: forgotten");
+        assert!(calls.lock().is_empty(), "answered with an error: forgotten");
     }
 
     #[test]
     fn a_result_that_passes_unchanged_goes_to_its_calls_slot_as_the_servers_bytes() {
         let result = r#"{"content":[{"type":"text","text":"a\u00e9 \"q\""}], "x" : [1.50]}"#;
         let answer = format!(r#"{{"id":5,"jsonrpc":"2.0","result":{result}}}"#);
-        let mut calls = CallsInFlight::default();
+        let mut calls = CallsReader::default();
         let slot = Arc::new(RawResult::default());
-        calls.insert(RequestId::Number(4), Some(Arc::new(RawResult::default())));
-        calls.insert(RequestId::Number(5), Some(slot.clone()));
+        calls.lock().insert(RequestId::Number(4), Some(Arc::new(RawResult::default())));
+        calls.lock().insert(RequestId::Number(5), Some(slot.clone()));
         let hot = RoleClient::decode_hot(answer.as_bytes(), &mut calls).expect("hot");
         let JsonRpcMessage::Response(JsonRpcResponse {
             id,
@@ -816,27 +815,27 @@ mod tests {
         assert!(Arc::ptr_eq(&kept.slot, &slot));
         let at = kept.at - answer.as_ptr() as usize;
         assert_eq!(&answer.as_bytes()[at..at + kept.len], result.as_bytes(), "byte for byte");
-        assert_eq!((calls.calls.len(), calls.slots), (1, 1));
+        assert_eq!(calls.lock().counts(), (1, 1));
         // An error's words are for the policy: it decodes, and the slot stays empty.
         let slot = Arc::new(RawResult::default());
-        calls.insert(RequestId::Number(6), Some(slot.clone()));
+        calls.lock().insert(RequestId::Number(6), Some(slot.clone()));
         let error = r#"{"jsonrpc":"2.0","id":6,"result":{"content":[],"isError":true}}"#;
         let hot = RoleClient::decode_hot(error.as_bytes(), &mut calls).expect("hot");
         assert_eq!(as_json(&hot), as_json(&generic::<RoleClient>(error)));
         assert!(RoleClient::kept(&mut calls).is_none());
-        assert_eq!((calls.calls.len(), calls.slots), (1, 1));
+        assert_eq!(calls.lock().counts(), (1, 1));
         // A call without a slot decodes as before.
-        calls.insert(RequestId::Number(7), None);
+        calls.lock().insert(RequestId::Number(7), None);
         let plain = answer.replace("\"id\":5", "\"id\":7");
         let hot = RoleClient::decode_hot(plain.as_bytes(), &mut calls).expect("hot");
         assert_eq!(as_json(&hot), as_json(&generic::<RoleClient>(&plain)));
-        assert_eq!((calls.calls.len(), calls.slots), (1, 1));
+        assert_eq!(calls.lock().counts(), (1, 1));
     }
 
     #[test]
     fn an_answer_nested_deeper_than_serde_json_allows_is_refused_not_recursed_into() {
-        let mut calls = CallsInFlight::default();
-        calls.insert(RequestId::Number(1), Some(Arc::default()));
+        let mut calls = CallsReader::default();
+        calls.lock().insert(RequestId::Number(1), Some(Arc::default()));
         let depth = 100_000;
         let line = format!(
             r#"{{"jsonrpc":"2.0","id":1,"result":{{"content":[{}{}]}}}}"#,
@@ -851,25 +850,8 @@ mod tests {
     }
 
     #[test]
-    fn calls_never_answered_are_forgotten_past_the_bound() {
-        let mut calls = CallsInFlight::default();
-        for id in 0..(CALLS_REMEMBERED as i64 + 10) {
-            calls.insert(RequestId::Number(id), None);
-        }
-        assert_eq!(calls.calls.len(), CALLS_REMEMBERED);
-        calls.insert(RequestId::Number(-1), Some(Arc::default()));
-        assert_eq!(calls.slots, 1);
-        assert!(calls.remove(&RequestId::Number(0)).is_none());
-        assert!(calls.remove(&RequestId::Number(CALLS_REMEMBERED as i64 + 9)).is_some());
-        for id in 1000..1000 + CALLS_REMEMBERED as i64 {
-            calls.insert(RequestId::Number(id), None);
-        }
-        assert_eq!(calls.slots, 0, "the slot of a call forgotten is forgotten with it");
-    }
-
-    #[test]
     fn lines_that_are_not_messages_are_ignored_or_answered_as_invalid() {
-        let mut calls = CallsInFlight::default();
+        let mut calls = CallsReader::default();
         assert!(matches!(
             decode::<RoleClient>(b"not json", &mut calls),
             Decoded::Ignored

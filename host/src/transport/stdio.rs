@@ -22,7 +22,7 @@ use rmcp::service::{ClientInitializeError, RunningService};
 use rmcp::{ClientHandler, ClientServiceExt, RoleClient};
 
 use super::gate::Guarded;
-use super::lines::Lines;
+use super::lines::{CallSender, Lines};
 use super::{Fault, SessionEnd, generation};
 use crate::config::ServerSpec;
 use crate::upstream::route::Routes;
@@ -136,6 +136,8 @@ pub struct StdioSession<H: ClientHandler> {
     pub service: RunningService<RoleClient, H>,
     pub process: ChildProcess,
     pub end: SessionEnd,
+    /// Tool calls go to the server this way, not through rmcp's loop.
+    pub calls: CallSender,
 }
 
 /// Starts the server and completes the MCP handshake within `spec`'s connect timeout. Its
@@ -152,6 +154,7 @@ pub async fn connect_session<H: ClientHandler>(
     let end = SessionEnd::new();
     let (process, stdout, stdin) = spawn(child, &end)?;
     let transport: Lines<RoleClient, _, _> = Lines::limited(stdout, stdin, spec.max_message);
+    let calls = transport.call_sender();
     let transport = Guarded::new(transport, end.clone()).with_routes(routes);
     let opening = handler.serve_with_lifecycle(transport, lifecycle);
     match tokio::time::timeout(spec.timeouts.connect, opening).await {
@@ -159,6 +162,7 @@ pub async fn connect_session<H: ClientHandler>(
             service,
             process,
             end,
+            calls,
         }),
         Ok(Err(error)) => {
             // A server that answered and refused the handshake exits afterwards because its

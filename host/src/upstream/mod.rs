@@ -20,11 +20,11 @@ use rmcp::model::{
     JsonObject, ListPromptsRequest, ListResourceTemplatesRequest, ListResourcesRequest,
     ListRootsRequest, ListRootsResult, ListToolsRequest, LoggingMessageNotificationParam,
     PaginatedRequestParams, PingRequest, ProtocolVersion, ResourceUpdatedNotificationParam,
-    ServerCapabilities, ServerRequest, ServerResult, SubscribeRequest, SubscribeRequestParams,
-    UnsubscribeRequest, UnsubscribeRequestParams,
+    ProgressToken, RequestId, RequestMetaObject, ServerCapabilities, ServerRequest, ServerResult,
+    SubscribeRequest, SubscribeRequestParams, UnsubscribeRequest, UnsubscribeRequestParams,
 };
 use rmcp::service::{
-    NotificationContext, PeerRequestOptions, RequestContext, RunningService,
+    NotificationContext, PeerRequestOptions, RequestContext, RequestHandle, RunningService,
     ServiceError,
 };
 use rmcp::{ClientHandler, Peer, RoleClient};
@@ -39,6 +39,7 @@ use crate::transport::{SessionEnd, session_closed};
 use crate::transport::generation::{self, Generation};
 use crate::transport::http::{self, HttpFlavor, HttpOptions};
 use crate::transport::limit;
+use crate::transport::lines::{CallSender, PendingCall};
 use crate::transport::stdio::{self, ChildProcess};
 use route::{Belongs, RouteTag, Routes};
 pub use route::{CallArguments, CallRoute, ClientAsk, ProgressForward};
@@ -340,6 +341,32 @@ enum GaveUp {
     OutOfTime(Duration, &'static str),
 }
 
+/// A request on its way: through rmcp, or a tool call written by its caller ([`CallSender`]).
+enum Sent {
+    Rmcp(RequestHandle<RoleClient>),
+    Straight(PendingCall),
+}
+
+impl Sent {
+    fn id(&self) -> &RequestId {
+        match self {
+            Sent::Rmcp(handle) => &handle.id,
+            Sent::Straight(pending) => pending.id(),
+        }
+    }
+
+    async fn answer(self) -> Result<ServerResult, ServiceError> {
+        match self {
+            Sent::Rmcp(handle) => handle.await_response().await,
+            Sent::Straight(pending) => match pending.answer().await {
+                Some(Ok(result)) => Ok(result),
+                Some(Err(error)) => Err(ServiceError::McpError(error)),
+                None => Err(ServiceError::TransportClosed),
+            },
+        }
+    }
+}
+
 /// How a call failed when it did not produce a result.
 #[derive(Debug, Clone)]
 pub enum CallFailure {
@@ -376,6 +403,12 @@ pub struct Session {
     max_message: usize,
     routes: Arc<Routes>,
     generation: Generation,
+    /// On stdio, tool calls are written here rather than through rmcp's loop.
+    calls: Option<CallSender>,
+    /// What rmcp adds to the `_meta` of every request of a session without a handshake
+    /// (2026-07-28): the protocol version, the client's name and capabilities. A tool call
+    /// written by Tether carries it too.
+    request_meta: Option<RequestMetaObject>,
     /// Resource URIs clients want updates of; a 2026-07-28 session listens for them.
     resource_uris: watch::Sender<BTreeSet<String>>,
 }
@@ -408,6 +441,7 @@ impl Session {
             routes: routes.clone(),
         };
         let lifecycle = generation::lifecycle(spec.protocol, remembered.generation);
+        let mut calls = None;
         let (service, process, transport, end) = match &spec.transport {
             TransportSpec::Stdio {
                 command,
@@ -431,6 +465,7 @@ impl Session {
                     handler.clone(),
                 )
                 .await?;
+                calls = Some(session.calls);
                 (
                     session.service,
                     Some(session.process),
@@ -476,6 +511,7 @@ impl Session {
         let mut session = Self::from_service(&spec.name, service, process, transport, end);
         session.max_message = spec.max_message;
         session.routes = routes;
+        session.calls = calls;
         remembered.generation = Some(session.generation);
         if session.generation == Generation::Modern {
             listen::spawn(listen::Listener {
@@ -510,6 +546,18 @@ impl Session {
                     .map(|i| format!("{} {}", i.name, i.version))
             })
             .unwrap_or_default();
+        // As rmcp makes it for a session whose version has no handshake.
+        let request_meta = peer
+            .peer_info()
+            .filter(|info| !info.protocol_version.has_initialize())
+            .map(|info| {
+                let ours = service.service().get_info();
+                let mut meta = RequestMetaObject::new();
+                meta.set_protocol_version(info.protocol_version.clone());
+                meta.set_client_info(ours.client_info);
+                meta.set_client_capabilities(ours.capabilities);
+                meta
+            });
         let cancel = std::sync::Mutex::new(Some(service.cancellation_token()));
         let exit = process.as_ref().map(ChildProcess::exit_watch);
         crate::transport::watch_service(service, exit, transport, end.clone());
@@ -525,6 +573,8 @@ impl Session {
             max_message: ServerSpec::DEFAULT_MAX_MESSAGE,
             routes: Arc::default(),
             generation,
+            calls: None,
+            request_meta,
             resource_uris: watch::channel(BTreeSet::new()).0,
         }
     }
@@ -853,29 +903,36 @@ impl Session {
         method: &str,
         request: ClientRequest,
         options: PeerRequestOptions,
-        route: &CallRoute,
+        route: &Arc<CallRoute>,
         timeouts: &Timeouts,
         context: &CallContext,
     ) -> Result<ServerResult, CallFailure> {
         // Set before the request leaves: progress may come before the send returns.
         let now = tokio::time::Instant::now();
         let deadlines = route.deadlines(now, timeouts.call, timeouts.call_max);
-        let handle = match self.peer.send_request_with_option(request, options).await {
-            Ok(handle) => handle,
+        let sent = match (&self.calls, request) {
+            (Some(calls), ClientRequest::CallToolRequest(call)) => {
+                self.send_straight(calls, call, options, route).await
+            }
+            (_, request) => (self.peer.send_request_with_option(request, options).await)
+                .map(Sent::Rmcp),
+        };
+        let sent = match sent {
+            Ok(sent) => sent,
             Err(error) => {
                 return Err(CallFailure::NotSent(
                     self.request_fault(method, error).await,
                 ));
             }
         };
+        let id = sent.id().clone();
         let _route = Unroute {
             routes: &self.routes,
-            id: handle.id.clone(),
+            id: id.clone(),
         };
-        let (peer, id) = (handle.peer.clone(), handle.id.clone());
         let waited = tokio::select! {
             biased;
-            answer = handle.await_response() => Ok(answer),
+            answer = sent.answer() => Ok(answer),
             _ = context.cancel.cancelled() => Err(GaveUp::Cancelled),
             (timeout, reason) = deadlines.out_of_time() => {
                 Err(GaveUp::OutOfTime(timeout, reason))
@@ -889,7 +946,7 @@ impl Session {
                     GaveUp::OutOfTime(_, reason) => reason,
                 };
                 let cancelled = CancelledNotificationParam::new(Some(id), Some(reason.into()));
-                if let Err(error) = peer.notify_cancelled(cancelled).await {
+                if let Err(error) = self.peer.notify_cancelled(cancelled).await {
                     tracing::debug!(server = %self.server, "could not pass a cancellation on: {error}");
                 }
                 match gave_up {
@@ -925,6 +982,37 @@ impl Session {
                 self.request_fault(method, error).await,
             )),
             Err(error) => Err(CallFailure::Lost(self.request_fault(method, error).await)),
+        }
+    }
+
+    /// Writes tool call `call` itself ([`CallSender`]) with what rmcp would add to it: the
+    /// session's `_meta`, the caller's (`options`), a progress token. Its route is registered
+    /// before it leaves, as the gate does for a request rmcp sends.
+    async fn send_straight(
+        &self,
+        calls: &CallSender,
+        mut call: CallToolRequest,
+        options: PeerRequestOptions,
+        route: &Arc<CallRoute>,
+    ) -> Result<Sent, ServiceError> {
+        let id = calls.next_id();
+        let token = ProgressToken(id.clone());
+        let meta = call.extensions.get_or_insert_default::<RequestMetaObject>();
+        if let Some(session) = &self.request_meta {
+            meta.extend(session.clone());
+        }
+        if let Some(caller) = options.meta {
+            meta.extend(caller);
+        }
+        meta.set_progress_token(token.clone());
+        self.routes.register(id.clone(), Some(token), route.clone());
+        match calls.send(id.clone(), call).await {
+            Ok(pending) => Ok(Sent::Straight(pending)),
+            Err(error) => {
+                self.routes.unregister(&id);
+                tracing::debug!(server = %self.server, "a tool call could not be written: {error}");
+                Err(ServiceError::TransportClosed)
+            }
         }
     }
 
