@@ -7,8 +7,7 @@
 //! that is not a message answered with Invalid Request, a notification that cannot be read
 //! dropped (a notification is never answered). A server's lines are bounded by the limiter of
 //! `limit.rs` instead ([`Lines::limited`]): it takes them from the read buffer into the line, so
-//! a line is copied once, and an oversized answer fails its call. Two things differ, both for a
-//! tool call:
+//! a line is copied once, and an oversized answer fails its call. What differs:
 //!
 //! - The hot messages decode straight into their type ([`LineRole::decode_hot`]): a
 //!   `tools/call` request on the agent's side, the answer to a `tools/call` on the server's.
@@ -53,7 +52,7 @@ mod direct;
 pub mod raw;
 mod wire;
 
-pub use calls::{Answered, CallSender, CallsReader, PendingCall};
+pub use calls::{CallSender, CallsReader, NoAnswer, PendingCall};
 pub use direct::{Answer, Answers, Direct, DirectCalls};
 use raw::RawResult;
 
@@ -81,6 +80,10 @@ pub trait LineRole: ServiceRole {
     ) -> Option<RxJsonRpcMessage<Self>> {
         let _ = memory;
         Some(message)
+    }
+    /// The other side's lines ended (or could not be read): nothing more will arrive.
+    fn ended(memory: &mut Self::Memory) {
+        let _ = memory;
     }
     /// A message whose write failed: what it carried that its sender wants back.
     fn unsent(item: TxJsonRpcMessage<Self>);
@@ -130,18 +133,23 @@ impl LineRole for RoleClient {
     }
 
     fn decode_hot(line: &[u8], reader: &mut CallsReader) -> Option<RxJsonRpcMessage<Self>> {
-        let mut calls = reader.lock();
+        // The lock is not held through a parse: callers take it to send.
+        let (empty, slots) = {
+            let calls = reader.lock();
+            (calls.is_empty(), calls.has_slots())
+        };
         // sonic-rs skips nested values recursively with no bound: a line that could nest deeper
         // than serde_json allows takes rmcp's decoder, which refuses it.
-        if calls.is_empty() || memchr::memchr2_iter(b'[', b'{', line).nth(MAX_NESTING).is_some()
-        {
+        if empty || memchr::memchr2_iter(b'[', b'{', line).nth(MAX_NESTING).is_some() {
             return None;
         }
-        if calls.has_slots()
-            && let Some((id, Some(result))) = raw::read(line)
-            && let Some(call) = calls.remove_with_slot(&id)
+        let kept = match slots {
+            true => raw::read(line).and_then(|(id, result)| Some((id, result?))),
+            false => None,
+        };
+        if let Some((id, result)) = kept
+            && let Some(call) = reader.lock_and(|calls| calls.remove_with_slot(&id))
         {
-            drop(calls);
             let (at, len) = (result.as_ptr() as usize, result.len());
             if let Some(slot) = reader.answering(call) {
                 reader.kept = Some(Kept { slot, at, len });
@@ -155,8 +163,7 @@ impl LineRole for RoleClient {
         // Only an answer to a call of ours is taken as a call's result: the answer to another
         // request could parse as one too.
         let response: JsonRpcResponse<CallToolResult> = sonic_rs::from_slice(line).ok()?;
-        let call = calls.remove(&response.id)?;
-        drop(calls);
+        let call = reader.lock_and(|calls| calls.remove(&response.id))?;
         reader.answering(call);
         Some(JsonRpcMessage::Response(JsonRpcResponse {
             jsonrpc: response.jsonrpc,
@@ -200,6 +207,10 @@ impl LineRole for RoleClient {
         reader: &mut CallsReader,
     ) -> Option<RxJsonRpcMessage<Self>> {
         reader.hand_over(message)
+    }
+
+    fn ended(reader: &mut CallsReader) {
+        reader.close();
     }
 
     fn unsent(item: TxJsonRpcMessage<Self>) {
@@ -405,8 +416,10 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
         }
     }
 
-    /// The client's side ended: direct calls still running are cancelled.
-    fn closed(&self) {
+    /// The other side ended: calls waiting for an answer learn it, and the agent's direct
+    /// calls still running are cancelled.
+    fn closed(&mut self) {
+        Role::ended(&mut self.memory);
         if let Some(direct) = &self.direct {
             direct.calls.closed();
         }

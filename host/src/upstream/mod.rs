@@ -27,6 +27,7 @@ use rmcp::service::{
     NotificationContext, PeerRequestOptions, RequestContext, RequestHandle, RunningService,
     ServiceError,
 };
+use rmcp::transport::DynamicTransportError;
 use rmcp::{ClientHandler, Peer, RoleClient};
 use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, broadcast, watch};
@@ -39,7 +40,7 @@ use crate::transport::{SessionEnd, session_closed};
 use crate::transport::generation::{self, Generation};
 use crate::transport::http::{self, HttpFlavor, HttpOptions};
 use crate::transport::limit;
-use crate::transport::lines::{CallSender, PendingCall};
+use crate::transport::lines::{CallSender, NoAnswer, PendingCall};
 use crate::transport::stdio::{self, ChildProcess};
 use route::{Belongs, RouteTag, Routes};
 pub use route::{CallArguments, CallRoute, ClientAsk, ProgressForward};
@@ -359,9 +360,17 @@ impl Sent {
         match self {
             Sent::Rmcp(handle) => handle.await_response().await,
             Sent::Straight(pending) => match pending.answer().await {
-                Some(Ok(result)) => Ok(result),
-                Some(Err(error)) => Err(ServiceError::McpError(error)),
-                None => Err(ServiceError::TransportClosed),
+                Ok(Ok(result)) => Ok(result),
+                Ok(Err(error)) => Err(ServiceError::McpError(error)),
+                // As rmcp words a write that failed: the call did not leave.
+                Err(NoAnswer::Unwritten(error)) => Err(ServiceError::TransportSend(
+                    DynamicTransportError::from_parts(
+                        "stdio",
+                        std::any::TypeId::of::<CallSender>(),
+                        Box::new(error),
+                    ),
+                )),
+                Err(NoAnswer::Ended) => Err(ServiceError::TransportClosed),
             },
         }
     }
@@ -405,10 +414,6 @@ pub struct Session {
     generation: Generation,
     /// On stdio, tool calls are written here rather than through rmcp's loop.
     calls: Option<CallSender>,
-    /// What rmcp adds to the `_meta` of every request of a session without a handshake
-    /// (2026-07-28): the protocol version, the client's name and capabilities. A tool call
-    /// written by Tether carries it too.
-    request_meta: Option<RequestMetaObject>,
     /// Resource URIs clients want updates of; a 2026-07-28 session listens for them.
     resource_uris: watch::Sender<BTreeSet<String>>,
 }
@@ -511,7 +516,10 @@ impl Session {
         let mut session = Self::from_service(&spec.name, service, process, transport, end);
         session.max_message = spec.max_message;
         session.routes = routes;
-        session.calls = calls;
+        // Not for a 2026-07-28 server: rmcp lets such a server ask the client something (roots,
+        // sampling, elicitation) only while a request rmcp itself sent is in flight, and refuses
+        // the question otherwise.
+        session.calls = calls.filter(|_| session.generation == Generation::Legacy);
         remembered.generation = Some(session.generation);
         if session.generation == Generation::Modern {
             listen::spawn(listen::Listener {
@@ -546,18 +554,6 @@ impl Session {
                     .map(|i| format!("{} {}", i.name, i.version))
             })
             .unwrap_or_default();
-        // As rmcp makes it for a session whose version has no handshake.
-        let request_meta = peer
-            .peer_info()
-            .filter(|info| !info.protocol_version.has_initialize())
-            .map(|info| {
-                let ours = service.service().get_info();
-                let mut meta = RequestMetaObject::new();
-                meta.set_protocol_version(info.protocol_version.clone());
-                meta.set_client_info(ours.client_info);
-                meta.set_client_capabilities(ours.capabilities);
-                meta
-            });
         let cancel = std::sync::Mutex::new(Some(service.cancellation_token()));
         let exit = process.as_ref().map(ChildProcess::exit_watch);
         crate::transport::watch_service(service, exit, transport, end.clone());
@@ -574,7 +570,6 @@ impl Session {
             routes: Arc::default(),
             generation,
             calls: None,
-            request_meta,
             resource_uris: watch::channel(BTreeSet::new()).0,
         }
     }
@@ -874,7 +869,7 @@ impl Session {
         {
             trace.write_to(options.meta.get_or_insert_default());
         }
-        // Registered by the transport as the request leaves (see `route`).
+        // Registered as the request leaves, by the transport or by `send_straight` (see `route`).
         let route = Arc::new(CallRoute {
             progress: context.progress.clone(),
             log: context.log.clone(),
@@ -912,7 +907,7 @@ impl Session {
         let deadlines = route.deadlines(now, timeouts.call, timeouts.call_max);
         let sent = match (&self.calls, request) {
             (Some(calls), ClientRequest::CallToolRequest(call)) => {
-                self.send_straight(calls, call, options, route).await
+                self.send_straight(calls, call, options, route)
             }
             (_, request) => (self.peer.send_request_with_option(request, options).await)
                 .map(Sent::Rmcp),
@@ -985,10 +980,10 @@ impl Session {
         }
     }
 
-    /// Writes tool call `call` itself ([`CallSender`]) with what rmcp would add to it: the
-    /// session's `_meta`, the caller's (`options`), a progress token. Its route is registered
-    /// before it leaves, as the gate does for a request rmcp sends.
-    async fn send_straight(
+    /// Writes tool call `call` itself ([`CallSender`]) with what rmcp would add to it on a
+    /// session with a handshake: the caller's `_meta` (`options`), a progress token. Its route
+    /// is registered before it leaves, as the gate does for a request rmcp sends.
+    fn send_straight(
         &self,
         calls: &CallSender,
         mut call: CallToolRequest,
@@ -998,15 +993,12 @@ impl Session {
         let id = calls.next_id();
         let token = ProgressToken(id.clone());
         let meta = call.extensions.get_or_insert_default::<RequestMetaObject>();
-        if let Some(session) = &self.request_meta {
-            meta.extend(session.clone());
-        }
         if let Some(caller) = options.meta {
             meta.extend(caller);
         }
         meta.set_progress_token(token.clone());
         self.routes.register(id.clone(), Some(token), route.clone());
-        match calls.send(id.clone(), call).await {
+        match calls.send(id.clone(), call) {
             Ok(pending) => Ok(Sent::Straight(pending)),
             Err(error) => {
                 self.routes.unregister(&id);

@@ -1,10 +1,12 @@
 //! Which client request an upstream message belongs to.
 //!
 //! A request Tether sends upstream for a client carries its [`CallRoute`] in the request's
-//! extensions ([`RouteTag`]). The session's transport ([`crate::transport::gate`]) registers it
-//! as the request leaves — by request id and by the progress token rmcp gave it — so nothing the
-//! server sends for it can arrive first; it hands the server's progress to the route in arrival
-//! order, on the transport's own task, before the answer that follows it; and it tags each
+//! extensions ([`RouteTag`]). It is registered as the request leaves — by request id and by its
+//! progress token — so nothing the server sends for it can arrive first: by the session's
+//! transport ([`crate::transport::gate`]) for a request rmcp sends, by the session itself for a
+//! tool call it writes (`Session::send_straight`). The transport hands the server's progress
+//! to the route in arrival order, on the transport's own task, before the answer that follows
+//! it; and it tags each
 //! server-to-client request (sampling, elicitation, roots) with the route it belongs to: the
 //! request whose stream carried it (Streamable HTTP), or, where the wire names none (stdio,
 //! legacy SSE), the only request in flight.

@@ -4,24 +4,27 @@
 //! A request sent through rmcp takes its client service loop: a channel to the loop, a task
 //! spawned to write it, a pending-request map, and the answer handed back over a oneshot, on
 //! top of the reader's own work; about an eighth of what forwarding a call costs. A tool call
-//! on stdio is written by its caller instead: the write is made in the caller's task (a write
-//! that cannot finish at once goes on in a task of its own, so a line is never cut short), the
-//! call is remembered here with a oneshot, and the reader hands the answer straight to it. It
-//! never reaches rmcp's loop. Everything else a session sends still goes through rmcp.
+//! on stdio is written by its caller instead: the write starts in the caller's task (one that
+//! cannot finish at once goes on in a task of its own, so a line is never cut short, and the
+//! caller can give up meanwhile), the call is remembered here with a oneshot, and the reader
+//! hands the answer straight to it. It never reaches rmcp's loop. Everything else a session
+//! sends still goes through rmcp.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::Poll;
+use std::task::{Context, Poll, Waker};
 
+use futures::FutureExt;
 use futures::future::BoxFuture;
 use rmcp::RoleClient;
 use rmcp::model::{
-    CallToolRequest, ClientRequest, ErrorData, GetExtensions, JsonRpcMessage, RequestId,
-    ServerResult,
+    CallToolRequest, ClientRequest, ErrorData, GetExtensions, JsonRpcMessage, NumberOrString,
+    RequestId, ServerResult,
 };
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
 use super::LineRole;
 use super::raw::RawResult;
@@ -30,16 +33,26 @@ use crate::upstream::route::RouteTag;
 /// A call's answer: its result, or the error the server answered with.
 pub type Answered = Result<ServerResult, ErrorData>;
 
-/// How many calls nobody waits on are remembered (sent through rmcp: its loop waits): one that
-/// is never answered is forgotten once this many newer ones went out, and its late answer then
-/// takes rmcp's decoder, with the same result. A call whose caller waits is remembered until it
-/// is answered or its caller stops waiting, whatever their number.
+/// Why a call written by its caller got no answer.
+#[derive(Debug)]
+pub enum NoAnswer {
+    /// Its line could not be written: the call did not leave.
+    Unwritten(std::io::Error),
+    /// The server's side of the transport ended first.
+    Ended,
+}
+
+/// How many calls nobody waits on (sent through rmcp, whose loop waits) are remembered: one
+/// that is never answered is forgotten once this many newer ones went out, and its late answer
+/// then takes rmcp's decoder, with the same result. A call whose caller waits is remembered
+/// until it is answered or its caller stops waiting, whatever their number.
 const CALLS_REMEMBERED: usize = 256;
 
-/// The first id of a call sent by its caller. rmcp numbers its own requests from 0 in the same
-/// session: it would take a billion of them to meet these, and a server that reads ids as
-/// 32-bit integers still reads these.
-const FIRST_DIRECT_ID: i64 = 1 << 30;
+/// The first id of a call sent by its caller; its progress token is the same number. rmcp
+/// numbers its own requests, and its own progress tokens, from 0 in the same session: it would
+/// take a billion of them to meet these, and a server that reads ids as 32-bit integers still
+/// reads these.
+const FIRST_STRAIGHT_ID: i64 = 1 << 30;
 
 pub(super) struct InFlight {
     id: RequestId,
@@ -50,14 +63,22 @@ pub(super) struct InFlight {
 }
 
 /// The calls in flight, by id (see the module documentation). Shared by the reader and the
-/// callers; each holds the lock for a lookup, never across an await.
+/// callers; each holds the lock for a lookup, never across an await or a parse.
 #[derive(Default)]
 pub struct CallsInFlight {
     calls: VecDeque<InFlight>,
     /// How many of them have a slot.
     slots: usize,
-    /// The reader is gone: nothing will be answered any more.
+    /// The reader is done: nothing will be answered any more.
     closed: bool,
+}
+
+/// Whether an answer with id `answered` is the answer to request `sent`: the same id, or, as
+/// rmcp accepts it, a number the server echoed as a string.
+fn answers(sent: &RequestId, answered: &RequestId) -> bool {
+    sent == answered
+        || matches!((sent, answered), (NumberOrString::Number(n), NumberOrString::String(s))
+            if s.parse::<i64>().ok() == Some(*n))
 }
 
 impl CallsInFlight {
@@ -79,9 +100,9 @@ impl CallsInFlight {
         self.calls.push_back(call);
     }
 
-    /// Forgets call `id`; what was remembered of it, if it was in flight.
+    /// Forgets the call answer `id` answers; what was remembered of it, if it was in flight.
     pub(super) fn remove(&mut self, id: &RequestId) -> Option<InFlight> {
-        let at = self.calls.iter().position(|call| call.id == *id)?;
+        let at = self.calls.iter().position(|call| answers(&call.id, id))?;
         self.forget(at)
     }
 
@@ -105,31 +126,62 @@ impl CallsInFlight {
         self.slots > 0
     }
 
-    /// Forgets call `id` if it has a slot; what was remembered of it.
+    /// Forgets the call answer `id` answers if it has a slot; what was remembered of it.
     pub(super) fn remove_with_slot(&mut self, id: &RequestId) -> Option<InFlight> {
-        let at = (self.calls.iter()).position(|call| call.id == *id && call.slot.is_some())?;
+        let at = (self.calls.iter()).position(|call| call.slot.is_some() && answers(&call.id, id))?;
         self.forget(at)
+    }
+
+    /// Nothing will be answered any more: callers waiting learn it, and no call is taken.
+    fn close(&mut self) {
+        self.closed = true;
+        self.calls.retain(|call| call.caller.is_none());
+        self.slots = self.calls.iter().filter(|call| call.slot.is_some()).count();
     }
 }
 
-/// The reader's side of the calls in flight (a line transport's memory, [`LineRole`]): what the
-/// line just decoded owes to a slot or a caller. Dropped with the transport: calls still
-/// waiting then fail (the session ended), and no call is taken any more.
+/// What the reader and the callers of one transport share.
 #[derive(Default)]
+struct Shared {
+    calls: Mutex<CallsInFlight>,
+    next_id: AtomicI64,
+}
+
+/// The reader's side of the calls in flight (a line transport's memory, [`LineRole`]): what the
+/// line just decoded owes to a slot or a caller. Closed when the server's side ends and when it
+/// is dropped with the transport: calls still waiting then fail, and no call is taken any more.
 pub struct CallsReader {
-    shared: Arc<Mutex<CallsInFlight>>,
+    shared: Arc<Shared>,
     /// The result in the line just decoded that goes to its slot.
     pub(super) kept: Option<super::Kept>,
     /// The caller the message just decoded answers.
     caller: Option<oneshot::Sender<Answered>>,
 }
 
+impl Default for CallsReader {
+    fn default() -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                calls: Mutex::default(),
+                next_id: AtomicI64::new(FIRST_STRAIGHT_ID),
+            }),
+            kept: None,
+            caller: None,
+        }
+    }
+}
+
 impl CallsReader {
     pub(super) fn lock(&self) -> MutexGuard<'_, CallsInFlight> {
-        lock(&self.shared)
+        lock(&self.shared.calls)
     }
 
-    /// Notes that the message being decoded answers `call`.
+    /// `f` of the calls in flight, the lock let go before anything else happens.
+    pub(super) fn lock_and<T>(&self, f: impl FnOnce(&mut CallsInFlight) -> T) -> T {
+        f(&mut self.lock())
+    }
+
+    /// Notes that the message being decoded answers `call`; its slot.
     pub(super) fn answering(&mut self, call: InFlight) -> Option<Arc<RawResult>> {
         self.caller = call.caller;
         call.slot
@@ -153,22 +205,23 @@ impl CallsReader {
         None
     }
 
+    /// The server's side ended (or the transport went).
+    pub(super) fn close(&self) {
+        self.lock().close();
+    }
+
     /// A caller's way to send calls that this reader answers, written by `write`.
     pub(super) fn sender(&self, write: WriteMessage) -> CallSender {
         CallSender {
-            calls: self.shared.clone(),
+            shared: self.shared.clone(),
             write,
-            next_id: AtomicI64::new(FIRST_DIRECT_ID),
         }
     }
 }
 
 impl Drop for CallsReader {
     fn drop(&mut self) {
-        let mut calls = self.lock();
-        calls.closed = true;
-        // Their callers learn the session ended.
-        calls.calls.retain(|call| call.caller.is_none());
+        self.close();
     }
 }
 
@@ -178,25 +231,24 @@ pub(super) type WriteMessage =
 
 /// Sends tool calls the way the module documentation says, for one session.
 pub struct CallSender {
-    calls: Arc<Mutex<CallsInFlight>>,
+    shared: Arc<Shared>,
     write: WriteMessage,
-    next_id: AtomicI64,
 }
 
 impl CallSender {
-    /// The id for the next call (see [`FIRST_DIRECT_ID`]).
+    /// The id for the next call (see [`FIRST_STRAIGHT_ID`]).
     pub fn next_id(&self) -> RequestId {
-        RequestId::Number(self.next_id.fetch_add(1, Ordering::Relaxed))
+        RequestId::Number(self.shared.next_id.fetch_add(1, Ordering::Relaxed))
     }
 
-    /// Writes call `id`; its answer then comes to the [`PendingCall`]. A call that could not be
-    /// written (the transport is closed or the write failed) did not leave: its route, if it
-    /// has one, gets its arguments back, as for a call rmcp could not write.
-    pub async fn send(&self, id: RequestId, call: CallToolRequest) -> std::io::Result<PendingCall> {
+    /// Starts writing call `id`; its answer then comes to the [`PendingCall`]. A call that
+    /// could not be written (the transport is closed, the write failed) did not leave: its
+    /// route, if it has one, gets its arguments back, as for a call rmcp could not write.
+    pub fn send(&self, id: RequestId, call: CallToolRequest) -> std::io::Result<PendingCall> {
         let message = JsonRpcMessage::request(ClientRequest::CallToolRequest(call), id.clone());
         let (caller, answer) = oneshot::channel();
-        let pending = {
-            let mut calls = lock(&self.calls);
+        let mut pending = {
+            let mut calls = lock(&self.shared.calls);
             if calls.closed {
                 drop(calls);
                 RoleClient::unsent(message);
@@ -212,28 +264,30 @@ impl CallSender {
             });
             PendingCall {
                 id,
+                writing: None,
                 answer: Some(answer),
-                calls: self.calls.clone(),
+                shared: self.shared.clone(),
             }
         };
+        // Written here if the pipe takes it at once (nearly always); else the task it goes on
+        // in is spawned before anything else runs, so it has no other waker to lose.
         let mut write = (self.write)(message);
-        let written = match futures::poll!(&mut write) {
-            Poll::Ready(written) => written,
-            // Finished in a task of its own: a line begun is a line ended, whatever the caller
-            // does meanwhile.
-            Poll::Pending => tokio::spawn(write)
-                .await
-                .unwrap_or_else(|error| Err(std::io::Error::other(error))),
-        };
-        written.map(|()| pending)
+        match write.poll_unpin(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(written) => written?,
+            Poll::Pending => pending.writing = Some(tokio::spawn(write)),
+        }
+        Ok(pending)
     }
 }
 
-/// A call written, waiting for its answer. Dropped before it came, the call is forgotten.
+/// A call on its way, waiting for its answer. Dropped before it came, the call is forgotten
+/// (a write under way still ends its line).
 pub struct PendingCall {
     id: RequestId,
+    /// The write, where it could not finish at once.
+    writing: Option<JoinHandle<std::io::Result<()>>>,
     answer: Option<oneshot::Receiver<Answered>>,
-    calls: Arc<Mutex<CallsInFlight>>,
+    shared: Arc<Shared>,
 }
 
 impl PendingCall {
@@ -241,9 +295,19 @@ impl PendingCall {
         &self.id
     }
 
-    /// The call's answer; `None` if the session ended first.
-    pub async fn answer(mut self) -> Option<Answered> {
-        let answer = self.answer.as_mut()?.await.ok();
+    /// The call's answer, once its write ended.
+    pub async fn answer(mut self) -> Result<Answered, NoAnswer> {
+        if let Some(writing) = self.writing.as_mut() {
+            match writing.await {
+                Ok(Ok(())) => self.writing = None,
+                Ok(Err(error)) => return Err(NoAnswer::Unwritten(error)),
+                Err(error) => return Err(NoAnswer::Unwritten(std::io::Error::other(error))),
+            }
+        }
+        let Some(answer) = self.answer.as_mut() else {
+            return Err(NoAnswer::Ended);
+        };
+        let answer = answer.await.map_err(|_| NoAnswer::Ended);
         self.answer = None;
         answer
     }
@@ -252,7 +316,7 @@ impl PendingCall {
 impl Drop for PendingCall {
     fn drop(&mut self) {
         if self.answer.is_some() {
-            lock(&self.calls).remove(&self.id);
+            lock(&self.shared.calls).remove(&self.id);
         }
     }
 }
@@ -274,16 +338,18 @@ mod tests {
     use crate::upstream::route::CallRoute;
     use rmcp::model::{CallToolRequestParams, JsonObject};
     use rmcp::transport::Transport;
+    use std::time::Duration;
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
 
-    type ClientLines = Lines<RoleClient, tokio::io::ReadHalf<DuplexStream>, tokio::io::WriteHalf<DuplexStream>>;
+    type ClientLines =
+        Lines<RoleClient, tokio::io::ReadHalf<DuplexStream>, tokio::io::WriteHalf<DuplexStream>>;
 
     /// A line transport to a "server" whose lines the test reads and writes (`buffer` bytes of
     /// pipe between them).
-    fn connected(buffer: usize) -> (ClientLines, DuplexStream) {
+    fn connected(buffer: usize) -> (ClientLines, BufReader<DuplexStream>) {
         let (ours, theirs) = tokio::io::duplex(buffer);
         let (read, write) = tokio::io::split(ours);
-        (Lines::new(read, write, 1 << 20), theirs)
+        (Lines::new(read, write, 1 << 20), BufReader::new(theirs))
     }
 
     fn call(arguments: &str) -> CallToolRequest {
@@ -291,47 +357,60 @@ mod tests {
         CallToolRequest::new(CallToolRequestParams::new("t").with_arguments(arguments))
     }
 
+    /// The next line the server reads, whole (a deadline: a half line would wait for ever).
     async fn next_line(server: &mut BufReader<DuplexStream>) -> serde_json::Value {
         let mut line = String::new();
-        server.read_line(&mut line).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), server.read_line(&mut line))
+            .await
+            .expect("a line within the deadline")
+            .unwrap();
         serde_json::from_str(&line).expect("a whole JSON line")
+    }
+
+    async fn answer(pending: PendingCall) -> Result<Answered, NoAnswer> {
+        tokio::time::timeout(Duration::from_secs(10), pending.answer())
+            .await
+            .expect("an outcome within the deadline")
     }
 
     #[tokio::test]
     async fn a_call_written_by_its_caller_is_answered_to_it_not_to_the_service_loop() {
-        let (mut lines, theirs) = connected(1 << 16);
+        let (mut lines, mut server) = connected(1 << 16);
         let sender = lines.call_sender();
-        let mut server = BufReader::new(theirs);
         let (first, second) = (sender.next_id(), sender.next_id());
-        assert_eq!(first, RequestId::Number(FIRST_DIRECT_ID));
-        assert_eq!(second, RequestId::Number(FIRST_DIRECT_ID + 1));
-        let answered = sender.send(first.clone(), call(r#"{"n":1}"#)).await.unwrap();
-        let refused = sender.send(second.clone(), call(r#"{"n":2}"#)).await.unwrap();
+        assert_eq!(first, RequestId::Number(FIRST_STRAIGHT_ID));
+        assert_eq!(second, RequestId::Number(FIRST_STRAIGHT_ID + 1));
+        let answered = sender.send(first.clone(), call(r#"{"n":1}"#)).unwrap();
+        let refused = sender.send(second.clone(), call(r#"{"n":2}"#)).unwrap();
         for (id, n) in [(&first, 1), (&second, 2)] {
             let line = next_line(&mut server).await;
             assert_eq!(line["method"], "tools/call");
             assert_eq!(serde_json::to_value(id).unwrap(), line["id"]);
             assert_eq!(line["params"]["arguments"]["n"], n);
         }
+        // The second answer echoes its id as a string, as some servers do (rmcp takes it).
         let answers = format!(
             concat!(
-                r#"{{"jsonrpc":"2.0","id":{},"error":{{"code":-32602,"message":"no"}}}}"#, "\n",
-                r#"{{"jsonrpc":"2.0","id":{},"result":{{"content":[{{"type":"text","text":"hi"}}]}}}}"#, "\n",
-                r#"{{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}}"#, "\n",
+                r#"{{"jsonrpc":"2.0","id":"{}","error":{{"code":-32602,"message":"no"}}}}"#,
+                "\n",
+                r#"{{"jsonrpc":"2.0","id":{},"result":{{"content":[{{"type":"text","text":"hi"}}]}}}}"#,
+                "\n",
+                r#"{{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}}"#,
+                "\n",
             ),
-            FIRST_DIRECT_ID + 1,
-            FIRST_DIRECT_ID
+            FIRST_STRAIGHT_ID + 1,
+            FIRST_STRAIGHT_ID
         );
         server.get_mut().write_all(answers.as_bytes()).await.unwrap();
         // Both answers went to their callers: the loop gets the notification after them.
         let Some(JsonRpcMessage::Notification(_)) = lines.receive().await else {
             panic!("the notification, and nothing before it")
         };
-        let Some(Ok(ServerResult::CallToolResult(result))) = answered.answer().await else {
+        let Ok(Ok(ServerResult::CallToolResult(result))) = answer(answered).await else {
             panic!("the call's result")
         };
         assert_eq!(result.content[0].as_text().unwrap().text, "hi");
-        let Some(Err(error)) = refused.answer().await else {
+        let Ok(Err(error)) = answer(refused).await else {
             panic!("the server's error")
         };
         assert_eq!(error.message, "no");
@@ -339,56 +418,70 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn when_the_transport_goes_calls_waiting_learn_it_and_new_ones_do_not_leave() {
-        let (lines, theirs) = connected(1 << 16);
+    async fn when_the_server_side_ends_calls_waiting_learn_it_and_new_ones_do_not_leave() {
+        let (mut lines, server) = connected(1 << 16);
         let sender = lines.call_sender();
-        let waiting = sender.send(sender.next_id(), call("{}")).await.unwrap();
-        drop(lines);
-        assert!(waiting.answer().await.is_none(), "the session ended");
+        let waiting = sender.send(sender.next_id(), call("{}")).unwrap();
+        // The server closes its side: the reader sees the end, the transport is still there.
+        let (mut theirs_read, mut theirs_write) = tokio::io::split(server.into_inner());
+        theirs_write.shutdown().await.unwrap();
+        assert!(lines.receive().await.is_none());
+        assert!(matches!(answer(waiting).await, Err(NoAnswer::Ended)));
         let route = Arc::new(CallRoute::default());
         let mut late = call(r#"{"n":3}"#);
         late.extensions.insert(RouteTag(route.clone()));
-        assert!(sender.send(sender.next_id(), late).await.is_err());
+        assert!(sender.send(sender.next_id(), late).is_err());
         let back = route.take_back().expect("handed back").expect("arguments");
         assert_eq!(back["n"], 3);
         // Only the first call was ever written (the pipe closes with its last writer).
-        drop(sender);
-        let mut server = BufReader::new(theirs);
+        drop((lines, sender));
         let mut rest = String::new();
-        tokio::io::AsyncReadExt::read_to_string(&mut server, &mut rest).await.unwrap();
+        tokio::io::AsyncReadExt::read_to_string(&mut theirs_read, &mut rest)
+            .await
+            .unwrap();
         assert_eq!(rest.lines().count(), 1, "{rest}");
     }
 
     #[tokio::test]
+    async fn when_the_transport_goes_calls_waiting_learn_it() {
+        let (lines, _server) = connected(1 << 16);
+        let sender = lines.call_sender();
+        let waiting = sender.send(sender.next_id(), call("{}")).unwrap();
+        drop(lines);
+        assert!(matches!(answer(waiting).await, Err(NoAnswer::Ended)));
+        assert!(sender.send(sender.next_id(), call("{}")).is_err());
+    }
+
+    #[tokio::test]
     async fn a_caller_that_stops_waiting_forgets_its_call_and_its_answer_goes_on() {
-        let (mut lines, theirs) = connected(1 << 16);
+        let (mut lines, mut server) = connected(1 << 16);
         let sender = lines.call_sender();
         let id = sender.next_id();
-        drop(sender.send(id.clone(), call("{}")).await.unwrap());
+        drop(sender.send(id.clone(), call("{}")).unwrap());
         assert_eq!(lines.memory.lock().counts(), (0, 0));
-        let mut server = BufReader::new(theirs);
         next_line(&mut server).await;
-        let answer = format!(r#"{{"jsonrpc":"2.0","id":{FIRST_DIRECT_ID},"result":{{}}}}"#);
-        server.get_mut().write_all(format!("{answer}\n").as_bytes()).await.unwrap();
+        let answer = format!(r#"{{"jsonrpc":"2.0","id":{FIRST_STRAIGHT_ID},"result":{{}}}}"#);
+        let answer = format!("{answer}\n");
+        server.get_mut().write_all(answer.as_bytes()).await.unwrap();
         let Some(JsonRpcMessage::Response(response)) = lines.receive().await else {
             panic!("the late answer, for rmcp to drop")
         };
         assert_eq!(response.id, id);
     }
 
-    /// A write the pipe cannot take at once goes on by itself: the caller that stops waiting
-    /// does not leave half a line for the server.
+    /// A write the pipe cannot take at once goes on by itself: the caller may give up meanwhile,
+    /// and the server still gets the whole line.
     #[tokio::test]
     async fn a_line_begun_is_ended_whatever_its_caller_does() {
-        let (lines, theirs) = connected(1024);
+        let (lines, mut server) = connected(1024);
         let sender = lines.call_sender();
         let big = format!(r#"{{"text":"{}"}}"#, "x".repeat(64 << 10));
-        let mut sending = Box::pin(sender.send(sender.next_id(), call(&big)));
-        assert!(futures::poll!(sending.as_mut()).is_pending(), "the pipe is full");
-        drop(sending);
-        let line = next_line(&mut BufReader::new(theirs)).await;
-        assert_eq!(line["params"]["arguments"]["text"].as_str().unwrap().len(), 64 << 10);
+        let pending = sender.send(sender.next_id(), call(&big)).unwrap();
+        assert!(pending.writing.is_some(), "the pipe is full: the write goes on");
+        drop(pending);
         assert_eq!(lines.memory.lock().counts(), (0, 0), "nobody waits for it");
+        let line = next_line(&mut server).await;
+        assert_eq!(line["params"]["arguments"]["text"].as_str().unwrap().len(), 64 << 10);
     }
 
     #[test]
