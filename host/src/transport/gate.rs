@@ -10,10 +10,10 @@
 //!
 //! It is where a client's request and what the server sends for it meet ([`Routes`]): a request
 //! rmcp sends with a route is registered before it is written (a stdio tool call Tether writes
-//! itself is registered by its session, and its answer does not pass here: `lines/calls.rs`); progress for it is handed to its
-//! client here, in arrival order and before the answer that follows it (rmcp would handle each
-//! notification on a task of its own, in no particular order, after the answer), and moves its
-//! request's idle deadline, so rmcp never sees it; and each
+//! itself is registered by its session, and its answer does not pass here: `lines/calls.rs`);
+//! progress for it is handed to its client here, in arrival order and before the answer that
+//! follows it (rmcp would handle each notification on a task of its own, in no particular order,
+//! after the answer), and moves its request's idle deadline, so rmcp never sees it; and each
 //! server-to-client request is tagged with the request it belongs to.
 
 use std::sync::atomic::{AtomicU64, Ordering};

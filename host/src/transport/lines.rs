@@ -147,23 +147,24 @@ impl LineRole for RoleClient {
             true => raw::read(line).and_then(|(id, result)| Some((id, result?))),
             false => None,
         };
-        if let Some((id, result)) = kept
-            && let Some(call) = reader.lock_and(|calls| calls.remove_with_slot(&id))
-        {
-            let (at, len) = (result.as_ptr() as usize, result.len());
-            if let Some(slot) = reader.answering(call) {
-                reader.kept = Some(Kept { slot, at, len });
+        if let Some((id, result)) = kept {
+            let call = reader.lock().remove_with_slot(&id);
+            if let Some(call) = call {
+                let (at, len) = (result.as_ptr() as usize, result.len());
+                if let Some(slot) = reader.answering(call) {
+                    reader.kept = Some(Kept { slot, at, len });
+                }
+                return Some(JsonRpcMessage::Response(JsonRpcResponse {
+                    jsonrpc: Default::default(),
+                    id,
+                    result: ServerResult::CallToolResult(raw::placeholder()),
+                }));
             }
-            return Some(JsonRpcMessage::Response(JsonRpcResponse {
-                jsonrpc: Default::default(),
-                id,
-                result: ServerResult::CallToolResult(raw::placeholder()),
-            }));
         }
         // Only an answer to a call of ours is taken as a call's result: the answer to another
         // request could parse as one too.
         let response: JsonRpcResponse<CallToolResult> = sonic_rs::from_slice(line).ok()?;
-        let call = reader.lock_and(|calls| calls.remove(&response.id))?;
+        let call = reader.lock().remove(&response.id)?;
         reader.answering(call);
         Some(JsonRpcMessage::Response(JsonRpcResponse {
             jsonrpc: response.jsonrpc,

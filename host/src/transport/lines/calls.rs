@@ -3,7 +3,7 @@
 //!
 //! A request sent through rmcp takes its client service loop: a channel to the loop, a task
 //! spawned to write it, a pending-request map, and the answer handed back over a oneshot, on
-//! top of the reader's own work; about an eighth of what forwarding a call costs. A tool call
+//! top of the reader's own work; about a fifth of what forwarding a call cost. A tool call
 //! on stdio is written by its caller instead: the write starts in the caller's task (one that
 //! cannot finish at once goes on in a task of its own, so a line is never cut short, and the
 //! caller can give up meanwhile), the call is remembered here with a oneshot, and the reader
@@ -176,11 +176,6 @@ impl CallsReader {
         lock(&self.shared.calls)
     }
 
-    /// `f` of the calls in flight, the lock let go before anything else happens.
-    pub(super) fn lock_and<T>(&self, f: impl FnOnce(&mut CallsInFlight) -> T) -> T {
-        f(&mut self.lock())
-    }
-
     /// Notes that the message being decoded answers `call`; its slot.
     pub(super) fn answering(&mut self, call: InFlight) -> Option<Arc<RawResult>> {
         self.caller = call.caller;
@@ -265,7 +260,8 @@ impl CallSender {
             PendingCall {
                 id,
                 writing: None,
-                answer: Some(answer),
+                answer,
+                answered: false,
                 shared: self.shared.clone(),
             }
         };
@@ -286,7 +282,9 @@ pub struct PendingCall {
     id: RequestId,
     /// The write, where it could not finish at once.
     writing: Option<JoinHandle<std::io::Result<()>>>,
-    answer: Option<oneshot::Receiver<Answered>>,
+    answer: oneshot::Receiver<Answered>,
+    /// The answer (or the session's end) came: the reader forgot the call.
+    answered: bool,
     shared: Arc<Shared>,
 }
 
@@ -299,23 +297,20 @@ impl PendingCall {
     pub async fn answer(mut self) -> Result<Answered, NoAnswer> {
         if let Some(writing) = self.writing.as_mut() {
             match writing.await {
-                Ok(Ok(())) => self.writing = None,
+                Ok(Ok(())) => {}
                 Ok(Err(error)) => return Err(NoAnswer::Unwritten(error)),
                 Err(error) => return Err(NoAnswer::Unwritten(std::io::Error::other(error))),
             }
         }
-        let Some(answer) = self.answer.as_mut() else {
-            return Err(NoAnswer::Ended);
-        };
-        let answer = answer.await.map_err(|_| NoAnswer::Ended);
-        self.answer = None;
+        let answer = (&mut self.answer).await.map_err(|_| NoAnswer::Ended);
+        self.answered = true;
         answer
     }
 }
 
 impl Drop for PendingCall {
     fn drop(&mut self) {
-        if self.answer.is_some() {
+        if !self.answered {
             lock(&self.shared.calls).remove(&self.id);
         }
     }
