@@ -43,6 +43,15 @@ use super::{Fault, gate::Guarded, limit, sse::SseTransport};
 use crate::auth::Authorizer;
 use crate::upstream::route::Routes;
 
+mod answer;
+
+/// Requests rmcp lets run at once on one session. rmcp counts a POST until its answer, or until
+/// its answer's stream opens; with the answer read inside the POST (`answer`), a streamed call
+/// counts for its whole run, as one answered with JSON does. rmcp's default (16) would make the
+/// 17th call, and every request after it, wait for one of them to finish: a stdio server has no
+/// such cap. Each request in flight holds one connection.
+const MAX_REQUESTS_IN_FLIGHT: usize = 1024;
+
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
     /// Sent with every request (e.g. `Authorization`).
@@ -415,7 +424,8 @@ async fn streamable<H: ClientHandler>(
         .reinit_on_expired_session(false)
         .control_request_timeout(opts.request_timeout)
         .max_json_response_size(opts.max_message)
-        .max_sse_event_size(opts.max_message);
+        .max_sse_event_size(opts.max_message)
+        .max_concurrent_requests(MAX_REQUESTS_IN_FLIGHT);
     config.retry_config = Arc::new(StreamRetry { end: end.clone() });
     let mut transport = Guarded::new(
         StreamableHttpClientTransport::with_client(client, config),
@@ -726,6 +736,16 @@ impl StreamableHttpClient for GuardedClient {
                 Err(_) => return Err(StreamableHttpError::Client(HttpError::Timeout(deadline))),
             },
             None => post.await,
+        };
+        // A streamed answer that holds only the answer goes to rmcp as JSON (see `answer`).
+        // Not the initialize request's: its deadline covers the POST only.
+        let answer = match (answer, &request_id) {
+            (Ok(StreamableHttpPostResponse::Sse(events, session)), Some(id))
+                if deadline.is_none() =>
+            {
+                Ok(answer::first_answer(events, session, id, is_call).await)
+            }
+            (answer, _) => answer,
         };
         let result = match answer {
             // An answer over the limit fails its request at once, as "too large".

@@ -35,8 +35,8 @@ use std::sync::Arc;
 use rmcp::RoleClient;
 use rmcp::RoleServer;
 use rmcp::model::{
-    CallToolResult, ClientNotification, ClientRequest, ErrorData, GetExtensions,
-    JsonRpcMessage, JsonRpcRequest, JsonRpcResponse, RequestId, ServerResult,
+    ClientNotification, ClientRequest, ErrorData, GetExtensions, JsonRpcMessage, JsonRpcRequest,
+    JsonRpcResponse, RequestId, ServerResult,
 };
 use rmcp::service::{RxJsonRpcMessage, ServiceRole, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -45,12 +45,12 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio::sync::Mutex;
 
 use super::limit::{FrameLimiter, Framing};
+use super::wire;
 use crate::upstream::route::RouteTag;
 
 mod calls;
 mod direct;
 pub mod raw;
-mod wire;
 
 pub use calls::{CallSender, CallsReader, NoAnswer, PendingCall};
 pub use direct::{Answer, Answers, Direct, DirectCalls};
@@ -106,9 +106,6 @@ pub struct Kept {
     len: usize,
 }
 
-/// The nesting serde_json accepts (its recursion limit).
-const MAX_NESTING: usize = 128;
-
 impl LineRole for RoleClient {
     type Memory = CallsReader;
 
@@ -138,13 +135,12 @@ impl LineRole for RoleClient {
             let calls = reader.lock();
             (calls.is_empty(), calls.has_slots())
         };
-        // sonic-rs skips nested values recursively with no bound: a line that could nest deeper
-        // than serde_json allows takes rmcp's decoder, which refuses it.
-        if empty || memchr::memchr2_iter(b'[', b'{', line).nth(MAX_NESTING).is_some() {
+        if empty {
             return None;
         }
+        let line = wire::Shallow::new(line)?;
         let kept = match slots {
-            true => raw::read(line).and_then(|(id, result)| Some((id, result?))),
+            true => raw::read(line.bytes()).and_then(|(id, result)| Some((id, result?))),
             false => None,
         };
         if let Some((id, result)) = kept {
@@ -161,16 +157,14 @@ impl LineRole for RoleClient {
                 }));
             }
         }
-        // Only an answer to a call of ours is taken as a call's result: the answer to another
-        // request could parse as one too.
-        let response: JsonRpcResponse<CallToolResult> = sonic_rs::from_slice(line).ok()?;
+        // Only an answer to a call of ours is taken as a call's result.
+        let answer = wire::read_call_answer(line)?;
+        let JsonRpcMessage::Response(response) = &answer else {
+            return None;
+        };
         let call = reader.lock().remove(&response.id)?;
         reader.answering(call);
-        Some(JsonRpcMessage::Response(JsonRpcResponse {
-            jsonrpc: response.jsonrpc,
-            id: response.id,
-            result: ServerResult::CallToolResult(response.result),
-        }))
+        Some(answer)
     }
 
     fn encode_hot(item: &TxJsonRpcMessage<Self>, out: &mut Vec<u8>) -> sonic_rs::Result<bool> {
@@ -624,7 +618,7 @@ where
 mod tests {
     use super::*;
     use crate::upstream::route::CallRoute;
-    use rmcp::model::{CallToolRequestParams, JsonObject};
+    use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
 
     fn generic<Role: ServiceRole>(line: &str) -> RxJsonRpcMessage<Role> {
         serde_json::from_str(line).unwrap()

@@ -11,6 +11,7 @@ pub(crate) mod oauth;
 pub(crate) mod own_stdio;
 pub mod sse;
 pub mod stdio;
+pub(crate) mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,21 +1,59 @@
-//! A `tools/call` request as it is on the wire, read and written in one pass.
+//! A `tools/call` request and its answer as they are on the wire, read and written in one pass.
 //!
 //! rmcp's `JsonRpcRequest<CallToolRequest>` reads through two `#[serde(flatten)]` layers (the
 //! message's, then the one that takes `_meta` out of the parameters), which buffer every field
 //! before typing it, and writes the parameters by way of a `serde_json::Value` copy so it can
-//! merge `_meta`. These give the same values and the same JSON without either; the tests hold
-//! them to rmcp's.
+//! merge `_meta`; its answer is read as an untagged `ServerResult`, one result type tried after
+//! another, an error built for each. These give the same values and the same JSON without
+//! either; the tests hold them to rmcp's. Both stdio ends (`lines.rs`) and the Streamable HTTP
+//! client (`http/answer.rs`) use them.
 
 use std::borrow::Cow;
 
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, Extensions, InputResponses, JsonObject, MetaObject,
-    RequestId, RequestMetaObject,
+    CallToolRequest, CallToolRequestParams, CallToolResult, Extensions, InputResponses,
+    JsonObject, JsonRpcResponse, MetaObject, RequestId, RequestMetaObject, ServerJsonRpcMessage,
+    ServerResult,
 };
 use serde::{Deserialize, Serialize};
 
 const VERSION: &str = "2.0";
 const METHOD: &str = "tools/call";
+
+/// The nesting serde_json accepts (its recursion limit).
+const MAX_NESTING: usize = 128;
+
+/// A message sonic-rs may read: one that cannot nest deeper than serde_json allows. sonic-rs
+/// skips nested values recursively with no bound; a deeper message takes rmcp's decoder, which
+/// refuses it.
+#[derive(Clone, Copy)]
+pub(crate) struct Shallow<'a>(&'a [u8]);
+
+impl<'a> Shallow<'a> {
+    pub(crate) fn new(message: &'a [u8]) -> Option<Self> {
+        let deep = memchr::memchr2_iter(b'[', b'{', message)
+            .nth(MAX_NESTING)
+            .is_some();
+        (!deep).then_some(Self(message))
+    }
+
+    pub(crate) fn bytes(self) -> &'a [u8] {
+        self.0
+    }
+}
+
+/// A server's answer to a tool call, read in one typed pass. `None` for anything but a call's
+/// complete result (an error, a result of 2026-07-28's other kinds): rmcp's decoder takes
+/// those. Only the answer to a call may be read this way: the answer to another request could
+/// read as a call's result too.
+pub(crate) fn read_call_answer(message: Shallow) -> Option<ServerJsonRpcMessage> {
+    let answer: JsonRpcResponse<CallToolResult> = sonic_rs::from_slice(message.0).ok()?;
+    Some(ServerJsonRpcMessage::Response(JsonRpcResponse {
+        jsonrpc: answer.jsonrpc,
+        id: answer.id,
+        result: ServerResult::CallToolResult(answer.result),
+    }))
+}
 
 #[derive(Deserialize)]
 struct CallIn<'a> {
@@ -40,7 +78,7 @@ struct ParamsIn {
 
 /// The `tools/call` request on `line`, as rmcp would read it (its `_meta` in the extensions);
 /// `None` for anything else, or anything rmcp would refuse.
-pub(super) fn read_call(line: &[u8]) -> Option<(RequestId, CallToolRequest)> {
+pub(crate) fn read_call(line: &[u8]) -> Option<(RequestId, CallToolRequest)> {
     let call: CallIn = sonic_rs::from_slice(line).ok()?;
     if call.jsonrpc != VERSION || call.method != METHOD {
         return None;
@@ -88,7 +126,7 @@ struct ParamsOut<'a> {
 }
 
 /// Writes the `tools/call` request `id` as rmcp writes it.
-pub(super) fn write_call(
+pub(crate) fn write_call(
     id: &RequestId,
     call: &CallToolRequest,
     out: &mut Vec<u8>,
@@ -163,6 +201,40 @@ mod tests {
                 "{line}"
             );
         }
+    }
+
+    #[test]
+    fn a_calls_answer_reads_as_rmcp_reads_it_and_nothing_else_reads_as_one() {
+        let answers = [
+            json!({"jsonrpc": "2.0", "id": 3, "result": {"content": [{"type": "text", "text": "h\u{e9} \"q\""}]}}),
+            json!({"jsonrpc": "2.0", "id": "s", "result": {"content": [], "structuredContent": {"n": [1, 2.5]},
+                "isError": true, "_meta": {"k": 1}, "resultType": "complete", "extra": null}}),
+        ];
+        for answer in answers {
+            let bytes = serde_json::to_vec(&answer).unwrap();
+            let ours = read_call_answer(Shallow::new(&bytes).unwrap()).expect("a call's answer");
+            let theirs: ServerJsonRpcMessage = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(
+                serde_json::to_value(&ours).unwrap(),
+                serde_json::to_value(&theirs).unwrap(),
+                "{answer}"
+            );
+        }
+        let others = [
+            json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32602, "message": "no"}}),
+            json!({"jsonrpc": "2.0", "id": 3, "result": {"resultType": "input_required",
+                "inputRequests": {}}}),
+            json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                "params": {"progressToken": 1, "progress": 1}}),
+        ];
+        for other in others {
+            let bytes = serde_json::to_vec(&other).unwrap();
+            assert!(read_call_answer(Shallow::new(&bytes).unwrap()).is_none(), "{other}");
+        }
+        let deep = format!("{}{}", "[".repeat(129), "]".repeat(129));
+        assert!(Shallow::new(deep.as_bytes()).is_none());
+        let at_the_limit = format!("{}{}", "[".repeat(128), "]".repeat(128));
+        assert!(Shallow::new(at_the_limit.as_bytes()).is_some());
     }
 
     #[test]

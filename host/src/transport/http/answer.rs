@@ -1,0 +1,283 @@
+//! A request's answer that a server streamed (SSE) taken as if it had come as JSON, when the
+//! stream holds nothing else before it.
+//!
+//! rmcp's client gives every SSE answer a task of its own, a reconnecting reader and a channel
+//! back to its loop, and reads each message by trying one type after another. Most answers to
+//! a tool call are a stream of one message: the answer. Reading the stream up to its first
+//! message before handing it to rmcp lets that answer go to rmcp as a JSON answer does, a tool
+//! call's result read in one typed pass. Anything else first (a progress notification, a
+//! question for the client, a control event, a message for another request, a stream that
+//! breaks or ends) and rmcp gets the whole stream as it came, the events already read first:
+//! its reconnection, ordering and routing stay in charge of those.
+//!
+//! What changes for the server: its stream is read inside the POST, so rmcp counts the POST
+//! against its cap on concurrent requests until the answer (`connect` raises that cap), and a
+//! call cancelled meanwhile closes its connection before `notifications/cancelled` goes out,
+//! as a call to a server that answers with JSON always has.
+
+use futures::{FutureExt, StreamExt, stream::BoxStream};
+use rmcp::model::{RequestId, ServerJsonRpcMessage};
+use rmcp::transport::streamable_http_client::{SseError, StreamableHttpPostResponse};
+use sse_stream::Sse;
+
+use super::same_id;
+use crate::transport::wire::{self, Shallow};
+
+type Events = BoxStream<'static, Result<Sse, SseError>>;
+
+/// How long the rest of a stream is read after its answer (what rmcp's client allows), so the
+/// server sees its stream read to its end rather than the connection cut.
+const DRAIN: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Events with no data (or blank data) read before the stream goes to rmcp anyway: a server
+/// may send such events without end, and what is read is kept.
+const MAX_BEFORE_ANSWER: usize = 4;
+
+/// `events`, the SSE answer to request `id` (`call`: a `tools/call`), as a JSON answer if its
+/// first message is that request's answer; else the stream as it came.
+pub(super) async fn first_answer(
+    mut events: Events,
+    session: Option<String>,
+    id: &RequestId,
+    call: bool,
+) -> StreamableHttpPostResponse {
+    let mut read = Vec::new();
+    let rest_follows = loop {
+        let Some(event) = events.next().await else {
+            break false;
+        };
+        let message = match &event {
+            Ok(sse) if matches!(sse.event.as_deref(), None | Some("" | "message")) => {
+                sse.data.as_deref().filter(|data| !data.trim().is_empty())
+            }
+            // A control event or a broken stream: rmcp's reader acts on it.
+            _ => {
+                let broken = event.is_err();
+                read.push(event);
+                break !broken;
+            }
+        };
+        let Some(data) = message else {
+            // A priming event (an id and a retry interval, no message).
+            read.push(event);
+            match read.len() < MAX_BEFORE_ANSWER {
+                true => continue,
+                false => break true,
+            }
+        };
+        if let Some(answer) = answer_to(data, id, call) {
+            drain(events);
+            return StreamableHttpPostResponse::Json(answer, session);
+        }
+        read.push(event);
+        break true;
+    };
+    let read = futures::stream::iter(read);
+    let events = match rest_follows {
+        true => read.chain(events).boxed(),
+        // Not polled again once it ended or broke.
+        false => read.boxed(),
+    };
+    StreamableHttpPostResponse::Sse(events, session)
+}
+
+/// The message in `data` if it is the answer to request `id`.
+fn answer_to(data: &str, id: &RequestId, call: bool) -> Option<ServerJsonRpcMessage> {
+    let shallow = call.then(|| Shallow::new(data.as_bytes())).flatten();
+    let message = match shallow.and_then(wire::read_call_answer) {
+        Some(answer) => answer,
+        None => serde_json::from_str(data).ok()?,
+    };
+    let answered = match &message {
+        ServerJsonRpcMessage::Response(response) => Some(&response.id),
+        ServerJsonRpcMessage::Error(error) => error.id.as_ref(),
+        _ => None,
+    };
+    answered
+        .is_some_and(|answered| same_id(id, answered))
+        .then_some(message)
+}
+
+/// Reads what follows an answer: nothing when the stream has already ended, else in a task of
+/// its own, for at most [`DRAIN`]. Anything after the answer is dropped, as rmcp drops it.
+fn drain(mut events: Events) {
+    if let Some(None) = events.next().now_or_never() {
+        return;
+    }
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(DRAIN, async { while events.next().await.is_some() {} }).await;
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rmcp::model::ServerResult;
+
+    use super::*;
+
+    fn event(id: &str, data: &str) -> Result<Sse, SseError> {
+        Ok(Sse {
+            event: None,
+            data: Some(data.to_string()),
+            id: Some(id.into()),
+            retry: None,
+        })
+    }
+
+    fn priming(id: &str) -> Result<Sse, SseError> {
+        Ok(Sse {
+            event: None,
+            data: Some(String::new()),
+            id: Some(id.into()),
+            retry: Some(3000),
+        })
+    }
+
+    const ANSWER: &str =
+        r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"hi"}]}}"#;
+    const PROGRESS: &str = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":7,"progress":1}}"#;
+
+    /// `events`, then the end; polled again after its end or an error, it fails the test (rmcp's
+    /// reader never polls a stream again once it ended or broke).
+    fn ending(events: Vec<Result<Sse, SseError>>) -> Events {
+        let mut events = events.into_iter();
+        let mut over = false;
+        futures::stream::poll_fn(move |_| {
+            assert!(!over, "a stream polled after its end or an error");
+            let next = events.next();
+            over = next.as_ref().is_none_or(Result::is_err);
+            std::task::Poll::Ready(next)
+        })
+        .boxed()
+    }
+
+    /// `events`, then nothing more ever (a server that keeps its stream open).
+    fn open(events: Vec<Result<Sse, SseError>>) -> Events {
+        futures::stream::iter(events)
+            .chain(futures::stream::pending())
+            .boxed()
+    }
+
+    async fn first(events: Events, call: bool) -> StreamableHttpPostResponse {
+        let answer = first_answer(events, Some("s".into()), &RequestId::Number(7), call);
+        tokio::time::timeout(Duration::from_secs(5), answer)
+            .await
+            .expect("an answer without waiting for the stream to end")
+    }
+
+    /// The ids of the events `answer` hands to rmcp, reading `count` of them.
+    async fn ids_of(answer: StreamableHttpPostResponse, count: usize) -> Vec<Option<String>> {
+        let StreamableHttpPostResponse::Sse(events, session) = answer else {
+            panic!("expected the stream, got {answer:?}");
+        };
+        assert_eq!(session.as_deref(), Some("s"));
+        let read = events.take(count).map(|event| event.ok().and_then(|sse| sse.id));
+        tokio::time::timeout(Duration::from_secs(5), read.collect())
+            .await
+            .expect("the events read first, then the stream")
+    }
+
+    fn json(answer: StreamableHttpPostResponse) -> ServerJsonRpcMessage {
+        match answer {
+            StreamableHttpPostResponse::Json(message, session) => {
+                assert_eq!(session.as_deref(), Some("s"));
+                message
+            }
+            other => panic!("expected a JSON answer, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stream_whose_first_message_is_the_answer_becomes_a_json_answer_at_once() {
+        let typed = json(first(open(vec![priming("0"), event("1", ANSWER)]), true).await);
+        let generic = json(first(open(vec![priming("0"), event("1", ANSWER)]), false).await);
+        // The typed pass reads what rmcp's decoder reads.
+        assert_eq!(
+            serde_json::to_value(&typed).unwrap(),
+            serde_json::to_value(&generic).unwrap()
+        );
+        let ServerJsonRpcMessage::Response(response) = typed else {
+            panic!("expected a response");
+        };
+        assert_eq!(response.id, RequestId::Number(7));
+        let ServerResult::CallToolResult(result) = response.result else {
+            panic!("expected a call's result");
+        };
+        assert_eq!(result.content.len(), 1);
+        // An error answering the request, echoing its numeric id as a string.
+        let error = r#"{"jsonrpc":"2.0","id":"7","error":{"code":-32602,"message":"no"}}"#;
+        let answer = json(first(ending(vec![event("1", error)]), true).await);
+        assert!(matches!(answer, ServerJsonRpcMessage::Error(_)));
+    }
+
+    #[tokio::test]
+    async fn anything_before_the_answer_leaves_the_stream_to_rmcp_whole_and_in_order() {
+        let events = ending(vec![
+            priming("0"),
+            event("1", PROGRESS),
+            event("2", ANSWER),
+        ]);
+        let ids = ids_of(first(events, true).await, 3).await;
+        assert_eq!(ids, [Some("0".into()), Some("1".into()), Some("2".into())]);
+        // The answer to another request.
+        let other = ANSWER.replace(r#""id":7"#, r#""id":8"#);
+        let events = ending(vec![event("1", &other), event("2", ANSWER)]);
+        assert_eq!(ids_of(first(events, true).await, 2).await.len(), 2);
+        // A control event.
+        let control = Ok(Sse {
+            event: Some("endpoint".into()),
+            data: Some("/x".into()),
+            id: Some("1".into()),
+            retry: None,
+        });
+        let events = ending(vec![control, event("2", ANSWER)]);
+        assert_eq!(
+            ids_of(first(events, true).await, 2).await,
+            [Some("1".into()), Some("2".into())]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stream_of_events_without_messages_goes_to_rmcp_after_a_few() {
+        let endless = (0..).map(|n| priming(&n.to_string()));
+        let answer = first(futures::stream::iter(endless).boxed(), true).await;
+        let ids = ids_of(answer, MAX_BEFORE_ANSWER * 2).await;
+        let expected: Vec<_> = (0..MAX_BEFORE_ANSWER * 2)
+            .map(|n| Some(n.to_string()))
+            .collect();
+        assert_eq!(ids, expected);
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_ends_or_breaks_before_its_answer_goes_to_rmcp_as_it_came() {
+        let ids = ids_of(first(ending(vec![priming("0")]), true).await, 2).await;
+        assert_eq!(ids, [Some("0".into())]);
+        for events in [
+            vec![priming("0"), Err(SseError::InvalidLine)],
+            vec![Err(SseError::InvalidLine)],
+        ] {
+            let count = events.len();
+            let answer = first(ending(events), true).await;
+            let StreamableHttpPostResponse::Sse(events, _) = answer else {
+                panic!("expected the stream");
+            };
+            // Read to its end: nothing is asked of the broken stream after its error.
+            let events: Vec<_> = events.collect().await;
+            assert_eq!(events.len(), count);
+            assert!(events.last().is_some_and(Result::is_err));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_result_nested_deeper_than_serde_json_reads_is_not_taken_as_an_answer() {
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":7,"result":{{"content":[],"structuredContent":{}1{}}}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let ids = ids_of(first(ending(vec![event("1", &deep)]), true).await, 1).await;
+        assert_eq!(ids, [Some("1".into())]);
+    }
+}
