@@ -43,13 +43,14 @@ use super::{Fault, gate::Guarded, limit, sse::SseTransport};
 use crate::auth::Authorizer;
 use crate::upstream::route::Routes;
 
-mod answer;
+mod streamed;
 
 /// Requests rmcp lets run at once on one session. rmcp counts a POST until its answer, or until
-/// its answer's stream opens; with the answer read inside the POST (`answer`), a streamed call
-/// counts for its whole run, as one answered with JSON does. rmcp's default (16) would make the
-/// 17th call, and every request after it, wait for one of them to finish: a stdio server has no
-/// such cap. Each request in flight holds one connection.
+/// its answer's stream opens; with a streamed answer read inside the POST up to its first
+/// message (`streamed`), a call whose first message is its answer counts until that answer, as
+/// one answered with JSON does. rmcp's default (16) would make the 17th call, and every request
+/// after it, wait for one of them to finish: a stdio server has no such cap. Each request in
+/// flight holds a connection (or an HTTP/2 stream) either way.
 const MAX_REQUESTS_IN_FLIGHT: usize = 1024;
 
 #[derive(Debug, Clone)]
@@ -711,6 +712,7 @@ impl StreamableHttpClient for GuardedClient {
         };
         let is_call = matches!(&message, ClientJsonRpcMessage::Request(request)
             if matches!(request.request, ClientRequest::CallToolRequest(_)));
+        let reads_first_message = streamed::reads_first_message(&message);
         // A request's POST lasts as long as the call when the server answers with JSON, so
         // its deadline is the caller's (rmcp cancels the POST when the request times out or
         // is dropped). Everything else the transport sends gets `request_timeout`.
@@ -737,13 +739,12 @@ impl StreamableHttpClient for GuardedClient {
             },
             None => post.await,
         };
-        // A streamed answer that holds only the answer goes to rmcp as JSON (see `answer`).
-        // Not the initialize request's: its deadline covers the POST only.
+        // A streamed answer whose first message is the answer goes to rmcp as JSON.
         let answer = match (answer, &request_id) {
             (Ok(StreamableHttpPostResponse::Sse(events, session)), Some(id))
-                if deadline.is_none() =>
+                if reads_first_message =>
             {
-                Ok(answer::first_answer(events, session, id, is_call).await)
+                Ok(streamed::first_answer(events, session, id, is_call).await)
             }
             (answer, _) => answer,
         };

@@ -158,13 +158,10 @@ impl LineRole for RoleClient {
             }
         }
         // Only an answer to a call of ours is taken as a call's result.
-        let answer = wire::read_call_answer(line)?;
-        let JsonRpcMessage::Response(response) = &answer else {
-            return None;
-        };
+        let response = wire::read_call_answer(line)?;
         let call = reader.lock().remove(&response.id)?;
         reader.answering(call);
-        Some(answer)
+        Some(JsonRpcMessage::Response(response))
     }
 
     fn encode_hot(item: &TxJsonRpcMessage<Self>, out: &mut Vec<u8>) -> sonic_rs::Result<bool> {
@@ -229,7 +226,7 @@ impl LineRole for RoleServer {
     fn decode_hot(line: &[u8], _: &mut ()) -> Option<RxJsonRpcMessage<Self>> {
         // A byte search first: a failed typed decode of another message costs more.
         memchr::memmem::find(line, b"\"tools/call\"")?;
-        let (id, call) = wire::read_call(line)?;
+        let (id, call) = wire::read_call(wire::Shallow::new(line)?)?;
         Some(JsonRpcMessage::Request(JsonRpcRequest::new(
             id,
             ClientRequest::CallToolRequest(call),
@@ -838,6 +835,21 @@ mod tests {
         let hot = RoleClient::decode_hot(plain.as_bytes(), &mut calls).expect("hot");
         assert_eq!(as_json(&hot), as_json(&generic::<RoleClient>(&plain)));
         assert_eq!(calls.lock().counts(), (1, 1));
+    }
+
+    #[test]
+    fn an_agents_call_nested_deeper_than_serde_json_allows_is_refused_not_recursed_into() {
+        let depth = 100_000;
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo"}},"x":{}{}}}"#,
+            "[".repeat(depth),
+            "]".repeat(depth)
+        );
+        assert!(RoleServer::decode_hot(line.as_bytes(), &mut ()).is_none());
+        assert!(!matches!(
+            decode::<RoleServer>(line.as_bytes(), &mut ()),
+            Decoded::Message(_)
+        ));
     }
 
     #[test]

@@ -1,26 +1,26 @@
-//! A `tools/call` request and its answer as they are on the wire, read and written in one pass.
+//! A `tools/call` request as it is on the wire, read and written in one pass, and its answer,
+//! read in one.
 //!
 //! rmcp's `JsonRpcRequest<CallToolRequest>` reads through two `#[serde(flatten)]` layers (the
 //! message's, then the one that takes `_meta` out of the parameters), which buffer every field
 //! before typing it, and writes the parameters by way of a `serde_json::Value` copy so it can
-//! merge `_meta`; its answer is read as an untagged `ServerResult`, one result type tried after
-//! another, an error built for each. These give the same values and the same JSON without
-//! either; the tests hold them to rmcp's. Both stdio ends (`lines.rs`) and the Streamable HTTP
-//! client (`http/answer.rs`) use them.
+//! merge `_meta`; it reads the answer as an untagged `ServerResult`, one result type tried after
+//! another, an error built for each. These give the same values and the same JSON without any
+//! of that; the tests hold them to rmcp's. Both stdio ends (`lines.rs`) and the Streamable HTTP
+//! client (`http/streamed.rs`) use them, on messages checked [`Shallow`] first.
 
 use std::borrow::Cow;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, Extensions, InputResponses,
-    JsonObject, JsonRpcResponse, MetaObject, RequestId, RequestMetaObject, ServerJsonRpcMessage,
-    ServerResult,
+    JsonObject, JsonRpcResponse, MetaObject, RequestId, RequestMetaObject, ServerResult,
 };
 use serde::{Deserialize, Serialize};
 
 const VERSION: &str = "2.0";
 const METHOD: &str = "tools/call";
 
-/// The nesting serde_json accepts (its recursion limit).
+/// The nesting serde_json refuses (its recursion limit: 127 levels pass).
 const MAX_NESTING: usize = 128;
 
 /// A message sonic-rs may read: one that cannot nest deeper than serde_json allows. sonic-rs
@@ -31,8 +31,9 @@ pub(crate) struct Shallow<'a>(&'a [u8]);
 
 impl<'a> Shallow<'a> {
     pub(crate) fn new(message: &'a [u8]) -> Option<Self> {
+        // Brackets counted, not levels: a message with as many could nest as deep.
         let deep = memchr::memchr2_iter(b'[', b'{', message)
-            .nth(MAX_NESTING)
+            .nth(MAX_NESTING - 1)
             .is_some();
         (!deep).then_some(Self(message))
     }
@@ -46,13 +47,13 @@ impl<'a> Shallow<'a> {
 /// complete result (an error, a result of 2026-07-28's other kinds): rmcp's decoder takes
 /// those. Only the answer to a call may be read this way: the answer to another request could
 /// read as a call's result too.
-pub(crate) fn read_call_answer(message: Shallow) -> Option<ServerJsonRpcMessage> {
+pub(crate) fn read_call_answer(message: Shallow) -> Option<JsonRpcResponse<ServerResult>> {
     let answer: JsonRpcResponse<CallToolResult> = sonic_rs::from_slice(message.0).ok()?;
-    Some(ServerJsonRpcMessage::Response(JsonRpcResponse {
+    Some(JsonRpcResponse {
         jsonrpc: answer.jsonrpc,
         id: answer.id,
         result: ServerResult::CallToolResult(answer.result),
-    }))
+    })
 }
 
 #[derive(Deserialize)]
@@ -78,8 +79,8 @@ struct ParamsIn {
 
 /// The `tools/call` request on `line`, as rmcp would read it (its `_meta` in the extensions);
 /// `None` for anything else, or anything rmcp would refuse.
-pub(crate) fn read_call(line: &[u8]) -> Option<(RequestId, CallToolRequest)> {
-    let call: CallIn = sonic_rs::from_slice(line).ok()?;
+pub(crate) fn read_call(line: Shallow) -> Option<(RequestId, CallToolRequest)> {
+    let call: CallIn = sonic_rs::from_slice(line.0).ok()?;
     if call.jsonrpc != VERSION || call.method != METHOD {
         return None;
     }
@@ -165,7 +166,9 @@ fn meta<'a>(own: Option<&'a JsonObject>, extensions: &'a Extensions) -> Option<C
 #[cfg(test)]
 mod tests {
     use rmcp::RoleClient;
-    use rmcp::model::{ClientRequest, JsonRpcMessage, JsonRpcRequest, NumberOrString};
+    use rmcp::model::{
+        ClientRequest, JsonRpcMessage, JsonRpcRequest, NumberOrString, ServerJsonRpcMessage,
+    };
     use rmcp::service::TxJsonRpcMessage;
     use serde_json::{Value, json};
 
@@ -191,7 +194,7 @@ mod tests {
         ];
         for line in lines {
             let bytes = serde_json::to_vec(&line).unwrap();
-            let (id, ours) = read_call(&bytes).expect("a call");
+            let (id, ours) = read_call(Shallow::new(&bytes).unwrap()).expect("a call");
             let theirs: JsonRpcRequest<CallToolRequest> = serde_json::from_slice(&bytes).unwrap();
             assert_eq!(id, theirs.id, "{line}");
             assert_eq!(ours.params, theirs.request.params, "{line}");
@@ -213,6 +216,7 @@ mod tests {
         for answer in answers {
             let bytes = serde_json::to_vec(&answer).unwrap();
             let ours = read_call_answer(Shallow::new(&bytes).unwrap()).expect("a call's answer");
+            let ours = ServerJsonRpcMessage::Response(ours);
             let theirs: ServerJsonRpcMessage = serde_json::from_slice(&bytes).unwrap();
             assert_eq!(
                 serde_json::to_value(&ours).unwrap(),
@@ -231,10 +235,13 @@ mod tests {
             let bytes = serde_json::to_vec(&other).unwrap();
             assert!(read_call_answer(Shallow::new(&bytes).unwrap()).is_none(), "{other}");
         }
-        let deep = format!("{}{}", "[".repeat(129), "]".repeat(129));
-        assert!(Shallow::new(deep.as_bytes()).is_none());
-        let at_the_limit = format!("{}{}", "[".repeat(128), "]".repeat(128));
-        assert!(Shallow::new(at_the_limit.as_bytes()).is_some());
+        // serde_json reads 127 levels and refuses 128.
+        for (levels, shallow) in [(127, true), (128, false)] {
+            let nested = format!("{}{}", "[".repeat(levels), "]".repeat(levels));
+            let theirs = serde_json::from_str::<Value>(&nested);
+            assert_eq!(theirs.is_ok(), shallow, "serde_json at {levels} levels");
+            assert_eq!(Shallow::new(nested.as_bytes()).is_some(), shallow, "{levels}");
+        }
     }
 
     #[test]
@@ -250,7 +257,7 @@ mod tests {
         ];
         for line in lines {
             let bytes = serde_json::to_vec(&line).unwrap();
-            assert!(read_call(&bytes).is_none(), "{line}");
+            assert!(read_call(Shallow::new(&bytes).unwrap()).is_none(), "{line}");
             assert!(
                 serde_json::from_slice::<JsonRpcRequest<CallToolRequest>>(&bytes).is_err(),
                 "{line}"

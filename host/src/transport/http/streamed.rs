@@ -1,22 +1,25 @@
-//! A request's answer that a server streamed (SSE) taken as if it had come as JSON, when the
-//! stream holds nothing else before it.
+//! A request's answer that a server streamed (SSE), taken as if it had come as JSON when it is
+//! the stream's first message.
 //!
 //! rmcp's client gives every SSE answer a task of its own, a reconnecting reader and a channel
 //! back to its loop, and reads each message by trying one type after another. Most answers to
 //! a tool call are a stream of one message: the answer. Reading the stream up to its first
 //! message before handing it to rmcp lets that answer go to rmcp as a JSON answer does, a tool
-//! call's result read in one typed pass. Anything else first (a progress notification, a
-//! question for the client, a control event, a message for another request, a stream that
-//! breaks or ends) and rmcp gets the whole stream as it came, the events already read first:
-//! its reconnection, ordering and routing stay in charge of those.
+//! call's result read in one typed pass; anything after it is dropped, as rmcp drops it.
+//! Anything else first (a progress notification, a question for the client, a control event,
+//! a message for another request, a stream that breaks or ends) and rmcp gets the whole stream
+//! as it came, the events already read first: its reconnection, ordering and routing stay in
+//! charge of those.
 //!
-//! What changes for the server: its stream is read inside the POST, so rmcp counts the POST
-//! against its cap on concurrent requests until the answer (`connect` raises that cap), and a
-//! call cancelled meanwhile closes its connection before `notifications/cancelled` goes out,
-//! as a call to a server that answers with JSON always has.
+//! What else changes: rmcp counts the POST against its cap on concurrent requests until that
+//! first message (`connect` raises the cap), and its ordering barriers (`server/discover`, a
+//! request naming another protocol version) wait for it too. A call cancelled meanwhile closes
+//! its connection before a 2025-11-25 server gets `notifications/cancelled`, as a call to a
+//! server that answers with JSON always has (for a 2026-07-28 server, the closed connection is
+//! the cancellation).
 
 use futures::{FutureExt, StreamExt, stream::BoxStream};
-use rmcp::model::{RequestId, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, RequestId, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_client::{SseError, StreamableHttpPostResponse};
 use sse_stream::Sse;
 
@@ -32,6 +35,13 @@ const DRAIN: std::time::Duration = std::time::Duration::from_millis(50);
 /// Events with no data (or blank data) read before the stream goes to rmcp anyway: a server
 /// may send such events without end, and what is read is kept.
 const MAX_BEFORE_ANSWER: usize = 4;
+
+/// Whether the answer to `message` is read up to its first message: any request's but
+/// `initialize`'s, whose stream rmcp reads itself in its handshake (nothing to gain there).
+pub(super) fn reads_first_message(message: &ClientJsonRpcMessage) -> bool {
+    matches!(message, ClientJsonRpcMessage::Request(request)
+        if !matches!(request.request, ClientRequest::InitializeRequest(_)))
+}
 
 /// `events`, the SSE answer to request `id` (`call`: a `tools/call`), as a JSON answer if its
 /// first message is that request's answer; else the stream as it came.
@@ -85,7 +95,7 @@ pub(super) async fn first_answer(
 fn answer_to(data: &str, id: &RequestId, call: bool) -> Option<ServerJsonRpcMessage> {
     let shallow = call.then(|| Shallow::new(data.as_bytes())).flatten();
     let message = match shallow.and_then(wire::read_call_answer) {
-        Some(answer) => answer,
+        Some(answer) => ServerJsonRpcMessage::Response(answer),
         None => serde_json::from_str(data).ok()?,
     };
     let answered = match &message {
@@ -98,19 +108,23 @@ fn answer_to(data: &str, id: &RequestId, call: bool) -> Option<ServerJsonRpcMess
         .then_some(message)
 }
 
-/// Reads what follows an answer: nothing when the stream has already ended, else in a task of
-/// its own, for at most [`DRAIN`]. Anything after the answer is dropped, as rmcp drops it.
+/// Reads what follows an answer: nothing when the stream has already ended or broken, else in
+/// a task of its own, for at most [`DRAIN`], up to its end or an error. Anything after the
+/// answer is dropped, as rmcp drops it.
 fn drain(mut events: Events) {
-    if let Some(None) = events.next().now_or_never() {
+    if let Some(None | Some(Err(_))) = events.next().now_or_never() {
         return;
     }
     tokio::spawn(async move {
-        let _ = tokio::time::timeout(DRAIN, async { while events.next().await.is_some() {} }).await;
+        let rest = async { while let Some(Ok(_)) = events.next().await {} };
+        let _ = tokio::time::timeout(DRAIN, rest).await;
     });
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
     use rmcp::model::ServerResult;
@@ -224,7 +238,10 @@ mod tests {
         // The answer to another request.
         let other = ANSWER.replace(r#""id":7"#, r#""id":8"#);
         let events = ending(vec![event("1", &other), event("2", ANSWER)]);
-        assert_eq!(ids_of(first(events, true).await, 2).await.len(), 2);
+        assert_eq!(
+            ids_of(first(events, true).await, 2).await,
+            [Some("1".into()), Some("2".into())]
+        );
         // A control event.
         let control = Ok(Sse {
             event: Some("endpoint".into()),
@@ -239,15 +256,75 @@ mod tests {
         );
     }
 
+    /// `events`, counting in `read` how many were taken from it.
+    fn counted(events: Vec<Result<Sse, SseError>>, read: &Arc<AtomicUsize>) -> Events {
+        let read = read.clone();
+        futures::stream::iter(events)
+            .inspect(move |_| {
+                read.fetch_add(1, Ordering::SeqCst);
+            })
+            .boxed()
+    }
+
     #[tokio::test]
     async fn a_stream_of_events_without_messages_goes_to_rmcp_after_a_few() {
-        let endless = (0..).map(|n| priming(&n.to_string()));
-        let answer = first(futures::stream::iter(endless).boxed(), true).await;
-        let ids = ids_of(answer, MAX_BEFORE_ANSWER * 2).await;
-        let expected: Vec<_> = (0..MAX_BEFORE_ANSWER * 2)
+        let mut events: Vec<_> = (0..MAX_BEFORE_ANSWER * 3)
+            .map(|n| priming(&n.to_string()))
+            .collect();
+        events.push(event("answer", ANSWER));
+        let read = Arc::new(AtomicUsize::new(0));
+        let answer = first(counted(events, &read), true).await;
+        assert_eq!(read.load(Ordering::SeqCst), MAX_BEFORE_ANSWER);
+        let ids = ids_of(answer, MAX_BEFORE_ANSWER * 3 + 1).await;
+        let mut expected: Vec<_> = (0..MAX_BEFORE_ANSWER * 3)
             .map(|n| Some(n.to_string()))
             .collect();
+        expected.push(Some("answer".into()));
         assert_eq!(ids, expected);
+    }
+
+    #[tokio::test]
+    async fn what_follows_an_answer_is_read_to_its_end_and_dropped() {
+        // Ended already: nothing more is asked of the stream.
+        let answer = first(ending(vec![event("1", ANSWER)]), true).await;
+        json(answer);
+        // More to come, later: read by the drain, in its own task, not handed to rmcp.
+        let read = Arc::new(AtomicUsize::new(0));
+        let later = futures::stream::once(tokio::task::yield_now()).filter_map(|()| async { None });
+        let events = futures::stream::iter(vec![event("1", ANSWER)])
+            .chain(later)
+            .chain(counted(vec![event("2", PROGRESS)], &read));
+        json(first(events.boxed(), true).await);
+        assert_eq!(read.load(Ordering::SeqCst), 0, "not read before the answer went");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while read.load(Ordering::SeqCst) < 1 {
+            assert!(tokio::time::Instant::now() < deadline, "the rest was never read");
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[test]
+    fn every_request_but_initialize_has_its_first_message_read() {
+        let request = |request: ClientRequest| {
+            ClientJsonRpcMessage::Request(rmcp::model::JsonRpcRequest::new(
+                RequestId::Number(1),
+                request,
+            ))
+        };
+        let call = ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(
+            rmcp::model::CallToolRequestParams::new("echo"),
+        ));
+        assert!(reads_first_message(&request(call)));
+        let ping = ClientRequest::PingRequest(Default::default());
+        assert!(reads_first_message(&request(ping)));
+        let initialize = ClientRequest::InitializeRequest(rmcp::model::InitializeRequest::new(
+            Default::default(),
+        ));
+        assert!(!reads_first_message(&request(initialize)));
+        let initialized = ClientJsonRpcMessage::notification(
+            rmcp::model::ClientNotification::InitializedNotification(Default::default()),
+        );
+        assert!(!reads_first_message(&initialized));
     }
 
     #[tokio::test]
