@@ -140,7 +140,7 @@ impl LineRole for RoleClient {
         }
         let line = wire::Shallow::new(line)?;
         let kept = match slots {
-            true => raw::read(line.bytes()).and_then(|(id, result)| Some((id, result?))),
+            true => raw::read(line).and_then(|(id, result)| Some((id, result?))),
             false => None,
         };
         if let Some((id, result)) = kept {

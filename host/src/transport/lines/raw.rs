@@ -26,6 +26,8 @@ use rmcp::model::{CallToolResult, JsonRpcVersion2_0, RequestId};
 use serde::Deserialize;
 use sonic_rs::LazyValue;
 
+use crate::transport::wire::Shallow;
+
 /// Where a call's result bytes wait for the agent's answer (one per call).
 #[derive(Default)]
 pub struct RawResult(Mutex<Option<RawBytes>>);
@@ -160,7 +162,8 @@ const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 /// and no more of what Tether or rmcp change — no error (the policy reads its words), no
 /// `resultType` (dropped for older agents), structured content only as an object (older agents
 /// get any other in the content), `_meta` without the server's identity.
-pub(super) fn read(line: &[u8]) -> Option<(RequestId, Option<&[u8]>)> {
+pub(super) fn read(line: Shallow<'_>) -> Option<(RequestId, Option<&[u8]>)> {
+    let line = line.bytes();
     let envelope: Envelope = sonic_rs::from_slice(line).ok()?;
     let members = envelope.result;
     let bytes = (members.passes.then(|| span(line, &members)).flatten())
@@ -260,10 +263,14 @@ pub fn answer_line<'a>(
 mod tests {
     use super::*;
 
+    fn shallow(line: &[u8]) -> Shallow<'_> {
+        Shallow::new(line).expect("not nested deep")
+    }
+
     fn passes(result: &str) -> bool {
         let line = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
         // A result that is not an object is no answer this reads: the typed way.
-        let bytes = read(line.as_bytes()).and_then(|(_, bytes)| bytes);
+        let bytes = read(shallow(line.as_bytes())).and_then(|(_, bytes)| bytes);
         if let Some(bytes) = bytes {
             assert_eq!(bytes, result.as_bytes(), "the result's bytes, whole");
         }
@@ -292,16 +299,16 @@ mod tests {
     fn only_a_valid_answer_is_read() {
         let line = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"a\"b"}]}}"#;
         let result = r#"{"content":[{"type":"text","text":"a\"b"}]}"#.as_bytes();
-        assert_eq!(read(line).unwrap(), (RequestId::Number(7), Some(result)));
+        assert_eq!(read(shallow(line)).unwrap(), (RequestId::Number(7), Some(result)));
         // Found whatever the spacing and order of the answer's members.
         let spaced = br#" { "result" : {  "x" : "y\"" , "content" : [ ] } , "id" : 7 , "jsonrpc" : "2.0" } "#;
         let result = br#"{  "x" : "y\"" , "content" : [ ] }"#.as_slice();
-        assert_eq!(read(spaced).unwrap(), (RequestId::Number(7), Some(result)));
+        assert_eq!(read(shallow(spaced)).unwrap(), (RequestId::Number(7), Some(result)));
         // A last value that is a string with escapes is not the line's: the typed way.
         let escaped = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[],"x":"\u0041"}}"#;
-        assert_eq!(read(escaped).unwrap(), (RequestId::Number(7), None));
-        assert!(read(br#"{"jsonrpc":"2.0","id":7,"result":{"content":[}}"#).is_none());
-        assert!(read(br#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}} x"#).is_none());
+        assert_eq!(read(shallow(escaped)).unwrap(), (RequestId::Number(7), None));
+        assert!(read(shallow(br#"{"jsonrpc":"2.0","id":7,"result":{"content":[}}"#)).is_none());
+        assert!(read(shallow(br#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}} x"#)).is_none());
         // Escapes sonic-rs lets through, a duplicate, a bare carriage return: the typed way.
         for (result, passes) in [
             (r#"{"content":[{"type":"text","text":"\ud83d\ude00 \u00e9 \\u \n"}]}"#, true),
@@ -315,11 +322,11 @@ mod tests {
             ("{\"content\":[]\r}", false),
         ] {
             let line = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
-            let bytes = read(line.as_bytes()).and_then(|(_, bytes)| bytes);
+            let bytes = read(shallow(line.as_bytes())).and_then(|(_, bytes)| bytes);
             assert_eq!(bytes.is_some(), passes, "{result}");
         }
-        assert!(read(br#"{"jsonrpc":"1.0","id":7,"result":{"content":[]}}"#).is_none());
-        assert!(read(br#"{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"x"}}"#).is_none());
+        assert!(read(shallow(br#"{"jsonrpc":"1.0","id":7,"result":{"content":[]}}"#)).is_none());
+        assert!(read(shallow(br#"{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"x"}}"#)).is_none());
     }
 
     #[test]
