@@ -111,6 +111,56 @@ async fn an_oversized_answer_fails_its_call_at_once_and_the_session_lives_on() {
     }
 }
 
+/// A Streamable HTTP server's answer over `max_message`, streamed (SSE) or as one JSON body:
+/// the call fails at once with Tether's words, and the same session answers the next call.
+#[tokio::test]
+async fn an_oversized_http_answer_fails_its_call_at_once_and_the_session_lives_on() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let host = Host::fast();
+    let streamed = ["--tools", "blob"];
+    let json = ["--tools", "blob", "--json-response"];
+    for (name, flags) in [("streamed", &streamed[..]), ("json", &json[..])] {
+        let state = host.state_dir(name);
+        let server = HttpFixture::start("http", &state, "127.0.0.1:0", flags).await;
+        let transport = TransportSpec::Http {
+            url: String::new(),
+            headers: Default::default(),
+            sse_fallback: false,
+        };
+        let mut spec = http_spec(name, format!("http://{}/mcp", server.addr), transport);
+        spec.max_message = 64 << 10;
+        spec.timeouts.call = Duration::from_secs(60);
+        spec.timeouts.call_max = Duration::from_secs(60);
+        host.supervisor.add_server(spec).unwrap();
+        let blob = format!("{name}__blob");
+        wait_until("the tools are published", || {
+            host.tools(name).contains(&blob)
+        })
+        .await;
+        let generation = host.supervisor.registry().generation();
+        let (words, failed, took) = call(&host, &blob, serde_json::json!({"bytes": 200_000})).await;
+        assert!(failed, "{words}");
+        assert!(
+            words.contains("larger than Tether's limit of 64 KiB") && words.contains("max_message"),
+            "{name}: {words}"
+        );
+        assert!(took < Duration::from_secs(20), "{took:?}");
+        // Within the limit, the same session answers.
+        let (words, failed, _) = call(&host, &blob, serde_json::json!({"bytes": 60_000})).await;
+        assert!(
+            !failed && words.len() == 60_000,
+            "{name}: {}",
+            &words[..100.min(words.len())]
+        );
+        assert_eq!(host.view(name).state, ServerState::Healthy);
+        assert_eq!(
+            host.supervisor.registry().generation(),
+            generation,
+            "{name}: the tools stayed"
+        );
+    }
+}
+
 /// A child that closes its stdout and lives on ends its session as such (not as "exited"),
 /// within the short wait for an exit; it is then stopped and reaped, and a new one started.
 #[tokio::test]

@@ -38,6 +38,7 @@ use store::ServerTokens;
 pub use store::{FileTokenStore, MemoryTokenStore, TokenStore};
 
 use crate::config::{Grant, OAuthConfig, ServerSpec};
+use crate::transport::post::Posting;
 
 /// How long a login waits for the browser to come back.
 pub const LOGIN_WAIT: Duration = Duration::from_secs(300);
@@ -132,7 +133,7 @@ pub struct Authorizer {
     context: Arc<AuthContext>,
     /// Signs the requests of every session of the server; its manager is replaced when a
     /// login completes (each session sets its own HTTP client on a copy).
-    signer: OnceCell<AuthClient<reqwest::Client>>,
+    signer: OnceCell<AuthClient<Posting>>,
     /// Whether the shared manager has read the stored client (refreshing needs it).
     prepared: AtomicBool,
     need: Mutex<Option<Need>>,
@@ -239,11 +240,11 @@ impl Authorizer {
         Ok(manager)
     }
 
-    async fn signer(&self) -> Result<AuthClient<reqwest::Client>, String> {
+    async fn signer(&self) -> Result<AuthClient<Posting>, String> {
         self.signer
             .get_or_try_init(|| async {
                 Ok(AuthClient::new(
-                    reqwest::Client::new(),
+                    Posting(reqwest::Client::new()),
                     self.new_manager().await?,
                 ))
             })
@@ -254,12 +255,12 @@ impl Authorizer {
     /// Before a session opens: the client that signs its requests. Stored tokens are read
     /// here (their client is configured for refreshing); a failure to reach the
     /// authorization server now is not fatal while the access token is still valid.
-    pub async fn client(
+    pub(crate) async fn client(
         &self,
         http: reqwest::Client,
-    ) -> Result<AuthClient<reqwest::Client>, String> {
+    ) -> Result<AuthClient<Posting>, String> {
         let mut signer = self.signer().await?;
-        signer.http_client = http;
+        signer.http_client = Posting(http);
         let manager = signer.auth_manager.clone();
         if !self.prepared.load(Ordering::Acquire)
             && let Ok(Some(record)) = self.tokens.record()
@@ -658,7 +659,7 @@ impl Authorizer {
             None => {
                 let _ = self
                     .signer
-                    .set(AuthClient::new(reqwest::Client::new(), manager));
+                    .set(AuthClient::new(Posting(reqwest::Client::new()), manager));
             }
         }
         self.prepared.store(true, Ordering::Release);

@@ -139,6 +139,7 @@ impl FrameLimiter {
     }
 
     /// Filters `chunk`, appending what the reader should see to `out`.
+    #[cfg(test)]
     pub fn feed(&mut self, mut chunk: &[u8], out: &mut Vec<u8>) {
         while !chunk.is_empty() {
             let fed = self.feed_frame(chunk, out);
@@ -149,9 +150,15 @@ impl FrameLimiter {
     /// Filters `chunk` up to the end of the current frame (all of it if the frame goes on),
     /// appending what the reader should see to `out`.
     pub fn feed_frame(&mut self, chunk: &[u8], out: &mut Vec<u8>) -> Fed {
+        self.filter_frame(chunk, out, true)
+    }
+
+    /// [`Self::feed_frame`]; with `copy_passed` false, a frame that passes unchanged is not
+    /// appended (the caller passes those bytes itself): only what replaces a frame is.
+    fn filter_frame(&mut self, chunk: &[u8], out: &mut Vec<u8>, copy_passed: bool) -> Fed {
         let end = self.frame_end(chunk);
         let piece = &chunk[..end.unwrap_or(chunk.len())];
-        let mut unchanged = self.take(piece, out);
+        let mut unchanged = self.take(piece, out, copy_passed);
         if end.is_some() {
             unchanged &= self.end_frame(out);
         }
@@ -167,24 +174,33 @@ impl FrameLimiter {
         match self.framing {
             Framing::Lines => memchr::memchr(b'\n', chunk).map(|i| i + 1),
             Framing::SseEvents => {
-                for (i, &byte) in chunk.iter().enumerate() {
-                    let prev = std::mem::replace(&mut self.prev, byte);
-                    match byte {
-                        // The `\n` of a `\r\n` ends nothing new.
-                        b'\n' if prev == b'\r' => {}
-                        b'\r' | b'\n' => {
-                            if self.line_empty {
-                                // A `\r\n` ending the event belongs to it (when in this chunk).
-                                if byte == b'\r' && chunk.get(i + 1) == Some(&b'\n') {
-                                    self.prev = b'\n';
-                                    return Some(i + 2);
-                                }
-                                return Some(i + 1);
-                            }
-                            self.line_empty = true;
-                        }
-                        _ => self.line_empty = false,
+                let mut at = 0;
+                while let Some(found) = memchr::memchr2(b'\r', b'\n', &chunk[at..]) {
+                    let i = at + found;
+                    if i > at {
+                        // A line's text: the line is not empty.
+                        self.line_empty = false;
+                        self.prev = chunk[i - 1];
                     }
+                    let byte = chunk[i];
+                    let prev = std::mem::replace(&mut self.prev, byte);
+                    // The `\n` of a `\r\n` ends nothing new.
+                    if !(byte == b'\n' && prev == b'\r') {
+                        if self.line_empty {
+                            // A `\r\n` ending the event belongs to it (when in this chunk).
+                            if byte == b'\r' && chunk.get(i + 1) == Some(&b'\n') {
+                                self.prev = b'\n';
+                                return Some(i + 2);
+                            }
+                            return Some(i + 1);
+                        }
+                        self.line_empty = true;
+                    }
+                    at = i + 1;
+                }
+                if at < chunk.len() {
+                    self.line_empty = false;
+                    self.prev = chunk[chunk.len() - 1];
                 }
                 None
             }
@@ -192,7 +208,7 @@ impl FrameLimiter {
     }
 
     /// Passes `piece` on, or keeps what is needed of it; true when it passed.
-    fn take(&mut self, piece: &[u8], out: &mut Vec<u8>) -> bool {
+    fn take(&mut self, piece: &[u8], out: &mut Vec<u8>, copy_passed: bool) -> bool {
         let mut passed = false;
         if self.head.len() < KEEP {
             let room = KEEP - self.head.len();
@@ -218,7 +234,9 @@ impl FrameLimiter {
                 self.answer_too_large(id, 0, out);
             }
         } else {
-            out.extend_from_slice(piece);
+            if copy_passed {
+                out.extend_from_slice(piece);
+            }
             passed = true;
         }
         self.frame_len += piece.len();
@@ -407,10 +425,30 @@ where
         loop {
             match std::task::ready!(Pin::new(&mut this.inner).poll_next(cx)) {
                 Some(Ok(chunk)) => {
-                    let mut out = Vec::new();
-                    this.limiter.feed(&chunk, &mut out);
-                    if !out.is_empty() {
-                        return Poll::Ready(Some(Ok(Bytes::from(out))));
+                    // Events within the limit pass as they came, without a copy; a chunk is
+                    // rebuilt only where an event in it was cut off or replaced.
+                    let mut rebuilt: Option<Vec<u8>> = None;
+                    let mut replacement = Vec::new();
+                    let mut at = 0;
+                    while at < chunk.len() {
+                        let fed = this.limiter.filter_frame(&chunk[at..], &mut replacement, false);
+                        let piece = &chunk[at..at + fed.taken];
+                        match (&mut rebuilt, fed.unchanged) {
+                            (None, true) => {}
+                            (Some(rebuilt), true) => rebuilt.extend_from_slice(piece),
+                            (rebuilt, false) => rebuilt
+                                .get_or_insert_with(|| chunk[..at].to_vec())
+                                .append(&mut replacement),
+                        }
+                        replacement.clear();
+                        at += fed.taken;
+                    }
+                    match rebuilt {
+                        None if !chunk.is_empty() => return Poll::Ready(Some(Ok(chunk))),
+                        Some(rebuilt) if !rebuilt.is_empty() => {
+                            return Poll::Ready(Some(Ok(Bytes::from(rebuilt))));
+                        }
+                        _ => {}
                     }
                 }
                 other => return Poll::Ready(other),
@@ -542,5 +580,71 @@ mod tests {
         let error: serde_json::Value = serde_json::from_str(data).unwrap();
         assert_eq!(error["id"], 4);
         assert_eq!(format!("{}\n\n", events[2]), small);
+    }
+
+    /// Where events end in `text` fed in two chunks split at `split`, as offsets into it.
+    fn event_ends(text: &[u8], split: usize) -> Vec<usize> {
+        let mut limiter = FrameLimiter::new(Framing::SseEvents, 1 << 20);
+        let mut ends = Vec::new();
+        let mut offset = 0;
+        for mut chunk in [&text[..split], &text[split..]] {
+            while !chunk.is_empty() {
+                let fed = limiter.feed_frame(chunk, &mut Vec::new());
+                offset += fed.taken;
+                if fed.ended {
+                    ends.push(offset);
+                }
+                chunk = &chunk[fed.taken..];
+            }
+        }
+        ends
+    }
+
+    #[test]
+    fn sse_events_end_at_empty_lines_of_every_kind_in_any_chunking() {
+        // LF, CRLF and lone CR line ends; a comment; an event of an empty data line.
+        let text = b"data: a\n\nid: 2\r\ndata: b\r\n\r\n: comment\rdata: c\r\rdata:\n\n";
+        for split in 0..=text.len() {
+            // The `\r\n` that ends an event belongs to it unless a chunk ends between the two.
+            let expected = match split {
+                26 => vec![9, 26, 46, 53],
+                _ => vec![9, 27, 46, 53],
+            };
+            assert_eq!(event_ends(text, split), expected, "split at {split}");
+        }
+    }
+
+    async fn bounded(chunks: Vec<Bytes>, limit: usize) -> Vec<Bytes> {
+        use futures::StreamExt;
+        let source = futures::stream::iter(chunks.into_iter().map(Ok::<_, std::io::Error>));
+        BoundedEvents::new(source, limit).collect::<Vec<_>>().await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn events_within_the_limit_pass_without_a_copy() {
+        let chunk = Bytes::from_static(b"data: {\"id\":1}\n\ndata: {\"id\":2,");
+        let out = bounded(vec![chunk.clone(), Bytes::from_static(b"\"x\":0}\n\n")], 64).await;
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].as_ptr(), chunk.as_ptr(), "the same bytes, not a copy");
+        assert_eq!(out[0], chunk);
+    }
+
+    #[tokio::test]
+    async fn an_oversized_event_inside_a_chunk_is_replaced_and_the_rest_passes() {
+        let small = "data: {\"id\":1}\n\n";
+        let oversized = format!("data: {{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":\"{}\"}}\n\n", big(300));
+        let chunk = Bytes::from(format!("{small}{oversized}{small}"));
+        let out = bounded(vec![chunk], 100).await.concat();
+        let out = String::from_utf8(out).unwrap();
+        let events: Vec<&str> = out.split("\n\n").collect();
+        assert_eq!(format!("{}\n\n", events[0]), small);
+        let data = events[1].strip_prefix("event: message\ndata: ").unwrap();
+        let error: serde_json::Value = serde_json::from_str(data).unwrap();
+        assert_eq!((error["id"].clone(), error["error"]["code"].clone()), (7.into(), TOO_LARGE.into()));
+        assert_eq!(format!("{}\n\n", events[2]), small);
+        assert_eq!(events.len(), 4, "{out:?}");
     }
 }

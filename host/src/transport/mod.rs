@@ -9,6 +9,7 @@ pub mod limit;
 pub mod lines;
 pub(crate) mod oauth;
 pub(crate) mod own_stdio;
+pub(crate) mod post;
 pub mod sse;
 pub mod stdio;
 pub(crate) mod wire;

@@ -16,6 +16,7 @@ use rmcp::transport::streamable_http_client::{
 };
 use sse_stream::{Error as SseError, Sse};
 
+use super::post::Posting;
 use crate::auth::{Authorizer, Recovery};
 
 type Failed = StreamableHttpError<reqwest::Error>;
@@ -23,25 +24,25 @@ type Failed = StreamableHttpError<reqwest::Error>;
 /// Sends through the plain client, or signed for a server with an [`Authorizer`].
 #[derive(Clone)]
 pub(crate) struct Signing {
-    plain: reqwest::Client,
-    oauth: Option<(Arc<AuthClient<reqwest::Client>>, Arc<Authorizer>)>,
+    plain: Posting,
+    oauth: Option<(Arc<AuthClient<Posting>>, Arc<Authorizer>)>,
 }
 
 impl Signing {
     pub fn plain(client: reqwest::Client) -> Self {
         Self {
-            plain: client,
+            plain: Posting(client),
             oauth: None,
         }
     }
 
     pub fn signed(
         client: reqwest::Client,
-        signer: AuthClient<reqwest::Client>,
+        signer: AuthClient<Posting>,
         authorizer: Arc<Authorizer>,
     ) -> Self {
         Self {
-            plain: client,
+            plain: Posting(client),
             oauth: Some((Arc::new(signer), authorizer)),
         }
     }
