@@ -1,6 +1,7 @@
 //! Transports to upstream MCP servers. Each turns a server spec into an initialized rmcp client
 //! session, or a classified [`Fault`] the policy can reason about.
 
+pub(crate) mod event_stream;
 pub mod gate;
 pub mod generation;
 pub mod http;

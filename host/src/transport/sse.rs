@@ -16,13 +16,13 @@ use rmcp::{
     service::{RxJsonRpcMessage, TxJsonRpcMessage},
     transport::Transport,
 };
-use sse_stream::{Sse, SseStream};
+use sse_stream::Sse;
 use tokio::{sync::mpsc, task::JoinHandle};
 use url::Url;
 
 use crate::auth::Authorizer;
 
-use super::{Fault, SessionEnd, http_error::HttpError, limit::BoundedEvents};
+use super::{Fault, SessionEnd, event_stream, http_error::HttpError, limit::BoundedEvents};
 
 type Events = BoxStream<'static, Result<Sse, sse_stream::Error>>;
 
@@ -79,7 +79,7 @@ impl SseTransport {
         // `max_message`, and an oversized answer fails its request (see `limit`).
         let body = BoundedEvents::new(response.bytes_stream().boxed(), max_message);
         let oversized = body.oversized();
-        let mut events: Events = SseStream::from_bytes_stream(body).boxed();
+        let mut events: Events = event_stream::events(body);
         let endpoint = loop {
             let next = tokio::select! {
                 next = events.next() => next,
