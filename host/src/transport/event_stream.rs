@@ -25,14 +25,15 @@ where
     S: Stream<Item = Result<Bytes, E>> + Send + 'static,
     E: std::error::Error + Send + Sync + 'static,
 {
+    // Not polled again after an error: the stream ends with it.
+    let chunks = futures::stream::unfold(Some(body.boxed()), |body| async move {
+        let mut body = body?;
+        let chunk = body.next().await?;
+        let broken = chunk.is_err();
+        Some((chunk, (!broken).then_some(body)))
+    });
     let mut reader = EventReader::default();
-    body.scan(false, |broken, chunk| {
-        let item = (!*broken).then(|| {
-            *broken = chunk.is_err();
-            chunk
-        });
-        futures::future::ready(item)
-    })
+    chunks
     .flat_map(move |chunk| {
         let events: Vec<Result<Sse, SseError>> = match chunk {
             Ok(chunk) => reader.feed(&chunk).into_iter().map(Ok).collect(),
@@ -196,8 +197,10 @@ mod tests {
         let body = futures::stream::iter([
             Ok(Bytes::from_static(b"data: a\n\ndata: b")),
             Err(std::io::Error::other("reset")),
-            Ok(Bytes::from_static(b"\n\n")),
-        ]);
+        ])
+        .chain(futures::stream::poll_fn(|_| -> std::task::Poll<Option<_>> {
+            panic!("the body was polled after its error")
+        }));
         let read: Vec<_> = events(body).collect().await;
         assert_eq!(read.len(), 2, "{read:?}");
         assert_eq!(read[0].as_ref().unwrap().data.as_deref(), Some("a"));

@@ -2,7 +2,8 @@
 //! an upstream may make Tether buffer.
 //!
 //! [`FrameLimiter`] is a sans-IO filter over the bytes a server sends, framed as lines (stdio,
-//! fed by the line transport as it reads) or as server-sent events (legacy SSE). Frames within
+//! fed by the line transport as it reads) or as server-sent events (legacy SSE, and a tool
+//! call's streamed answer on Streamable HTTP). Frames within
 //! the limit pass unchanged. An oversized frame is cut off where it crosses the limit (what
 //! already passed is made unparsable, so the reader skips it) and dropped to its end; only its
 //! first and last bytes are kept. If it was the answer to one of our requests (its id is found
@@ -57,11 +58,18 @@ pub fn describe_size(bytes: u64) -> String {
     }
 }
 
+/// Whether an event's data is what the filter left of an event it cut off: the part that had
+/// already passed, made unparsable by a NUL at its end.
+pub fn spoiled(data: &str) -> bool {
+    data.ends_with('\0')
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
     /// Newline-delimited JSON-RPC (stdio).
     Lines,
-    /// Server-sent events: lines, an empty line ends an event (legacy SSE).
+    /// Server-sent events: lines, an empty line ends an event (legacy SSE, a tool call's
+    /// streamed answer on Streamable HTTP).
     SseEvents,
 }
 
@@ -611,6 +619,54 @@ mod tests {
                 _ => vec![9, 27, 46, 53],
             };
             assert_eq!(event_ends(text, split), expected, "split at {split}");
+        }
+    }
+
+    /// The byte-at-a-time search `frame_end` replaced, as a reference: (prev, line_empty) in,
+    /// where the frame ends out.
+    fn frame_end_byte_by_byte(state: &mut (u8, bool), chunk: &[u8]) -> Option<usize> {
+        for (i, &byte) in chunk.iter().enumerate() {
+            let prev = std::mem::replace(&mut state.0, byte);
+            match byte {
+                b'\n' if prev == b'\r' => {}
+                b'\r' | b'\n' => {
+                    if state.1 {
+                        if byte == b'\r' && chunk.get(i + 1) == Some(&b'\n') {
+                            state.0 = b'\n';
+                            return Some(i + 2);
+                        }
+                        return Some(i + 1);
+                    }
+                    state.1 = true;
+                }
+                _ => state.1 = false,
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn sse_event_ends_are_those_of_a_byte_by_byte_search() {
+        // Every text of up to 7 bytes of `a`, CR and LF, cut at every point.
+        for length in 0..=7u32 {
+            for code in 0..3usize.pow(length) {
+                let text: Vec<u8> = (0..length)
+                    .map(|digit| b"a\r\n"[code / 3usize.pow(digit) % 3])
+                    .collect();
+                for cut in 0..=text.len() {
+                    let mut ours = FrameLimiter::new(Framing::SseEvents, 1 << 20);
+                    let mut reference = (b'\n', true);
+                    for mut chunk in [&text[..cut], &text[cut..]] {
+                        while !chunk.is_empty() {
+                            let end = ours.frame_end(chunk);
+                            let expected = frame_end_byte_by_byte(&mut reference, chunk);
+                            assert_eq!(end, expected, "{text:?} cut at {cut}");
+                            assert_eq!((ours.prev, ours.line_empty), reference, "{text:?} at {cut}");
+                            chunk = &chunk[end.unwrap_or(chunk.len())..];
+                        }
+                    }
+                }
+            }
         }
     }
 

@@ -4,7 +4,8 @@
 //! rmcp's client checks the size of each event of a streamed answer before parsing it by looking
 //! at every byte (about 21 instructions a byte: 42 M of the 93 M instructions a 2 MB answer cost
 //! the gateway), reads a JSON answer by trying one result type after another, and serializes
-//! the call through a `serde_json::Value` copy. Here the call is written in one pass
+//! the call through a `serde_json::Value` copy (its worker still makes one to name the call in
+//! 2026-07-28's headers). Here the call is written in one pass
 //! ([`wire::write_call`]), a JSON answer is read in one typed pass ([`wire::read_call_answer`]),
 //! and a streamed answer is bounded by [`BoundedEvents`] and read by [`event_stream`], both
 //! finding line ends with `memchr` (`sse-stream`, rmcp's reader, costs 8 instructions a byte
@@ -27,8 +28,7 @@ use rmcp::model::{
     ServerJsonRpcMessage,
 };
 use rmcp::transport::common::http_header::{
-    EVENT_STREAM_MIME_TYPE, HEADER_LAST_EVENT_ID, HEADER_MCP_PROTOCOL_VERSION, HEADER_SESSION_ID,
-    JSON_MIME_TYPE,
+    EVENT_STREAM_MIME_TYPE, HEADER_LAST_EVENT_ID, HEADER_SESSION_ID, JSON_MIME_TYPE,
 };
 use rmcp::transport::streamable_http_client::{
     AuthRequiredError, HttpStatusError, InsufficientScopeError, SseError, StreamableHttpClient,
@@ -193,6 +193,7 @@ impl Post<'_> {
         call: &CallToolRequest,
     ) -> Result<StreamableHttpPostResponse, Failed> {
         let mut body = Vec::with_capacity(256);
+        // Cannot fail for a message rmcp could hold (string keys, finite numbers).
         wire::write_call(id, call, &mut body)
             .map_err(|error| StreamableHttpError::Io(std::io::Error::other(error)))?;
         let mut request = client
@@ -217,13 +218,26 @@ impl Post<'_> {
     }
 }
 
-/// Headers the transport sets itself, which a configured header may not replace (rmcp's list;
-/// the protocol version is one the worker passes as a custom header).
+/// Headers the transport sets itself, which a configured header may not replace (rmcp's list
+/// but the protocol version, which rmcp's worker passes as a custom header).
 fn reserved(name: &HeaderName) -> bool {
     [header::ACCEPT.as_str(), HEADER_SESSION_ID, HEADER_LAST_EVENT_ID]
         .iter()
         .any(|reserved| name.as_str().eq_ignore_ascii_case(reserved))
-        && !name.as_str().eq_ignore_ascii_case(HEADER_MCP_PROTOCOL_VERSION)
+}
+
+/// The `scope` a `WWW-Authenticate` challenge names, quoted or not.
+fn scope(challenge: &str) -> Option<String> {
+    let start = challenge.to_ascii_lowercase().find("scope=")? + "scope=".len();
+    let value = &challenge[start..];
+    let scope = match value.strip_prefix('"') {
+        Some(quoted) => &quoted[..quoted.find('"')?],
+        None => value
+            .split(|c: char| c == ',' || c == ';' || c.is_whitespace())
+            .next()
+            .unwrap_or_default(),
+    };
+    (!scope.is_empty()).then(|| scope.to_string())
 }
 
 /// What the server's answer to a tool call's POST means.
@@ -246,10 +260,9 @@ async fn answer(
             StatusCode::UNAUTHORIZED => {
                 StreamableHttpError::AuthRequired(AuthRequiredError::new(challenge.to_string()))
             }
-            // The scope the challenge names is read by the authorizer from the header.
             _ => StreamableHttpError::InsufficientScope(InsufficientScopeError::new(
                 challenge.to_string(),
-                None,
+                scope(challenge),
             )),
         });
     }
@@ -259,14 +272,15 @@ async fn answer(
     if status == StatusCode::NOT_FOUND && on_session {
         return Err(StreamableHttpError::SessionExpired);
     }
-    let media_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .map(|value| value.split(';').next().unwrap_or_default().trim());
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
+    let content_type = headers.get(header::CONTENT_TYPE);
+    // As rmcp reads it: the part before any `;`, without spaces and tabs around it.
+    let media_type = content_type
+        .and_then(|value| value.as_bytes().split(|byte| *byte == b';').next())
+        .and_then(|essence| std::str::from_utf8(essence).ok())
+        .map(|essence| essence.trim_matches([' ', '\t']));
     let is = |expected: &str| media_type.is_some_and(|media| media.eq_ignore_ascii_case(expected));
+    let content_type =
+        content_type.map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
     let (json, events) = (is(JSON_MIME_TYPE), is(EVENT_STREAM_MIME_TYPE));
     let session = headers
         .get(HEADER_SESSION_ID)
@@ -288,8 +302,10 @@ async fn answer(
         if json && !auth_failure && status != StatusCode::TOO_MANY_REQUESTS {
             match read_body(response, limits.max_json_response_size).await {
                 Ok(body) => {
+                    // Read as text first, as rmcp does (invalid UTF-8 replaced).
+                    let body = String::from_utf8_lossy(&body);
                     if let Ok(error @ JsonRpcMessage::Error(_)) =
-                        serde_json::from_slice::<ServerJsonRpcMessage>(&body)
+                        serde_json::from_str::<ServerJsonRpcMessage>(&body)
                     {
                         return Ok(StreamableHttpPostResponse::Json(error, session));
                     }
@@ -345,4 +361,167 @@ async fn read_body(response: reqwest::Response, max: usize) -> Result<Vec<u8>, F
         body.extend_from_slice(&chunk);
     }
     Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use axum::extract::{Path, State};
+    use axum::response::Response;
+    use rmcp::model::{CallToolRequestParams, JsonRpcRequest};
+
+    use super::*;
+
+    /// What a server answers in each case: status, headers, body.
+    fn case(number: usize) -> (u16, Vec<(&'static str, &'static str)>, String) {
+        let error = r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"no"}}"#;
+        let answer = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"hi"}]}}"#;
+        let json = ("content-type", "application/json");
+        let text = ("content-type", "text/plain");
+        match number {
+            0 => (401, vec![("www-authenticate", r#"Bearer resource_metadata="m""#), json], error.into()),
+            1 => (403, vec![("www-authenticate", r#"Bearer error="insufficient_scope", scope="a b""#)], String::new()),
+            2 => (403, vec![("www-authenticate", "Bearer scope=files:read, error=x")], String::new()),
+            3 => (401, vec![text], "who are you".into()),
+            4 => (401, vec![json], error.into()),
+            5 => (202, vec![], String::new()),
+            6 => (204, vec![], String::new()),
+            7 => (404, vec![text], "gone".into()),
+            8 => (429, vec![("retry-after", "5"), text], "slow down".into()),
+            9 => (429, vec![json], error.into()),
+            10 => (500, vec![json], error.into()),
+            11 => (500, vec![text], "broken".into()),
+            12 => (503, vec![json], r#"{"not":"json-rpc"}"#.into()),
+            13 => (400, vec![json], r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"bad"}}"#.into()),
+            14 => (400, vec![text], "bad".into()),
+            15 => (200, vec![], answer.into()),
+            16 => (200, vec![("content-type", "Application/JSON ; charset=utf-8")], answer.into()),
+            17 => (200, vec![json, ("mcp-session-id", "s2")], answer.into()),
+            18 => (200, vec![json], r#"{"x":1}"#.into()),
+            19 => (200, vec![json], format!(r#"{{"pad":"{}"}}"#, "x".repeat(2000))),
+            20 => (200, vec![("content-type", "text/html")], "<html>".into()),
+            21 => (200, vec![("content-type", "text/event-stream"), ("mcp-session-id", "s3")],
+                format!("id: 0\nretry: 10\ndata:\n\nevent: message\ndata: {answer}\n\n")),
+            22 => (307, vec![("location", "/case/17")], String::new()),
+            _ => (301, vec![("location", "/case/17")], String::new()),
+        }
+    }
+
+    const CASES: usize = 24;
+
+    type Seen = Arc<Mutex<Vec<(Vec<(String, String)>, serde_json::Value)>>>;
+
+    async fn respond(
+        State(seen): State<Seen>,
+        Path(number): Path<usize>,
+        request: axum::extract::Request,
+    ) -> Response {
+        let (parts, body) = request.into_parts();
+        let body = axum::body::to_bytes(body, 1 << 20).await.unwrap();
+        let mut headers: Vec<(String, String)> = parts
+            .headers
+            .iter()
+            .filter(|(name, _)| !matches!(name.as_str(), "host" | "content-length"))
+            .map(|(name, value)| (name.to_string(), value.to_str().unwrap().to_string()))
+            .collect();
+        headers.sort();
+        let body = serde_json::from_slice(&body).unwrap_or_default();
+        seen.lock().unwrap().push((headers, body));
+        let (status, headers, body) = case(number);
+        let mut response = Response::builder().status(status);
+        for (name, value) in headers {
+            response = response.header(name, value);
+        }
+        response.body(axum::body::Body::from(body)).unwrap()
+    }
+
+    /// An outcome in words, what the worker and `GuardedClient` act on.
+    async fn describe(outcome: Result<StreamableHttpPostResponse, Failed>) -> String {
+        match outcome {
+            Ok(StreamableHttpPostResponse::Accepted) => "accepted".into(),
+            Ok(StreamableHttpPostResponse::Json(message, session)) => {
+                format!("json {} {session:?}", serde_json::to_string(&message).unwrap())
+            }
+            Ok(StreamableHttpPostResponse::Sse(events, session)) => {
+                let events: Vec<_> = events.map(|event| format!("{:?}", event.ok())).collect().await;
+                format!("sse {events:?} {session:?}")
+            }
+            Ok(other) => format!("{other:?}"),
+            Err(StreamableHttpError::AuthRequired(error)) => {
+                format!("auth {}", error.www_authenticate_header)
+            }
+            Err(StreamableHttpError::InsufficientScope(error)) => format!(
+                "scope {} {:?}",
+                error.www_authenticate_header, error.required_scope
+            ),
+            Err(StreamableHttpError::HttpStatus(error)) => {
+                format!("status {} {:?}", error.status, error.retry_after)
+            }
+            // GuardedClient keeps the status of "HTTP <status>: …" and nothing else.
+            Err(StreamableHttpError::UnexpectedServerResponse(text)) => {
+                format!("unexpected {:?}", text.strip_prefix("HTTP ").map(|rest| &rest[..3]))
+            }
+            Err(StreamableHttpError::Client(error)) => format!("client {:?}", error.status()),
+            Err(other) => format!("{other}"),
+        }
+    }
+
+    /// Tether's POST decides as rmcp's reqwest client does, and sends what it sends.
+    #[tokio::test]
+    async fn a_call_is_sent_and_its_answer_read_as_rmcp_does() {
+        let seen = Seen::default();
+        let app = axum::Router::new()
+            .route("/case/{number}", axum::routing::post(respond))
+            .with_state(seen.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let call = CallToolRequest::new(
+            CallToolRequestParams::new("echo")
+                .with_arguments(serde_json::json!({"text": "é"}).as_object().unwrap().clone()),
+        );
+        let message = ClientJsonRpcMessage::Request(JsonRpcRequest::new(
+            RequestId::Number(1),
+            ClientRequest::CallToolRequest(call),
+        ));
+        let headers = HashMap::from([(
+            HeaderName::from_static("mcp-protocol-version"),
+            HeaderValue::from_static("2025-11-25"),
+        )]);
+        let mut limits = StreamableHttpResponseLimits::default();
+        limits.max_json_response_size = 1024;
+        let client = reqwest::Client::new();
+        for number in 0..CASES {
+            let uri: Arc<str> = format!("http://{address}/case/{number}").into();
+            let post = |client| {
+                let (uri, message, headers) = (uri.clone(), message.clone(), headers.clone());
+                async move {
+                    let sent = match client {
+                        Some(client) => Posting(client).post_message_with_response_limits(
+                            uri, message, Some("s1".into()), Some("token".into()), headers, limits,
+                        ).await,
+                        None => reqwest::Client::new().post_message_with_response_limits(
+                            uri, message, Some("s1".into()), Some("token".into()), headers, limits,
+                        ).await,
+                    };
+                    describe(sent).await
+                }
+            };
+            let theirs = post(None).await;
+            let ours = post(Some(client.clone())).await;
+            assert_eq!(ours, theirs, "case {number}: {:?}", case(number));
+            // Every request of the case (a redirect's too): rmcp's first, then ours.
+            let seen = std::mem::take(&mut *seen.lock().unwrap());
+            let (theirs, ours) = seen.split_at(seen.len() / 2);
+            assert_eq!(ours, theirs, "case {number}: the requests sent");
+        }
+    }
+
+    #[test]
+    fn a_challenges_scope_is_read_quoted_or_not() {
+        assert_eq!(scope(r#"Bearer error="insufficient_scope", scope="a b""#).as_deref(), Some("a b"));
+        assert_eq!(scope("Bearer Scope=files:read, error=x").as_deref(), Some("files:read"));
+        assert_eq!(scope("Bearer error=x"), None);
+    }
 }

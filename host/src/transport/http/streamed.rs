@@ -24,6 +24,7 @@ use rmcp::transport::streamable_http_client::{SseError, StreamableHttpPostRespon
 use sse_stream::Sse;
 
 use super::same_id;
+use crate::transport::limit;
 use crate::transport::wire::{self, Shallow};
 
 type Events = BoxStream<'static, Result<Sse, SseError>>;
@@ -57,9 +58,12 @@ pub(super) async fn first_answer(
             break false;
         };
         let message = match &event {
-            Ok(sse) if matches!(sse.event.as_deref(), None | Some("" | "message")) => {
-                sse.data.as_deref().filter(|data| !data.trim().is_empty())
-            }
+            // What the size filter left of an event it cut off (`limit::spoiled`) is no
+            // message: the "too large" answer that replaces it follows.
+            Ok(sse) if matches!(sse.event.as_deref(), None | Some("" | "message")) => sse
+                .data
+                .as_deref()
+                .filter(|data| !data.trim().is_empty() && !limit::spoiled(data)),
             // A control event or a broken stream: rmcp's reader acts on it.
             _ => {
                 let broken = event.is_err();
@@ -68,7 +72,7 @@ pub(super) async fn first_answer(
             }
         };
         let Some(data) = message else {
-            // A priming event (an id and a retry interval, no message).
+            // A priming event (an id and a retry interval, no message), or a spoiled one.
             read.push(event);
             match read.len() < MAX_BEFORE_ANSWER {
                 true => continue,
@@ -138,6 +142,23 @@ mod tests {
             id: Some(id.into()),
             retry: None,
         })
+    }
+
+    #[tokio::test]
+    async fn an_answer_cut_off_by_the_size_filter_is_answered_by_its_replacement() {
+        // What the filter hands on for an oversized answer of which the start had passed.
+        let cut = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"";
+        let chunks = [
+            bytes::Bytes::from(format!("id: 1\n{cut}{}", "x".repeat(200))),
+            bytes::Bytes::from("x".repeat(1000)),
+        ];
+        let source = futures::stream::iter(chunks.map(Ok::<_, std::io::Error>));
+        let events = crate::transport::event_stream::events(limit::BoundedEvents::new(source, 400));
+        let answer = json(first(events.chain(futures::stream::pending()).boxed(), true).await);
+        let ServerJsonRpcMessage::Error(error) = answer else {
+            panic!("expected the too-large error, got {answer:?}");
+        };
+        assert_eq!(error.error.code.0, limit::TOO_LARGE);
     }
 
     fn priming(id: &str) -> Result<Sse, SseError> {
