@@ -19,6 +19,9 @@ use sse_stream::{Error as SseError, Sse};
 
 const BYTE_ORDER_MARK: &[u8] = b"\xEF\xBB\xBF";
 
+/// The largest line buffer kept once its line is read.
+const KEPT_LINE_CAPACITY: usize = 64 << 10;
+
 /// The events of `body`; a body error is the last item.
 pub(crate) fn events<S, E>(body: S) -> BoxStream<'static, Result<Sse, SseError>>
 where
@@ -71,8 +74,11 @@ impl EventReader {
                 let mut line = std::mem::take(&mut self.line);
                 line.extend_from_slice(&chunk[..end]);
                 self.read_line(&line, &mut done);
-                line.clear();
-                self.line = line;
+                // A long line's buffer is not kept for the life of the stream.
+                if line.capacity() <= KEPT_LINE_CAPACITY {
+                    line.clear();
+                    self.line = line;
+                }
             }
             let cr = chunk[end] == b'\r';
             chunk = &chunk[end + 1..];

@@ -117,6 +117,8 @@ pub struct FrameLimiter {
     limit: usize,
     /// Bytes of the current frame seen so far (passed or dropped).
     frame_len: usize,
+    /// Whether what passed of the current frame ends with a line's end.
+    passed_line_end: bool,
     /// The first [`KEEP`] bytes of the current frame.
     head: Vec<u8>,
     /// While dropping an oversized frame: its last [`KEEP`] bytes so far.
@@ -137,6 +139,7 @@ impl FrameLimiter {
             framing,
             limit: limit.max(1),
             frame_len: 0,
+            passed_line_end: false,
             head: Vec::new(),
             tail: None,
             answered: false,
@@ -229,6 +232,9 @@ impl FrameLimiter {
             if self.frame_len > 0 {
                 out.extend_from_slice(match self.framing {
                     Framing::Lines => b"\0\n",
+                    // A line's end first only where the passed part stops inside a line: an
+                    // empty line there would end the event early.
+                    Framing::SseEvents if self.passed_line_end => b"data: \0\n\n",
                     Framing::SseEvents => b"\ndata: \0\n\n",
                 });
             }
@@ -245,6 +251,7 @@ impl FrameLimiter {
             if copy_passed {
                 out.extend_from_slice(piece);
             }
+            self.passed_line_end = matches!(piece.last(), Some(b'\n' | b'\r'));
             passed = true;
         }
         self.frame_len += piece.len();
@@ -668,6 +675,17 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn an_event_cut_off_after_a_whole_line_is_not_ended_early() {
+        // The passed part ends with a line's end: the spoiler must not add an empty line.
+        let start = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\n";
+        let rest = format!("data: \"result\":\"{}\"}}\n\n", big(300));
+        let out = run(Framing::SseEvents, 100, &[start.as_bytes(), rest.as_bytes()]);
+        let events: Vec<&str> = out.split("\n\n").collect();
+        assert!(events[0].starts_with(start) && events[0].ends_with("\ndata: \0"), "{out:?}");
+        assert!(events[1].contains("\"id\":3"), "{out:?}");
     }
 
     async fn bounded(chunks: Vec<Bytes>, limit: usize) -> Vec<Bytes> {
