@@ -6,7 +6,7 @@
 //! the gateway), reads a JSON answer by trying one result type after another, and serializes
 //! the call through a `serde_json::Value` copy (its worker still makes one to name the call in
 //! 2026-07-28's headers). Here the call is written in one pass
-//! ([`wire::write_call`]), a JSON answer is read in one typed pass ([`wire::read_call_answer`]),
+//! ([`wire::write_call`]), a JSON answer is read in one typed pass ([`wire::read_answer_to_call`]),
 //! and a streamed answer is bounded by [`BoundedEvents`] and read by [`event_stream`], both
 //! finding line ends with `memchr` (`sse-stream`, rmcp's reader, costs 8 instructions a byte
 //! more), the bounding without copying events within the limit. An event over the limit that
@@ -38,7 +38,7 @@ use sse_stream::Sse;
 
 use super::event_stream;
 use super::limit::BoundedEvents;
-use super::wire::{self, Shallow};
+use super::wire;
 
 type Failed = StreamableHttpError<reqwest::Error>;
 
@@ -336,14 +336,11 @@ async fn answer(
         return Err(StreamableHttpError::UnexpectedContentType(content_type));
     }
     let body = read_body(response, limits.max_json_response_size).await?;
-    let message = match Shallow::new(&body).and_then(wire::read_call_answer) {
-        Some(answer) => ServerJsonRpcMessage::Response(answer),
-        None => serde_json::from_slice(&body).map_err(|error| {
-            StreamableHttpError::UnexpectedServerResponse(Cow::Owned(format!(
-                "could not parse the JSON answer as JSON-RPC: {error}"
-            )))
-        })?,
-    };
+    let message = wire::read_answer_to_call(&body).map_err(|error| {
+        StreamableHttpError::UnexpectedServerResponse(Cow::Owned(format!(
+            "could not parse the JSON answer as JSON-RPC: {error}"
+        )))
+    })?;
     Ok(StreamableHttpPostResponse::Json(message, session))
 }
 

@@ -13,7 +13,8 @@ use std::borrow::Cow;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, Extensions, InputResponses,
-    JsonObject, JsonRpcResponse, MetaObject, RequestId, RequestMetaObject, ServerResult,
+    JsonObject, JsonRpcResponse, MetaObject, RequestId, RequestMetaObject, ServerJsonRpcMessage,
+    ServerResult,
 };
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +55,16 @@ pub(crate) fn read_call_answer(message: Shallow) -> Option<JsonRpcResponse<Serve
         id: answer.id,
         result: ServerResult::CallToolResult(answer.result),
     })
+}
+
+/// A server's message answering a tool call: a complete result in one typed pass
+/// ([`read_call_answer`]), anything else (an error, another kind of result, a message nested
+/// too deep for sonic-rs) by rmcp's decoder.
+pub(crate) fn read_answer_to_call(message: &[u8]) -> serde_json::Result<ServerJsonRpcMessage> {
+    match Shallow::new(message).and_then(read_call_answer) {
+        Some(answer) => Ok(ServerJsonRpcMessage::Response(answer)),
+        None => serde_json::from_slice(message),
+    }
 }
 
 #[derive(Deserialize)]

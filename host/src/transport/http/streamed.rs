@@ -25,7 +25,7 @@ use sse_stream::Sse;
 
 use super::same_id;
 use crate::transport::limit;
-use crate::transport::wire::{self, Shallow};
+use crate::transport::wire;
 
 type Events = BoxStream<'static, Result<Sse, SseError>>;
 
@@ -97,10 +97,10 @@ pub(super) async fn first_answer(
 
 /// The message in `data` if it is the answer to request `id`.
 fn answer_to(data: &str, id: &RequestId, call: bool) -> Option<ServerJsonRpcMessage> {
-    let shallow = call.then(|| Shallow::new(data.as_bytes())).flatten();
-    let message = match shallow.and_then(wire::read_call_answer) {
-        Some(answer) => ServerJsonRpcMessage::Response(answer),
-        None => serde_json::from_str(data).ok()?,
+    // Only a call's answer may be read as a call result: another request's could read as one.
+    let message = match call {
+        true => wire::read_answer_to_call(data.as_bytes()).ok()?,
+        false => serde_json::from_str(data).ok()?,
     };
     let answered = match &message {
         ServerJsonRpcMessage::Response(response) => Some(&response.id),
