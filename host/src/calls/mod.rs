@@ -105,10 +105,8 @@ pub enum CallError {
 pub(crate) trait CallSession: Send + Sync + 'static {
     /// Whether requests can still go out on it.
     fn is_alive(&self) -> bool;
-    /// Whether a call that never left gets its arguments handed back (see [`CallArguments`]).
-    fn hands_back_unsent(&self) -> bool;
-    /// Calls a tool once; never retried here. Takes the arguments, and puts them back when
-    /// the call never left and the transport could hand them back.
+    /// Calls a tool once; never retried here. Takes the arguments; a call that fails puts
+    /// back those its transport handed back (see [`CallArguments`]).
     fn call<'a>(
         &'a self,
         tool: &'a str,
@@ -121,10 +119,6 @@ pub(crate) trait CallSession: Send + Sync + 'static {
 impl CallSession for Session {
     fn is_alive(&self) -> bool {
         Session::is_alive(self)
-    }
-
-    fn hands_back_unsent(&self) -> bool {
-        self.transport() == crate::policy::TransportKind::Stdio
     }
 
     fn call<'a>(
@@ -368,19 +362,14 @@ impl<H: CallHost> Call<'_, H> {
         let mut tries = 0;
         // Whether an earlier try reached the server and was lost (and was reported).
         let mut lost_before = false;
-        // A try takes the arguments (rmcp's request owns them); a copy is kept only where
-        // `retry::keeps_copy` says a later try could not get them back.
+        // A try takes the arguments (rmcp's request owns them) and gets them back from its
+        // transport if it fails: no try copies them.
         let mut arguments = CallArguments::new(arguments);
         let (result, reported) = loop {
             tries += 1;
-            let kept = retry::keeps_copy(route.tool.read_only, target.hands_back_unsent(), tries)
-                .then(|| arguments.clone());
             let result = target
                 .call(&route.tool.original, &mut arguments, &timeouts, &context)
                 .await;
-            if let (false, Some(kept)) = (arguments.is_here(), kept) {
-                arguments = kept;
-            }
             let retry::Next::Again { report_loss } =
                 retry::after(&result, route.tool.read_only, tries, arguments.is_here())
             else {

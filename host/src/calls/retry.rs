@@ -18,28 +18,20 @@ pub(crate) enum Next {
 }
 
 /// Whether another try may follow the `tries`-th (1-based).
-pub(crate) fn may_follow(tries: u32) -> bool {
+fn may_follow(tries: u32) -> bool {
     tries < MAX_TRIES
 }
 
-/// Whether the `tries`-th try must keep a copy of the arguments it sends, for a try after it:
-/// only where one may follow a call that reached the server (a read-only tool), or one that
-/// never left on a transport that cannot hand the arguments of an unwritten call back (HTTP:
-/// rmcp's client consumes the request). A stdio try sends its arguments without a copy.
-pub(crate) fn keeps_copy(read_only: bool, hands_back_unsent: bool, tries: u32) -> bool {
-    may_follow(tries) && (read_only || !hands_back_unsent)
-}
-
 /// What to do after the `tries`-th try (1-based) of a call to a tool that is `read_only` or
-/// not, whose outcome was `result`; `arguments_here`: whether the arguments are still there to
-/// send again (kept, or handed back by the transport).
+/// not, whose outcome was `result`; `arguments_here`: whether the arguments are there to send
+/// again (a try takes them; its transport hands them back, copied by no one).
 pub(crate) fn after<T>(
     result: &Result<T, CallFailure>,
     read_only: bool,
     tries: u32,
     arguments_here: bool,
 ) -> Next {
-    if tries >= MAX_TRIES || !arguments_here {
+    if !may_follow(tries) || !arguments_here {
         return Next::Answer;
     }
     match result {
@@ -103,17 +95,6 @@ mod tests {
     fn a_call_whose_arguments_are_gone_is_answered() {
         assert_eq!(after(&not_sent(), false, 1, false), Next::Answer);
         assert_eq!(after(&lost(), true, 1, false), Next::Answer);
-    }
-
-    #[test]
-    fn only_a_try_that_a_resend_may_follow_without_its_arguments_keeps_a_copy() {
-        // stdio hands an unwritten call's arguments back: only a read-only tool's loss needs one.
-        assert!(!keeps_copy(false, true, 1));
-        assert!(keeps_copy(true, true, 1));
-        // HTTP does not: any first try keeps one.
-        assert!(keeps_copy(false, false, 1));
-        // The last try never does.
-        assert!(!keeps_copy(true, false, 2));
     }
 
     #[test]

@@ -18,9 +18,8 @@ struct FakeSession {
     tries: Mutex<Vec<Duration>>,
     /// The arguments each try sent.
     sent: Mutex<Vec<Option<JsonObject>>>,
-    /// Whether its transport hands an unwritten call's arguments back (stdio), and whether a
-    /// scripted `NotSent` does (a transport that lost them does not).
-    hands_back: bool,
+    /// Whether its transport hands a failed try's arguments back, as every transport of
+    /// Tether's does (one that lost them does not).
     gives_back: bool,
 }
 
@@ -36,20 +35,13 @@ impl FakeSession {
             delay,
             tries: Mutex::default(),
             sent: Mutex::default(),
-            hands_back: true,
             gives_back: true,
         })
     }
 
-    /// Over a transport that hands an unwritten call's arguments back or not, and, for a
-    /// scripted `NotSent`, does or does not.
-    fn over(
-        answers: Vec<Result<CallToolResult, CallFailure>>,
-        hands_back: bool,
-        gives_back: bool,
-    ) -> Arc<Self> {
+    /// Over a transport that hands a failed try's arguments back or not.
+    fn over(answers: Vec<Result<CallToolResult, CallFailure>>, gives_back: bool) -> Arc<Self> {
         let mut session = Arc::into_inner(Self::new(answers)).unwrap();
-        session.hands_back = hands_back;
         session.gives_back = gives_back;
         Arc::new(session)
     }
@@ -70,10 +62,6 @@ impl CallSession for FakeSession {
         self.alive.load(Ordering::SeqCst)
     }
 
-    fn hands_back_unsent(&self) -> bool {
-        self.hands_back
-    }
-
     async fn call<'a>(
         &'a self,
         _tool: &'a str,
@@ -86,7 +74,7 @@ impl CallSession for FakeSession {
         self.sent.lock().unwrap().push(sent.clone());
         tokio::time::sleep(self.delay).await;
         let answer = self.answers.lock().unwrap().pop_front();
-        if let (Some(Err(CallFailure::NotSent(_))), true) = (&answer, self.gives_back) {
+        if let (Some(Err(_)), true) = (&answer, self.gives_back) {
             arguments.put_back(sent);
         }
         answer.unwrap_or_else(|| Ok(CallToolResult::success(vec![ContentBlock::text("done")])))
@@ -296,14 +284,11 @@ async fn a_call_refused_before_it_ran_goes_out_once_more_on_a_fresh_session_for_
 }
 
 /// A call to `svc__write` with arguments whose first try is refused before it ran on a session
-/// over a transport that `hands_back` or not, which `gives_back` the arguments or not; returns
-/// the result and the arguments the fresh session got, if it was tried.
-async fn resend_after_refusal(
-    hands_back: bool,
-    gives_back: bool,
-) -> (CallToolResult, Option<Option<JsonObject>>) {
+/// over a transport that `gives_back` the arguments or not; returns the result and the
+/// arguments the fresh session got, if it was tried.
+async fn resend_after_refusal(gives_back: bool) -> (CallToolResult, Option<Option<JsonObject>>) {
     let refused = Err(CallFailure::NotSent(Fault::TransportClosed("broken pipe".into())));
-    let first = FakeSession::over(vec![refused], hands_back, gives_back);
+    let first = FakeSession::over(vec![refused], gives_back);
     let host = FakeHost::new(first.clone(), Vec::new());
     let second = FakeSession::new(Vec::new());
     let publish = {
@@ -328,20 +313,15 @@ async fn resend_after_refusal(
 #[tokio::test(start_paused = true)]
 async fn a_call_that_never_left_goes_out_again_with_the_arguments_its_transport_handed_back() {
     let expected = serde_json::json!({"path": "/tmp/x", "bytes": 3});
-    // stdio: no copy was made; the transport handed them back.
-    let (result, resent) = resend_after_refusal(true, true).await;
-    assert_eq!(text(&result), "done");
-    assert_eq!(resent, Some(expected.as_object().cloned()));
-    // HTTP: the transport cannot hand them back, so the first try kept a copy.
-    let (result, resent) = resend_after_refusal(false, false).await;
+    let (result, resent) = resend_after_refusal(true).await;
     assert_eq!(text(&result), "done");
     assert_eq!(resent, Some(expected.as_object().cloned()));
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_stdio_try_keeps_no_copy_so_arguments_lost_with_an_unwritten_call_end_it() {
-    // A transport that says it hands back, but lost them: nothing was kept to resend.
-    let (result, resent) = resend_after_refusal(true, false).await;
+async fn a_try_keeps_no_copy_so_arguments_its_transport_lost_end_the_call() {
+    // A transport that did not hand them back: nothing was kept to resend.
+    let (result, resent) = resend_after_refusal(false).await;
     assert_eq!(result.is_error, Some(true));
     assert!(text(&result).contains("not sent"), "{}", text(&result));
     assert_eq!(resent, None, "no second try without the arguments");
@@ -380,6 +360,16 @@ async fn a_lost_call_is_repeated_only_for_a_read_only_tool_and_its_loss_is_repor
     });
     let words = text(&result.unwrap());
     assert!(words.contains("uncertain"), "{words}");
+    assert_eq!((first.tries(), second.tries()), (1, 0));
+    // Read-only, but its transport did not hand the arguments back: no copy was kept, so no
+    // second try.
+    let first = FakeSession::over(vec![lost()], false);
+    let host = FakeHost::new(first.clone(), Vec::new());
+    let second = FakeSession::new(Vec::new());
+    let (result, ()) = tokio::join!(call(&calls, &host, "svc__read"), async {
+        host.replace(second.clone());
+    });
+    assert_eq!(result.unwrap().is_error, Some(true));
     assert_eq!((first.tries(), second.tries()), (1, 0));
 }
 

@@ -25,9 +25,9 @@
 //!   rmcp gets a placeholder ([`raw`]).
 //! - A server's `tools/call` may be written by its caller and answered straight to it, past
 //!   rmcp's service loop ([`CallSender`], `lines/calls.rs`).
-//! - A `tools/call` whose write failed hands its arguments back through its route
-//!   ([`CallRoute::give_back`]): the call never left, so it may go out again, and its arguments
-//!   need not be copied before the first try.
+//! - A `tools/call` hands its arguments back through its route once its line is encoded
+//!   ([`route::hand_back`]): a call that never left, or a read-only tool's call lost later, may
+//!   go out again without its arguments copied before the first try.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -35,7 +35,7 @@ use std::sync::Arc;
 use rmcp::RoleClient;
 use rmcp::RoleServer;
 use rmcp::model::{
-    ClientNotification, ClientRequest, ErrorData, GetExtensions, JsonRpcMessage, JsonRpcRequest,
+    ClientNotification, ClientRequest, ErrorData, JsonRpcMessage, JsonRpcRequest,
     JsonRpcResponse, RequestId, ServerResult,
 };
 use rmcp::service::{RxJsonRpcMessage, ServiceRole, TxJsonRpcMessage};
@@ -46,7 +46,7 @@ use tokio::sync::Mutex;
 
 use super::limit::{FrameLimiter, Framing};
 use super::wire;
-use crate::upstream::route::RouteTag;
+use crate::upstream::route;
 
 mod calls;
 mod direct;
@@ -85,8 +85,9 @@ pub trait LineRole: ServiceRole {
     fn ended(memory: &mut Self::Memory) {
         let _ = memory;
     }
-    /// A message whose write failed: what it carried that its sender wants back.
-    fn unsent(item: TxJsonRpcMessage<Self>);
+    /// The transport is done with a message it sent (encoded, or never to be): what it
+    /// carried that its sender wants back.
+    fn done_with(item: TxJsonRpcMessage<Self>);
     /// A result [`Self::decode_hot`] found in the line that goes to a slot (see [`raw`]).
     fn kept(memory: &mut Self::Memory) -> Option<Kept> {
         let _ = memory;
@@ -205,16 +206,8 @@ impl LineRole for RoleClient {
         reader.close();
     }
 
-    fn unsent(item: TxJsonRpcMessage<Self>) {
-        let JsonRpcMessage::Request(request) = item else {
-            return;
-        };
-        let route = request.request.extensions().get::<RouteTag>().cloned();
-        if let (ClientRequest::CallToolRequest(call), Some(RouteTag(route))) =
-            (request.request, route)
-        {
-            route.give_back(call.params.arguments);
-        }
+    fn done_with(item: TxJsonRpcMessage<Self>) {
+        route::hand_back(item);
     }
 }
 
@@ -239,7 +232,7 @@ impl LineRole for RoleServer {
 
     fn received(_: &RxJsonRpcMessage<Self>, _: &mut ()) {}
 
-    fn unsent(_: TxJsonRpcMessage<Self>) {}
+    fn done_with(_: TxJsonRpcMessage<Self>) {}
 
     fn divert(message: RxJsonRpcMessage<Self>, direct: &Direct) -> Option<RxJsonRpcMessage<Self>> {
         direct::divert(message, direct)
@@ -478,15 +471,15 @@ async fn write_message<Role: LineRole, W: AsyncWrite + Unpin + Send + 'static>(
     item: TxJsonRpcMessage<Role>,
 ) -> std::io::Result<()> {
     let mut bytes = Vec::with_capacity(256);
-    if !Role::encode_hot(&item, &mut bytes).map_err(std::io::Error::other)? {
-        sonic_rs::to_writer(&mut bytes, &item).map_err(std::io::Error::other)?;
-    }
+    let encoded = match Role::encode_hot(&item, &mut bytes) {
+        Ok(true) => Ok(()),
+        Ok(false) => sonic_rs::to_writer(&mut bytes, &item),
+        Err(error) => Err(error),
+    };
+    Role::done_with(item);
+    encoded.map_err(std::io::Error::other)?;
     bytes.push(b'\n');
-    let written = write_line(&write, bytes.as_slice()).await;
-    if written.is_err() {
-        Role::unsent(item);
-    }
-    written
+    write_line(&write, bytes.as_slice()).await
 }
 
 /// Writes the answer to tool call `id` with the result's bytes as the server wrote them (see
@@ -614,8 +607,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::route::CallRoute;
-    use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
+    use crate::upstream::route::{CallRoute, RouteTag};
+    use rmcp::model::{CallToolRequestParams, CallToolResult, GetExtensions, JsonObject};
 
     fn generic<Role: ServiceRole>(line: &str) -> RxJsonRpcMessage<Role> {
         serde_json::from_str(line).unwrap()
@@ -886,26 +879,31 @@ mod tests {
         ));
     }
 
-    /// A call whose write fails: its route gets the arguments back.
+    /// A call's route gets its arguments back once the line is encoded, whether the write
+    /// then fails (the call never left: it may go out again) or not (a read-only tool's call
+    /// lost later may): no try copies them in advance.
     #[tokio::test]
-    async fn a_call_that_could_not_be_written_hands_its_arguments_back() {
-        let (ours, theirs) = tokio::io::duplex(1024);
-        let (read, write) = tokio::io::split(ours);
-        drop(theirs);
-        let mut lines: Lines<RoleClient, _, _> = Lines::new(read, write, 1 << 20);
-        let arguments: JsonObject = serde_json::from_str(r#"{"n":1}"#).unwrap();
-        let route = Arc::new(CallRoute::default());
-        let mut request = ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(
-            CallToolRequestParams::new("t").with_arguments(arguments.clone()),
-        ));
-        request
-            .extensions_mut()
-            .insert(RouteTag(route.clone()));
-        let sent = lines
-            .send(JsonRpcMessage::request(request, RequestId::Number(1)))
-            .await;
-        assert!(sent.is_err());
-        assert_eq!(route.take_back(), Some(Some(arguments)));
+    async fn a_call_hands_its_arguments_back_whether_or_not_it_could_be_written() {
+        for reader_gone in [true, false] {
+            let (ours, theirs) = tokio::io::duplex(1024);
+            let (read, write) = tokio::io::split(ours);
+            let theirs = (!reader_gone).then_some(theirs);
+            let mut lines: Lines<RoleClient, _, _> = Lines::new(read, write, 1 << 20);
+            let arguments: JsonObject = serde_json::from_str(r#"{"n":1}"#).unwrap();
+            let route = Arc::new(CallRoute::default());
+            let mut request = ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(
+                CallToolRequestParams::new("t").with_arguments(arguments.clone()),
+            ));
+            request
+                .extensions_mut()
+                .insert(RouteTag(route.clone()));
+            let sent = lines
+                .send(JsonRpcMessage::request(request, RequestId::Number(1)))
+                .await;
+            assert_eq!(sent.is_err(), reader_gone);
+            assert_eq!(route.take_back(), Some(Some(arguments)));
+            drop(theirs);
+        }
     }
 
     /// Results passed on as bytes, read through the limiter: a small one with a line after it in

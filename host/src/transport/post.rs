@@ -24,8 +24,7 @@ use std::sync::Arc;
 use futures::{StreamExt, TryStreamExt, stream::BoxStream};
 use http::{HeaderName, HeaderValue, StatusCode, header};
 use rmcp::model::{
-    CallToolRequest, ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, RequestId,
-    ServerJsonRpcMessage,
+    ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, ServerJsonRpcMessage,
 };
 use rmcp::transport::common::http_header::{
     EVENT_STREAM_MIME_TYPE, HEADER_LAST_EVENT_ID, HEADER_SESSION_ID, JSON_MIME_TYPE,
@@ -39,6 +38,7 @@ use sse_stream::Sse;
 use super::event_stream;
 use super::limit::BoundedEvents;
 use super::wire;
+use crate::upstream::route;
 
 type Failed = StreamableHttpError<reqwest::Error>;
 
@@ -108,6 +108,13 @@ impl StreamableHttpClient for Posting {
         if let ClientJsonRpcMessage::Request(request) = &message
             && let ClientRequest::CallToolRequest(call) = &request.request
         {
+            let mut body = Vec::with_capacity(256);
+            // Cannot fail for a message rmcp could hold (string keys, finite numbers).
+            let written = wire::write_call(&request.id, call, &mut body);
+            // This copy of the call (rmcp's worker keeps its own to send again after a session
+            // recovery) is no longer needed: its arguments go back to the call's route.
+            route::hand_back(message);
+            written.map_err(|error| StreamableHttpError::Io(std::io::Error::other(error)))?;
             let post = Post {
                 uri: &uri,
                 session_id: session_id.as_deref(),
@@ -115,7 +122,7 @@ impl StreamableHttpClient for Posting {
                 custom_headers,
                 limits,
             };
-            return post.call(&self.0, &request.id, call).await;
+            return post.send(&self.0, body).await;
         }
         self.0
             .post_message_with_response_limits(
@@ -186,16 +193,12 @@ struct Post<'a> {
 }
 
 impl Post<'_> {
-    async fn call(
+    /// Sends the call written as `body` and reads what the answer means.
+    async fn send(
         self,
         client: &reqwest::Client,
-        id: &RequestId,
-        call: &CallToolRequest,
+        body: Vec<u8>,
     ) -> Result<StreamableHttpPostResponse, Failed> {
-        let mut body = Vec::with_capacity(256);
-        // Cannot fail for a message rmcp could hold (string keys, finite numbers).
-        wire::write_call(id, call, &mut body)
-            .map_err(|error| StreamableHttpError::Io(std::io::Error::other(error)))?;
         let mut request = client
             .post(self.uri)
             .header(header::ACCEPT, ACCEPT)
@@ -366,7 +369,7 @@ mod tests {
 
     use axum::extract::{Path, State};
     use axum::response::Response;
-    use rmcp::model::{CallToolRequestParams, JsonRpcRequest};
+    use rmcp::model::{CallToolRequest, CallToolRequestParams, JsonRpcRequest, RequestId};
 
     use super::*;
 
@@ -512,6 +515,44 @@ mod tests {
             let seen = std::mem::take(&mut *seen.lock().unwrap());
             let (theirs, ours) = seen.split_at(seen.len() / 2);
             assert_eq!(ours, theirs, "case {number}: the requests sent");
+        }
+    }
+
+    /// The call's route gets its arguments back from the POST whether the server was reached
+    /// (a second try of a read-only tool lost later may use them) or not (a call that never
+    /// left may go out again): the call path keeps no copy of its own.
+    #[tokio::test]
+    async fn a_posted_call_hands_its_arguments_back_whether_or_not_the_server_was_reached() {
+        let app = axum::Router::new()
+            .route("/case/{number}", axum::routing::post(respond))
+            .with_state(Seen::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let up = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let down = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap()
+        };
+        let arguments = serde_json::json!({"text": "é"}).as_object().unwrap().clone();
+        for (uri, answered) in [
+            (format!("http://{up}/case/16"), true),
+            (format!("http://{down}/mcp"), false),
+        ] {
+            let route = Arc::new(crate::upstream::route::CallRoute::default());
+            let mut call = CallToolRequest::new(
+                CallToolRequestParams::new("echo").with_arguments(arguments.clone()),
+            );
+            call.extensions
+                .insert(crate::upstream::route::RouteTag(route.clone()));
+            let message = ClientJsonRpcMessage::Request(JsonRpcRequest::new(
+                RequestId::Number(1),
+                ClientRequest::CallToolRequest(call),
+            ));
+            let sent = Posting(reqwest::Client::new())
+                .post_message(uri.into(), message, None, None, HashMap::new())
+                .await;
+            assert_eq!(sent.is_ok(), answered, "{}", describe(sent).await);
+            assert_eq!(route.take_back(), Some(Some(arguments.clone())));
         }
     }
 

@@ -21,6 +21,7 @@ use tokio::{sync::mpsc, task::JoinHandle};
 use url::Url;
 
 use crate::auth::Authorizer;
+use crate::upstream::route;
 
 use super::{Fault, SessionEnd, event_stream, http_error::HttpError, limit::BoundedEvents};
 
@@ -188,6 +189,8 @@ impl Transport<RoleClient> for SseTransport {
             .post(self.endpoint.clone())
             .headers(self.headers.clone())
             .json(&item);
+        // Written into the request: a tool call's arguments go back to the call's route.
+        route::hand_back(item);
         let deadline = self.request_timeout;
         let end = self.end.clone();
         let auth = self.auth.clone();
@@ -286,6 +289,39 @@ mod tests {
         ] {
             assert!(resolve_endpoint(&base(), data).is_err(), "{data}");
         }
+    }
+
+    /// A call's route gets its arguments back once the POST's body is written, even when the
+    /// POST cannot reach the server: the call path keeps no copy of its own.
+    #[tokio::test]
+    async fn a_posted_call_hands_its_arguments_back() {
+        use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, RequestId};
+        let down = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let (_sender, inbox) = mpsc::channel(1);
+        let mut transport = SseTransport {
+            client: reqwest::Client::new(),
+            endpoint: Url::parse(&format!("http://{down}/messages")).unwrap(),
+            headers: HeaderMap::new(),
+            request_timeout: Duration::from_secs(10),
+            inbox,
+            reader: tokio::spawn(async {}),
+            end: SessionEnd::new(),
+            auth: None,
+        };
+        let arguments = serde_json::json!({"n": 1}).as_object().unwrap().clone();
+        let route = Arc::new(route::CallRoute::default());
+        let mut call =
+            CallToolRequest::new(CallToolRequestParams::new("t").with_arguments(arguments.clone()));
+        call.extensions.insert(route::RouteTag(route.clone()));
+        let message = rmcp::model::ClientJsonRpcMessage::request(
+            ClientRequest::CallToolRequest(call),
+            RequestId::Number(1),
+        );
+        assert!(transport.send(message).await.is_err());
+        assert_eq!(route.take_back(), Some(Some(arguments)));
     }
 
     #[test]

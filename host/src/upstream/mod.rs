@@ -788,8 +788,8 @@ impl Session {
             .map_err(|fault| Fault::KeepaliveFailed(fault.to_string()))
     }
 
-    /// Calls a tool once; never retried here. The call takes its arguments; when it did not
-    /// leave and the transport could tell (a stdio write that failed), they are put back.
+    /// Calls a tool once; never retried here. The call takes its arguments; a call that fails
+    /// puts back those its transport handed back (see [`CallArguments`]).
     pub async fn call(
         &self,
         tool: &str,
@@ -832,20 +832,20 @@ impl Session {
         self.send(method, request, timeouts, context, None).await
     }
 
-    /// [`Self::exchange`]; a tool call's arguments that its transport handed back because the
-    /// call never left go back to `unsent`.
+    /// [`Self::exchange`]; the arguments of a tool call that failed, if its transport handed
+    /// them back, go back to `arguments`.
     async fn send(
         &self,
         method: &str,
         mut request: ClientRequest,
         timeouts: &Timeouts,
         context: &CallContext,
-        unsent: Option<&mut CallArguments>,
+        arguments: Option<&mut CallArguments>,
     ) -> Result<ServerResult, CallFailure> {
         if !self.is_alive() {
             // Never sent: a tool call's arguments go back to its caller.
-            if let (Some(unsent), ClientRequest::CallToolRequest(call)) = (unsent, request) {
-                unsent.put_back(call.params.arguments);
+            if let (Some(arguments), ClientRequest::CallToolRequest(call)) = (arguments, request) {
+                arguments.put_back(call.params.arguments);
             }
             return Err(CallFailure::NotSent(self.end_fault().await));
         }
@@ -882,10 +882,11 @@ impl Session {
         // (the whole call path) would be as large and be copied whole at each move.
         let answer = self.await_answer(method, request, options, &route, timeouts, context);
         let result = Box::pin(answer).await;
-        if let (Err(CallFailure::NotSent(_)), Some(unsent)) = (&result, unsent)
-            && let Some(arguments) = route.take_back()
+        // Whether a failed call may go out again is the caller's to decide (`calls/retry.rs`).
+        if let (Err(_), Some(arguments)) = (&result, arguments)
+            && let Some(handed_back) = route.take_back()
         {
-            unsent.put_back(arguments);
+            arguments.put_back(handed_back);
         }
         result
     }

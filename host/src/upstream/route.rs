@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use rmcp::model::{
-    ClientCapabilities, ClientResult, ErrorData, JsonObject, ProgressNotificationParam,
+    ClientCapabilities, ClientJsonRpcMessage, ClientRequest, ClientResult, ErrorData, JsonObject,
+    JsonRpcMessage, ProgressNotificationParam,
     ProgressToken, RequestId, ServerRequest,
 };
 use rmcp::RoleClient;
@@ -55,8 +56,9 @@ pub struct CallRoute {
     pub log: Option<LogSink>,
     /// Its client, for the server's requests during it.
     pub client: Option<Arc<dyn ClientAsk>>,
-    /// A tool call's arguments, handed back by a transport that could not write the call.
-    pub(crate) unsent: Mutex<Option<Option<JsonObject>>>,
+    /// A tool call's arguments, handed back by its transport once done with the request
+    /// ([`hand_back`]).
+    pub(crate) handed_back: Mutex<Option<Option<JsonObject>>>,
     /// Where a tool call's result may go as the server's bytes, for a client whose answers
     /// can carry them (`transport/lines/raw.rs`).
     pub(crate) raw: Option<Arc<RawResult>>,
@@ -73,9 +75,9 @@ pub(crate) struct IdleDeadline {
 }
 
 impl CallRoute {
-    /// Keeps the arguments of a call whose write failed (it never left), for its caller.
+    /// Keeps the arguments of a call its transport is done with, for its caller.
     pub(crate) fn give_back(&self, arguments: Option<JsonObject>) {
-        *self.unsent.lock().unwrap_or_else(|e| e.into_inner()) = Some(arguments);
+        *self.handed_back.lock().unwrap_or_else(|e| e.into_inner()) = Some(arguments);
     }
 
     fn idle(&self) -> std::sync::MutexGuard<'_, Option<IdleDeadline>> {
@@ -108,7 +110,7 @@ impl CallRoute {
 
     /// The arguments a transport handed back, if it did.
     pub(crate) fn take_back(&self) -> Option<Option<JsonObject>> {
-        self.unsent.lock().unwrap_or_else(|e| e.into_inner()).take()
+        self.handed_back.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }
 
@@ -145,10 +147,10 @@ impl Deadlines<'_> {
     }
 }
 
-/// A tool call's arguments as its tries pass them on: the try that sends them takes them, and a
-/// transport that could not write the call hands them back ([`CallRoute::give_back`]), so a call
-/// that never left goes out again without a copy made in advance.
-#[derive(Debug, Clone)]
+/// A tool call's arguments as its tries pass them on: the try that sends them takes them, and
+/// the transport hands them back once it has written the request, or could not ([`hand_back`]),
+/// so a second try, where the retry rules allow one, goes out without a copy made in advance.
+#[derive(Debug)]
 pub struct CallArguments(Option<Option<JsonObject>>);
 
 impl CallArguments {
@@ -174,6 +176,22 @@ impl CallArguments {
 /// A request's route, carried in its extensions from the caller to the transport.
 #[derive(Clone)]
 pub(crate) struct RouteTag(pub Arc<CallRoute>);
+
+/// A transport is done with `message` (it is written, or never will be): a tool call's
+/// arguments go back to the call's route, for a second try where the retry rules allow one.
+/// Every transport calls it where it drops what it sent: the stdio lines once the line is
+/// encoded, Tether's POST once the body is written, the legacy SSE POST once its body is.
+pub(crate) fn hand_back(message: ClientJsonRpcMessage) {
+    let JsonRpcMessage::Request(request) = message else {
+        return;
+    };
+    let ClientRequest::CallToolRequest(call) = request.request else {
+        return;
+    };
+    if let Some(RouteTag(route)) = call.extensions.get::<RouteTag>() {
+        route.give_back(call.params.arguments);
+    }
+}
 
 /// What a server-to-client request found: the route of the request it belongs to, or why none.
 #[derive(Clone)]

@@ -26,9 +26,8 @@ use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::LineRole;
 use super::raw::RawResult;
-use crate::upstream::route::RouteTag;
+use crate::upstream::route::{self, RouteTag};
 
 /// A call's answer: its result, or the error the server answered with.
 pub type Answered = Result<ServerResult, ErrorData>;
@@ -147,7 +146,7 @@ struct Shared {
     next_id: AtomicI64,
 }
 
-/// The reader's side of the calls in flight (a line transport's memory, [`LineRole`]): what the
+/// The reader's side of the calls in flight (a line transport's memory, [`super::LineRole`]): what the
 /// line just decoded owes to a slot or a caller. Closed when the server's side ends and when it
 /// is dropped with the transport: calls still waiting then fail, and no call is taken any more.
 pub struct CallsReader {
@@ -236,9 +235,9 @@ impl CallSender {
         RequestId::Number(self.shared.next_id.fetch_add(1, Ordering::Relaxed))
     }
 
-    /// Starts writing call `id`; its answer then comes to the [`PendingCall`]. A call that
-    /// could not be written (the transport is closed, the write failed) did not leave: its
-    /// route, if it has one, gets its arguments back, as for a call rmcp could not write.
+    /// Starts writing call `id`; its answer then comes to the [`PendingCall`]. Its route, if it
+    /// has one, gets its arguments back once the line is encoded, or at once when the
+    /// transport is closed ([`route::hand_back`]).
     pub fn send(&self, id: RequestId, call: CallToolRequest) -> std::io::Result<PendingCall> {
         let message = JsonRpcMessage::request(ClientRequest::CallToolRequest(call), id.clone());
         let (caller, answer) = oneshot::channel();
@@ -246,7 +245,7 @@ impl CallSender {
             let mut calls = lock(&self.shared.calls);
             if calls.closed {
                 drop(calls);
-                RoleClient::unsent(message);
+                route::hand_back(message);
                 return Err(std::io::ErrorKind::NotConnected.into());
             }
             let JsonRpcMessage::Request(request) = &message else {
