@@ -244,7 +244,7 @@ impl Authorizer {
         self.signer
             .get_or_try_init(|| async {
                 Ok(AuthClient::new(
-                    Posting(reqwest::Client::new()),
+                    Posting::new(reqwest::Client::new()),
                     self.new_manager().await?,
                 ))
             })
@@ -260,7 +260,7 @@ impl Authorizer {
         http: reqwest::Client,
     ) -> Result<AuthClient<Posting>, String> {
         let mut signer = self.signer().await?;
-        signer.http_client = Posting(http);
+        signer.http_client = Posting::new(http);
         let manager = signer.auth_manager.clone();
         if !self.prepared.load(Ordering::Acquire)
             && let Ok(Some(record)) = self.tokens.record()
@@ -657,9 +657,10 @@ impl Authorizer {
         match self.signer.get() {
             Some(signer) => *signer.auth_manager.lock().await = manager,
             None => {
-                let _ = self
-                    .signer
-                    .set(AuthClient::new(Posting(reqwest::Client::new()), manager));
+                let _ = self.signer.set(AuthClient::new(
+                    Posting::new(reqwest::Client::new()),
+                    manager,
+                ));
             }
         }
         self.prepared.store(true, Ordering::Release);

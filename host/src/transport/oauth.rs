@@ -31,7 +31,7 @@ pub(crate) struct Signing {
 impl Signing {
     pub fn plain(client: reqwest::Client) -> Self {
         Self {
-            plain: Posting(client),
+            plain: Posting::new(client),
             oauth: None,
         }
     }
@@ -42,7 +42,7 @@ impl Signing {
         authorizer: Arc<Authorizer>,
     ) -> Self {
         Self {
-            plain: Posting(client),
+            plain: Posting::new(client),
             oauth: Some((Arc::new(signer), authorizer)),
         }
     }
@@ -147,7 +147,9 @@ impl StreamableHttpClient for Signing {
         let again = authorizer
             .may_retry()
             .then(|| send(message.clone(), custom_headers.clone()));
-        recovering(authorizer, send(message, custom_headers), again).await
+        // Boxed: the two signed sends make this future ~26 KB, which every layer above would
+        // carry and rmcp's worker would copy at each move, for servers without OAuth too.
+        Box::pin(recovering(authorizer, send(message, custom_headers), again)).await
     }
 
     async fn delete_session(

@@ -19,7 +19,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures::{StreamExt, TryStreamExt, stream::BoxStream};
 use http::{HeaderName, HeaderValue, StatusCode, header};
@@ -50,7 +50,38 @@ const ACCEPT: &str = "text/event-stream, application/json";
 
 /// rmcp's reqwest client, with Tether's POST for tool calls.
 #[derive(Clone, Debug)]
-pub(crate) struct Posting(pub reqwest::Client);
+pub(crate) struct Posting {
+    client: reqwest::Client,
+    /// The endpoint last posted to, parsed: a session posts every call to the same one, and
+    /// reqwest parses a URL given as text on every request (~18 k instructions a call).
+    endpoint: Arc<Mutex<Option<Endpoint>>>,
+}
+
+/// An endpoint as rmcp's worker gives it, and parsed.
+type Endpoint = (Arc<str>, reqwest::Url);
+
+impl Posting {
+    pub(crate) fn new(client: reqwest::Client) -> Self {
+        Self {
+            client,
+            endpoint: Arc::default(),
+        }
+    }
+
+    /// `uri` parsed, from the last call's parse when it is the same; `None` if it does not
+    /// parse (reqwest then fails the request as it would have).
+    fn endpoint(&self, uri: &Arc<str>) -> Option<reqwest::Url> {
+        let mut last = self.endpoint.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((text, url)) = last.as_ref()
+            && text == uri
+        {
+            return Some(url.clone());
+        }
+        let url = reqwest::Url::parse(uri).ok()?;
+        *last = Some((uri.clone(), url.clone()));
+        Some(url)
+    }
+}
 
 impl StreamableHttpClient for Posting {
     type Error = reqwest::Error;
@@ -117,23 +148,25 @@ impl StreamableHttpClient for Posting {
             written.map_err(|error| StreamableHttpError::Io(std::io::Error::other(error)))?;
             let post = Post {
                 uri: &uri,
+                endpoint: self.endpoint(&uri),
                 session_id: session_id.as_deref(),
                 auth_header,
                 custom_headers,
                 limits,
             };
-            return post.send(&self.0, body).await;
+            // Boxed, as rmcp's client below: the layers above (and rmcp's worker, which moves
+            // the whole future) then carry a pointer, not kilobytes of reqwest's state.
+            return Box::pin(post.send(&self.client, body)).await;
         }
-        self.0
-            .post_message_with_response_limits(
-                uri,
-                message,
-                session_id,
-                auth_header,
-                custom_headers,
-                limits,
-            )
-            .await
+        let post = self.client.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            limits,
+        );
+        Box::pin(post).await
     }
 
     async fn delete_session(
@@ -143,7 +176,7 @@ impl StreamableHttpClient for Posting {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), Failed> {
-        self.0
+        self.client
             .delete_session(uri, session_id, auth_header, custom_headers)
             .await
     }
@@ -156,7 +189,7 @@ impl StreamableHttpClient for Posting {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, Failed> {
-        self.0
+        self.client
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
             .await
     }
@@ -170,7 +203,7 @@ impl StreamableHttpClient for Posting {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, Failed> {
-        self.0
+        self.client
             .get_stream_with_max_sse_event_size(
                 uri,
                 session_id,
@@ -186,6 +219,8 @@ impl StreamableHttpClient for Posting {
 /// One POST of a tool call, with what rmcp's worker gave for it.
 struct Post<'a> {
     uri: &'a str,
+    /// `uri` parsed, where it parses.
+    endpoint: Option<reqwest::Url>,
     session_id: Option<&'a str>,
     auth_header: Option<String>,
     custom_headers: HashMap<HeaderName, HeaderValue>,
@@ -199,8 +234,11 @@ impl Post<'_> {
         client: &reqwest::Client,
         body: Vec<u8>,
     ) -> Result<StreamableHttpPostResponse, Failed> {
-        let mut request = client
-            .post(self.uri)
+        let request = match self.endpoint {
+            Some(url) => client.post(url),
+            None => client.post(self.uri),
+        };
+        let mut request = request
             .header(header::ACCEPT, ACCEPT)
             .header(header::CONTENT_TYPE, JSON_MIME_TYPE)
             .body(body);
@@ -365,8 +403,6 @@ async fn read_body(response: reqwest::Response, max: usize) -> Result<Vec<u8>, F
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
     use axum::extract::{Path, State};
     use axum::response::Response;
     use rmcp::model::{CallToolRequest, CallToolRequestParams, JsonRpcRequest, RequestId};
@@ -498,7 +534,7 @@ mod tests {
                 let (uri, message, headers) = (uri.clone(), message.clone(), headers.clone());
                 async move {
                     let sent = match client {
-                        Some(client) => Posting(client).post_message_with_response_limits(
+                        Some(client) => Posting::new(client).post_message_with_response_limits(
                             uri, message, Some("s1".into()), Some("token".into()), headers, limits,
                         ).await,
                         None => reqwest::Client::new().post_message_with_response_limits(
@@ -548,7 +584,7 @@ mod tests {
                 RequestId::Number(1),
                 ClientRequest::CallToolRequest(call),
             ));
-            let sent = Posting(reqwest::Client::new())
+            let sent = Posting::new(reqwest::Client::new())
                 .post_message(uri.into(), message, None, None, HashMap::new())
                 .await;
             assert_eq!(sent.is_ok(), answered, "{}", describe(sent).await);
