@@ -3,19 +3,39 @@
 //! a generation and is broadcast, which feeds `notifications/tools/list_changed` downstream.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use tokio::sync::broadcast;
 
 use crate::policy::{Publication, PublishedTool};
 
 /// Where an advertised tool goes.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Route {
     /// The server that serves it.
     pub server: String,
     /// The tool as published (its `original` is the name on the server).
     pub tool: PublishedTool,
+    /// The tool as agents see it, made once by the gateway: a 2026-07-28 call is checked
+    /// against it on every call, and making it parses the schema.
+    pub(crate) for_agents: OnceLock<rmcp::model::Tool>,
+}
+
+impl Route {
+    pub fn new(server: String, tool: PublishedTool) -> Self {
+        Self {
+            server,
+            tool,
+            for_agents: OnceLock::new(),
+        }
+    }
+}
+
+/// What the route is, not what was made from it.
+impl PartialEq for Route {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.server, &self.tool) == (&other.server, &other.tool)
+    }
 }
 
 /// One change of the visible tool set.
@@ -99,10 +119,7 @@ impl Registry {
                 tables.withdrawn.remove(&tool.advertised);
                 tables.routes.insert(
                     tool.advertised.clone(),
-                    Arc::new(Route {
-                        server: server.to_string(),
-                        tool: tool.clone(),
-                    }),
+                    Arc::new(Route::new(server.to_string(), tool.clone())),
                 );
             }
             if tools.is_empty() {

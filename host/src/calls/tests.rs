@@ -140,9 +140,9 @@ impl CallHost for FakeHost {
             "svc__read" => ("read", true),
             _ => return None,
         };
-        Some(Arc::new(Route {
-            server: "svc".into(),
-            tool: PublishedTool {
+        Some(Arc::new(Route::new(
+            "svc".into(),
+            PublishedTool {
                 advertised: advertised.into(),
                 original: original.into(),
                 description: None,
@@ -150,7 +150,7 @@ impl CallHost for FakeHost {
                 read_only,
                 extra: String::new(),
             },
-        }))
+        )))
     }
 
     fn admit(

@@ -584,6 +584,13 @@ fn call_answer(
 /// The MCP view of a routed tool: as its server listed it (title, annotations, output schema,
 /// icons, `_meta`), under its advertised name.
 fn tool_for_agents(route: &Route) -> Tool {
+    route
+        .for_agents
+        .get_or_init(|| make_tool_for_agents(route))
+        .clone()
+}
+
+fn make_tool_for_agents(route: &Route) -> Tool {
     let schema: JsonObject = serde_json::from_str(&route.tool.input_schema).unwrap_or_default();
     let basic = || {
         Tool::new_with_raw(
