@@ -9,7 +9,8 @@ use tokio::sync::broadcast;
 
 use crate::policy::{Publication, PublishedTool};
 
-/// Where an advertised tool goes.
+/// Where an advertised tool goes. Made with [`Route::new`] and never changed after: the view
+/// for agents it keeps is made from `tool` once.
 #[derive(Debug, Clone)]
 pub struct Route {
     /// The server that serves it.

@@ -169,6 +169,58 @@ async fn a_read_only_call_on_an_expired_session_is_retried_on_a_fresh_one() {
     server.kill().await;
 }
 
+/// A read-only call whose server dies while running it goes out once more on a fresh session,
+/// over Streamable HTTP and legacy SSE: the POST handed its arguments back to the call (no try
+/// keeps a copy), and the call ran on the dead server and once more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_call_lost_mid_flight_is_retried_once_on_a_fresh_session() {
+    for (transport, path, kind) in [
+        ("http", "/mcp", streamable()),
+        ("sse", "/sse", legacy_sse()),
+    ] {
+        let host = Host::fast();
+        let state = host.state_dir("web");
+        // Each server process dies during its second call: the retry is the new one's first.
+        let flags = ["--crash-after-calls", "2"];
+        let server = HttpFixture::start(transport, &state, "127.0.0.1:0", &flags).await;
+        let addr = server.addr;
+        let spec = http_spec("web", format!("http://{addr}{path}"), kind);
+        host.supervisor.add_server(spec).unwrap();
+        wait_until("tools visible", || {
+            host.tools("web").contains(&"web__add".to_string())
+        })
+        .await;
+        let warmup = host
+            .supervisor
+            .call_tool("web__echo", args(json!({"text": "x"})))
+            .await
+            .unwrap();
+        assert_eq!(text(&warmup), "x", "{transport}");
+        // Another server takes the address once the first has died.
+        let successor = {
+            let state = StateDir(state.0.clone());
+            let mut dying = server.child;
+            tokio::spawn(async move {
+                let _ = dying.wait().await;
+                HttpFixture::start(transport, &state, &addr.to_string(), &flags).await
+            })
+        };
+        let result = host
+            .supervisor
+            .call_tool("web__add", args(json!({"a": 2, "b": 3})))
+            .await
+            .unwrap();
+        assert_eq!(text(&result), "5", "{transport}: {result:?}");
+        assert_eq!(
+            state.calls_of("add"),
+            2,
+            "{transport}: ran on the dead server and once more"
+        );
+        host.supervisor.shutdown().await;
+        successor.await.unwrap().kill().await;
+    }
+}
+
 /// A call the server refused before running it — HTTP 404 for the session it forgot when it
 /// restarted, or a 400 naming no request — provably did not run: it is sent once more on a
 /// fresh session whatever the tool does (here a tool with side effects), runs exactly once,

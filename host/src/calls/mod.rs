@@ -680,7 +680,7 @@ fn answer(
             after.as_secs().max(1)
         )),
         Err(CallFailure::Lost(fault)) if read_only => refusal(format!(
-            "The connection to server \"{server}\" was lost during the call ({}), and no fresh session came up in time. The tool is read-only: wait a few seconds and retry.",
+            "The connection to server \"{server}\" was lost during the call ({}), and the call was not run again on a fresh session. The tool is read-only: wait a few seconds and retry.",
             fault_words(&fault)
         )),
         Err(CallFailure::Lost(fault)) => refusal(format!(

@@ -142,8 +142,8 @@ impl StreamableHttpClient for Posting {
             let mut body = Vec::with_capacity(256);
             // Cannot fail for a message rmcp could hold (string keys, finite numbers).
             let written = wire::write_call(&request.id, call, &mut body);
-            // This copy of the call (rmcp's worker keeps its own to send again after a session
-            // recovery) is no longer needed: its arguments go back to the call's route.
+            // This copy of the call (rmcp's worker copies every message it POSTs and keeps the
+            // original) is no longer needed: its arguments go back to the call's route.
             route::hand_back(message);
             written.map_err(|error| StreamableHttpError::Io(std::io::Error::other(error)))?;
             let post = Post {
@@ -590,6 +590,23 @@ mod tests {
             assert_eq!(sent.is_ok(), answered, "{}", describe(sent).await);
             assert_eq!(route.take_back(), Some(Some(arguments.clone())));
         }
+    }
+
+    #[test]
+    fn the_endpoint_is_parsed_once_while_it_stays_the_same() {
+        let posting = Posting::new(reqwest::Client::new());
+        let first: Arc<str> = "http://127.0.0.1:1/mcp".into();
+        assert_eq!(posting.endpoint(&first).unwrap().as_str(), &*first);
+        let cached = posting.endpoint.lock().unwrap().clone().unwrap();
+        // The same text, another allocation: the parse is reused.
+        let again: Arc<str> = "http://127.0.0.1:1/mcp".into();
+        assert_eq!(posting.endpoint(&again).unwrap(), cached.1);
+        assert!(Arc::ptr_eq(&posting.endpoint.lock().unwrap().as_ref().unwrap().0, &first));
+        // Another endpoint replaces it; one that does not parse is left to reqwest.
+        let other: Arc<str> = "http://127.0.0.1:2/other".into();
+        assert_eq!(posting.endpoint(&other).unwrap().as_str(), &*other);
+        assert_eq!(posting.endpoint(&"not a url".into()), None);
+        assert_eq!(posting.endpoint.lock().unwrap().as_ref().unwrap().0, other);
     }
 
     #[test]

@@ -148,8 +148,10 @@ impl Deadlines<'_> {
 }
 
 /// A tool call's arguments as its tries pass them on: the try that sends them takes them, and
-/// the transport hands them back once it has written the request, or could not ([`hand_back`]),
+/// the transport hands them back once it has encoded the request, or could not ([`hand_back`]),
 /// so a second try, where the retry rules allow one, goes out without a copy made in advance.
+/// A request rmcp drops before the transport gets it (its loop or HTTP worker ending at that
+/// moment) leaves none: that call is answered, not resent.
 #[derive(Debug)]
 pub struct CallArguments(Option<Option<JsonObject>>);
 
