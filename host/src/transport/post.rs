@@ -83,6 +83,9 @@ impl Posting {
     }
 }
 
+/// rmcp's worker (and its OAuth client above this one) posts only through
+/// `post_message_with_response_limits`; `post_message_with_max_sse_event_size` is left to the
+/// trait, as for every client of Tether's.
 impl StreamableHttpClient for Posting {
     type Error = reqwest::Error;
 
@@ -101,28 +104,6 @@ impl StreamableHttpClient for Posting {
             auth_header,
             custom_headers,
             StreamableHttpResponseLimits::default(),
-        )
-        .await
-    }
-
-    async fn post_message_with_max_sse_event_size(
-        &self,
-        uri: Arc<str>,
-        message: ClientJsonRpcMessage,
-        session_id: Option<Arc<str>>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-        max_sse_event_size: usize,
-    ) -> Result<StreamableHttpPostResponse, Failed> {
-        let mut limits = StreamableHttpResponseLimits::default();
-        limits.max_sse_event_size = max_sse_event_size;
-        self.post_message_with_response_limits(
-            uri,
-            message,
-            session_id,
-            auth_header,
-            custom_headers,
-            limits,
         )
         .await
     }
@@ -320,8 +301,6 @@ async fn answer(
         .and_then(|essence| std::str::from_utf8(essence).ok())
         .map(|essence| essence.trim_matches([' ', '\t']));
     let is = |expected: &str| media_type.is_some_and(|media| media.eq_ignore_ascii_case(expected));
-    let content_type =
-        content_type.map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
     let (json, events) = (is(JSON_MIME_TYPE), is(EVENT_STREAM_MIME_TYPE));
     let session = headers
         .get(HEADER_SESSION_ID)
@@ -374,6 +353,8 @@ async fn answer(
         ));
     }
     if !json {
+        let content_type = (response.headers().get(header::CONTENT_TYPE))
+            .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
         return Err(StreamableHttpError::UnexpectedContentType(content_type));
     }
     let body = read_body(response, limits.max_json_response_size).await?;
