@@ -10,7 +10,6 @@
 
 #![allow(deprecated)] // sampling, roots and logging: deprecated by SEP-2577, still in use
 
-use crate::transport::lines::raw::RawResult;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -74,7 +73,7 @@ pub(super) fn call_context(
         // Started by the gateway, which knows the method and its target.
         trace: None,
         // Given by a client whose answers can carry a result's bytes (`direct.rs`).
-        raw: context.extensions.get::<Arc<RawResult>>().cloned(),
+        raw: super::http::results::slot_in(&context.extensions).cloned(),
     }
 }
 

@@ -508,7 +508,7 @@ fn raw_to_this_request(
     started: Option<Arc<RawResult>>,
     extensions: &rmcp::model::Extensions,
 ) -> asking::CallOutcome {
-    let here = extensions.get::<Arc<RawResult>>();
+    let here = http::results::slot_in(extensions);
     let Some(started) = started.filter(|slot| here.is_none_or(|here| !Arc::ptr_eq(slot, here)))
     else {
         return outcome;
@@ -708,7 +708,10 @@ impl ServerHandler for Gateway {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        Box::pin(async move {
+        // An HTTP agent's result that passes as the server's bytes is answered with a stand-in
+        // (see `http/results.rs`).
+        let posted = http::results::posted_slot(&context.extensions);
+        let response = Box::pin(async move {
             // A tool of a server still starting is waited for (see `supervisor/startup.rs`).
             if !self.supervisor.registry().knows(&request.name) {
                 self.supervisor.startup_settled().await;
@@ -778,7 +781,8 @@ impl ServerHandler for Gateway {
             }
             unreachable!("the last round returns")
         })
-        .await
+        .await;
+        http::results::stand_in(response, posted.as_deref())
     }
 
     async fn list_prompts(

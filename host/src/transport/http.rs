@@ -691,6 +691,7 @@ impl StreamableHttpClient for GuardedClient {
         let is_call = matches!(&message, ClientJsonRpcMessage::Request(request)
             if matches!(request.request, ClientRequest::CallToolRequest(_)));
         let reads_first_message = streamed::reads_first_message(&message);
+        let raw = crate::upstream::route::raw_slot(&message);
         // A request's POST lasts as long as the call when the server answers with JSON, so
         // its deadline is the caller's (rmcp cancels the POST when the request times out or
         // is dropped). Everything else the transport sends gets `request_timeout`.
@@ -722,7 +723,7 @@ impl StreamableHttpClient for GuardedClient {
             (Ok(StreamableHttpPostResponse::Sse(events, session)), Some(id))
                 if reads_first_message =>
             {
-                Ok(streamed::first_answer(events, session, id, is_call).await)
+                Ok(streamed::first_answer(events, session, id, is_call, raw).await)
             }
             (answer, _) => answer,
         };
@@ -905,7 +906,7 @@ fn refused_answer(request: Option<&RequestId>, why: &str) -> StreamableHttpPostR
 }
 
 /// Whether an answer's id names the request; some servers echo numeric ids as strings.
-fn same_id(request: &RequestId, answer: &RequestId) -> bool {
+pub(super) fn same_id(request: &RequestId, answer: &RequestId) -> bool {
     request == answer
         || matches!((request, answer), (RequestId::Number(n), RequestId::String(s)) if s.parse::<i64>().ok() == Some(*n))
 }

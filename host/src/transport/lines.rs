@@ -105,6 +105,8 @@ pub struct Kept {
     slot: Arc<RawResult>,
     at: usize,
     len: usize,
+    /// Its first byte stands for the result's `{` (see `raw::Found`).
+    rebrace: bool,
 }
 
 impl LineRole for RoleClient {
@@ -147,9 +149,14 @@ impl LineRole for RoleClient {
         if let Some((id, result)) = kept {
             let call = reader.lock().remove_with_slot(&id);
             if let Some(call) = call {
-                let (at, len) = (result.as_ptr() as usize, result.len());
+                let ((at, len), rebrace) = ((result.0.as_ptr() as usize, result.0.len()), result.1);
                 if let Some(slot) = reader.answering(call) {
-                    reader.kept = Some(Kept { slot, at, len });
+                    reader.kept = Some(Kept {
+                        slot,
+                        at,
+                        len,
+                        rebrace,
+                    });
                 }
                 return Some(JsonRpcMessage::Response(JsonRpcResponse {
                     jsonrpc: Default::default(),
@@ -389,10 +396,10 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
         let bytes = match whole && kept.len >= MOVE_FROM {
             true => {
                 let buffer = Vec::with_capacity(self.line.capacity());
-                raw::RawBytes::new(std::mem::replace(&mut self.line, buffer), range)
+                raw::RawBytes::new(std::mem::replace(&mut self.line, buffer), range, kept.rebrace)
             }
             false => self.line.get(range)
-                .and_then(|bytes| raw::RawBytes::new(bytes.to_vec(), 0..kept.len)),
+                .and_then(|bytes| raw::RawBytes::new(bytes.to_vec(), 0..kept.len, kept.rebrace)),
         };
         match bytes {
             Some(bytes) => kept.slot.fill(bytes),

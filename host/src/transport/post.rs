@@ -13,6 +13,9 @@
 //! answers the call becomes a "too large" error for it ([`limit`]), so the call fails at once
 //! with Tether's words and nothing reconnects to fetch it again.
 //!
+//! A JSON answer whose result the agent gets unchanged goes to the call's slot as the server
+//! wrote it, the body's buffer moved there (`lines/raw.rs`, [`raw::answer_into`]).
+//!
 //! What the server's answer means is decided as rmcp's client decides it (its statuses,
 //! challenges, content types and limits), so rmcp's worker, the OAuth signer above this client
 //! and `GuardedClient` see the same values from either path.
@@ -24,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use futures::{StreamExt, TryStreamExt, stream::BoxStream};
 use http::{HeaderName, HeaderValue, StatusCode, header};
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, ServerJsonRpcMessage,
+    ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
 };
 use rmcp::transport::common::http_header::{
     EVENT_STREAM_MIME_TYPE, HEADER_LAST_EVENT_ID, HEADER_SESSION_ID, JSON_MIME_TYPE,
@@ -37,6 +40,7 @@ use sse_stream::Sse;
 
 use super::event_stream;
 use super::limit::BoundedEvents;
+use super::lines::raw::{self, RawResult};
 use super::wire;
 use crate::upstream::route;
 
@@ -125,6 +129,7 @@ impl StreamableHttpClient for Posting {
             let written = wire::write_call(&request.id, call, &mut body);
             // This copy of the call (rmcp's worker copies every message it POSTs and keeps the
             // original) is no longer needed: its arguments go back to the call's route.
+            let raw = route::raw_slot(&message).map(|slot| (request.id.clone(), slot));
             route::hand_back(message);
             written.map_err(|error| StreamableHttpError::Io(std::io::Error::other(error)))?;
             let post = Post {
@@ -134,6 +139,7 @@ impl StreamableHttpClient for Posting {
                 auth_header,
                 custom_headers,
                 limits,
+                raw,
             };
             // Boxed, as rmcp's client below: the layers above (and rmcp's worker, which moves
             // the whole future) then carry a pointer, not kilobytes of reqwest's state.
@@ -206,6 +212,8 @@ struct Post<'a> {
     auth_header: Option<String>,
     custom_headers: HashMap<HeaderName, HeaderValue>,
     limits: StreamableHttpResponseLimits,
+    /// The call's id and where its result may go as the server's bytes.
+    raw: Option<(RequestId, Arc<RawResult>)>,
 }
 
 impl Post<'_> {
@@ -236,7 +244,7 @@ impl Post<'_> {
             request = request.header(HEADER_SESSION_ID, session_id);
         }
         let response = request.send().await?;
-        answer(response, self.session_id.is_some(), self.limits).await
+        answer(response, self.session_id.is_some(), self.limits, self.raw).await
     }
 }
 
@@ -267,6 +275,7 @@ async fn answer(
     response: reqwest::Response,
     on_session: bool,
     limits: StreamableHttpResponseLimits,
+    raw: Option<(RequestId, Arc<RawResult>)>,
 ) -> Result<StreamableHttpPostResponse, Failed> {
     let status = response.status();
     let headers = response.headers();
@@ -357,7 +366,13 @@ async fn answer(
             .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
         return Err(StreamableHttpError::UnexpectedContentType(content_type));
     }
-    let body = read_body(response, limits.max_json_response_size).await?;
+    let mut body = read_body(response, limits.max_json_response_size).await?;
+    if let Some((id, slot)) = raw {
+        match raw::answer_into(body, |answered| super::http::same_id(&id, answered), &slot) {
+            Ok(placeholder) => return Ok(StreamableHttpPostResponse::Json(placeholder, session)),
+            Err(unchanged) => body = unchanged,
+        }
+    }
     let message = wire::read_answer_to_call(&body).map_err(|error| {
         StreamableHttpError::UnexpectedServerResponse(Cow::Owned(format!(
             "could not parse the JSON answer as JSON-RPC: {error}"

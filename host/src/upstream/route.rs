@@ -195,6 +195,19 @@ pub(crate) fn hand_back(message: ClientJsonRpcMessage) {
     }
 }
 
+/// Where the result of the tool call in `message` may go as the server's bytes, if its
+/// client's answers can carry them (see [`CallRoute::raw`]).
+pub(crate) fn raw_slot(message: &ClientJsonRpcMessage) -> Option<Arc<RawResult>> {
+    let JsonRpcMessage::Request(request) = message else {
+        return None;
+    };
+    let ClientRequest::CallToolRequest(call) = &request.request else {
+        return None;
+    };
+    let RouteTag(route) = call.extensions.get::<RouteTag>()?;
+    route.raw.clone()
+}
+
 /// What a server-to-client request found: the route of the request it belongs to, or why none.
 #[derive(Clone)]
 pub(crate) enum Belongs {

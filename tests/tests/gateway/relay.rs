@@ -54,7 +54,20 @@ impl Wire {
     }
 
     /// POSTs `message` and reads the answer to its end: every JSON-RPC message in order.
-    async fn post(&self, mut message: Value) -> (reqwest::header::HeaderMap, Vec<Value>) {
+    async fn post(&self, message: Value) -> (reqwest::header::HeaderMap, Vec<Value>) {
+        let (headers, body) = self.post_text(message).await;
+        let messages = body
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .map(str::trim)
+            .chain(body.trim().starts_with('{').then_some(body.trim()))
+            .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+            .collect();
+        (headers, messages)
+    }
+
+    /// POSTs `message` and reads the answer's body to its end, as it came.
+    async fn post_text(&self, mut message: Value) -> (reqwest::header::HeaderMap, String) {
         let mut request = self
             .http
             .post(&self.url)
@@ -93,14 +106,7 @@ impl Wire {
             .await
             .expect("the answer ends in time")
             .expect("the answer's body");
-        let messages = body
-            .lines()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .map(str::trim)
-            .chain(body.trim().starts_with('{').then_some(body.trim()))
-            .filter_map(|data| serde_json::from_str::<Value>(data).ok())
-            .collect();
-        (headers, messages)
+        (headers, body)
     }
 }
 
@@ -472,16 +478,22 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Tap<R> {
 /// typed way and reaches it all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_reaches_a_stdio_agent_as_the_server_wrote_it() {
-    use rmcp::ClientServiceExt;
-    use rmcp::model::{ProtocolVersion, ResultType};
-
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("servers.json");
     let hostile = env!("CARGO_BIN_EXE_mcp-hostile");
     let servers = json!({"mcpServers": {"h": {"command": hostile, "args": ["verbatim"]}}});
     std::fs::write(&config, servers.to_string()).unwrap();
+    a_stdio_agent_reads_the_servers_bytes(dir.path(), &config).await;
+}
+
+/// What [`a_result_reaches_a_stdio_agent_as_the_server_wrote_it`] checks, for the servers of
+/// `config` (one whose `big` tool answers as `mcp-hostile verbatim` does).
+async fn a_stdio_agent_reads_the_servers_bytes(dir: &Path, config: &Path) {
+    use rmcp::ClientServiceExt;
+    use rmcp::model::{ProtocolVersion, ResultType};
+
     for modern in [false, true] {
-        let mut tether = serve(dir.path(), &config, &[], None);
+        let mut tether = serve(dir, config, &[], None);
         drain_stderr(&mut tether);
         let seen = Arc::new(Mutex::new(Vec::new()));
         let read = Tap {
@@ -533,6 +545,73 @@ async fn a_result_reaches_a_stdio_agent_as_the_server_wrote_it() {
         drop(client);
         let _ = terminate(tether).await;
     }
+}
+
+/// An agent on Streamable HTTP, of either generation: a result it gets unchanged reaches it as
+/// the server wrote it, byte for byte, from a stdio server and from an HTTP one (another Tether
+/// in front of that stdio server, whose HTTP answers carry the bytes in turn); an error result,
+/// whose words the policy reads, takes the typed way. A stdio agent in front of the HTTP server
+/// gets the bytes too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_reaches_an_http_agent_as_the_server_wrote_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let [near, far, stdio] = ["near", "far", "stdio"].map(|name| dir.path().join(name));
+    for place in [&near, &far, &stdio] {
+        std::fs::create_dir(place).unwrap();
+    }
+    let hostile = env!("CARGO_BIN_EXE_mcp-hostile");
+    let servers = json!({"mcpServers": {"h": {"command": hostile, "args": ["verbatim"]}}});
+    std::fs::write(near.join("servers.json"), servers.to_string()).unwrap();
+    let (first, first_url) = serve_http(&near, &near.join("servers.json")).await;
+    let servers = json!({"mcpServers": {"h": {"url": first_url, "type": "http"}}});
+    std::fs::write(far.join("servers.json"), servers.to_string()).unwrap();
+    let (second, second_url) = serve_http(&far, &far.join("servers.json")).await;
+
+    for url in [&first_url, &second_url] {
+        for modern in [false, true] {
+            let mut wire = Wire::new(url, modern);
+            if !modern {
+                wire.initialize().await;
+            }
+            let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+            let (_, listed) = wire.post(list).await;
+            let tools = listed.last().expect("the list")["result"]["tools"].clone();
+            let big = tools
+                .as_array()
+                .expect("tools")
+                .iter()
+                .filter_map(|tool| tool["name"].as_str())
+                .find(|name| name.ends_with("big"))
+                .expect("the server's tools")
+                .to_string();
+            let call = |id: u64, arguments: Value| {
+                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                    "params": {"name": big, "arguments": arguments}})
+            };
+            let (_, body) = wire.post_text(call(2, json!({}))).await;
+            let expected = match modern {
+                true => VERBATIM.replacen('{', r#"{"resultType":"complete","#, 1),
+                false => VERBATIM.to_string(),
+            };
+            assert!(
+                body.contains(&format!(
+                    r#"{{"jsonrpc":"2.0","id":2,"result":{expected}}}"#
+                )),
+                "{url}, modern: {modern}; the agent read: {body}"
+            );
+            let (_, failed) = wire.post(call(3, json!({"error": true}))).await;
+            let failed = failed.last().expect("the answer");
+            assert_eq!(failed["result"]["isError"], json!(true), "{failed}");
+            assert_eq!(failed["result"]["content"][0]["text"], json!("café /"));
+            let (_, body) = wire.post_text(call(4, json!({"error": true}))).await;
+            assert!(!body.contains(VERBATIM_ERROR), "typed, not passed: {body}");
+        }
+    }
+
+    std::fs::write(stdio.join("servers.json"), servers.to_string()).unwrap();
+    a_stdio_agent_reads_the_servers_bytes(&stdio, &stdio.join("servers.json")).await;
+    let _ = terminate(second).await;
+    let _ = terminate(first).await;
 }
 
 /// A 2026-07-28 agent on stdio whose call an older server asks something during: the agent gets

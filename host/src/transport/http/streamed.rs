@@ -11,12 +11,17 @@
 //! as it came, the events already read first: its reconnection, ordering and routing stay in
 //! charge of those.
 //!
+//! A tool call's first message whose result the agent gets unchanged goes to the call's slot as
+//! the server wrote it, the event's data moved there (`lines/raw.rs`).
+//!
 //! What else changes: rmcp counts the POST against its cap on concurrent requests until that
 //! first message (`connect` raises the cap), and its ordering barriers (`server/discover`, a
 //! request naming another protocol version) wait for it too. A call cancelled meanwhile closes
 //! its connection before a 2025-11-25 server gets `notifications/cancelled`, as a call to a
 //! server that answers with JSON always has (for a 2026-07-28 server, the closed connection is
 //! the cancellation).
+
+use std::sync::Arc;
 
 use futures::{FutureExt, StreamExt, stream::BoxStream};
 use rmcp::model::{ClientJsonRpcMessage, ClientRequest, RequestId, ServerJsonRpcMessage};
@@ -25,6 +30,7 @@ use sse_stream::Sse;
 
 use super::same_id;
 use crate::transport::limit;
+use crate::transport::lines::raw::{self, RawResult};
 use crate::transport::wire;
 
 type Events = BoxStream<'static, Result<Sse, SseError>>;
@@ -51,10 +57,11 @@ pub(super) async fn first_answer(
     session: Option<String>,
     id: &RequestId,
     call: bool,
+    raw: Option<Arc<RawResult>>,
 ) -> StreamableHttpPostResponse {
     let mut read = Vec::new();
     let rest_follows = loop {
-        let Some(event) = events.next().await else {
+        let Some(mut event) = events.next().await else {
             break false;
         };
         let message = match &event {
@@ -71,15 +78,36 @@ pub(super) async fn first_answer(
                 break !broken;
             }
         };
-        let Some(data) = message else {
+        if message.is_none() {
             // A priming event (an id and a retry interval, no message), or a spoiled one.
             read.push(event);
             match read.len() < MAX_BEFORE_ANSWER {
                 true => continue,
                 false => break true,
             }
-        };
-        if let Some(answer) = answer_to(data, id, call) {
+        }
+        // A call's result that passes unchanged goes to its slot, the event's data moved there.
+        if let (Some(slot), Ok(sse)) = (&raw, &mut event)
+            && let Some(data) = sse.data.take()
+        {
+            match raw::answer_into(data.into_bytes(), |answered| same_id(id, answered), slot) {
+                Ok(answer) => {
+                    drain(events);
+                    return StreamableHttpPostResponse::Json(answer, session);
+                }
+                // It was a `String`: nothing is replaced.
+                Err(unread) => {
+                    sse.data = Some(String::from_utf8(unread).unwrap_or_else(|error| {
+                        String::from_utf8_lossy(error.as_bytes()).into_owned()
+                    }));
+                }
+            }
+        }
+        if let Ok(Sse {
+            data: Some(data), ..
+        }) = &event
+            && let Some(answer) = answer_to(data, id, call)
+        {
             drain(events);
             return StreamableHttpPostResponse::Json(answer, session);
         }
@@ -196,10 +224,39 @@ mod tests {
     }
 
     async fn first(events: Events, call: bool) -> StreamableHttpPostResponse {
-        let answer = first_answer(events, Some("s".into()), &RequestId::Number(7), call);
+        let answer = first_answer(events, Some("s".into()), &RequestId::Number(7), call, None);
         tokio::time::timeout(Duration::from_secs(5), answer)
             .await
             .expect("an answer without waiting for the stream to end")
+    }
+
+    #[tokio::test]
+    async fn a_calls_result_that_passes_unchanged_goes_to_its_slot_as_the_event_carried_it() {
+        let slot = Arc::new(RawResult::default());
+        let events = open(vec![priming("0"), event("1", ANSWER)]);
+        let id = RequestId::Number(7);
+        let answer = first_answer(events, Some("s".into()), &id, true, Some(slot.clone())).await;
+        let ServerJsonRpcMessage::Response(response) = json(answer) else {
+            panic!("a response");
+        };
+        assert_eq!(response.id, id);
+        let ServerResult::CallToolResult(result) = response.result else {
+            panic!("a call's result");
+        };
+        assert!(raw::is_placeholder(&result));
+        let bytes = slot.take().expect("the result's bytes");
+        assert_eq!(bytes.as_slice(), br#"{"content":[{"type":"text","text":"hi"}]}"#);
+        // An error result is the policy's to read: the typed way, the slot left empty.
+        let error = r#"{"jsonrpc":"2.0","id":7,"result":{"content":[],"isError":true}}"#;
+        let answer = first_answer(open(vec![event("1", error)]), Some("s".into()), &id, true, Some(slot.clone()));
+        let ServerJsonRpcMessage::Response(response) = json(answer.await) else {
+            panic!("a response");
+        };
+        let ServerResult::CallToolResult(result) = response.result else {
+            panic!("a call's result");
+        };
+        assert_eq!(result.is_error, Some(true));
+        assert!(!slot.is_filled());
     }
 
     /// The ids of the events `answer` hands to rmcp, reading `count` of them.

@@ -3,16 +3,23 @@
 //! Decoding a result into rmcp's types and encoding it again for the agent is most of what a
 //! forwarded call costs once the result is more than a few hundred bytes: each string is
 //! unescaped, copied and escaped again, each content block buffered by serde on the way in.
-//! When the agent's answer would carry the result unchanged, the bytes can go instead. That
-//! holds for an agent on `tether serve`'s own stdio (`gateway/direct.rs` writes its answers)
-//! and a server on stdio, for a result of the shape every generation agrees on (see
-//! [`passes_unchanged`]): whatever else Tether does to a result (words for a failure, a result
-//! the policy must read) takes the typed way as before.
+//! When the agent's answer would carry the result unchanged, the bytes can go instead, for a
+//! result of the shape every generation agrees on (see [`read`]): whatever else Tether does to
+//! a result (words for a failure, a result the policy must read) takes the typed way as before.
+//!
+//! Where the bytes come from: a server on stdio (its line, `transport/lines.rs`) or on
+//! Streamable HTTP (a JSON answer, `transport/post.rs`, or a streamed answer whose first message
+//! is the answer, `transport/http/streamed.rs`: [`answer_into`]). Where they go: an agent on
+//! `tether serve`'s own stdio (`gateway/direct.rs` writes its answers) or on Streamable HTTP
+//! (`gateway/http/results.rs` writes them into rmcp's answer). A legacy SSE server's results,
+//! and anything for an agent of rmcp's own stdio loop, take the typed way.
 //!
 //! The check is of the result's members, not of each content block: a block of a kind rmcp
 //! does not know reaches the agent as it would without Tether (the typed way refused the whole
 //! result). What is passed is valid JSON on one line: validated whole, its escapes too, with no
-//! bare carriage return (some line readers end a line there).
+//! carriage return or line feed (line readers end a line there, SSE a `data` line). A leading
+//! `"resultType":"complete"`, which a 2026-07-28 server writes first, is left out of the bytes
+//! (its separator becomes the opening brace), and put back for a 2026-07-28 agent.
 //!
 //! The agent's side hands a [`RawResult`] slot down with the call; the server's side fills it
 //! with the validated bytes of the answer and gives rmcp a placeholder (an empty result), so
@@ -22,7 +29,9 @@
 
 use std::sync::Mutex;
 
-use rmcp::model::{CallToolResult, JsonRpcVersion2_0, RequestId};
+use rmcp::model::{
+    CallToolResult, JsonRpcResponse, JsonRpcVersion2_0, RequestId, ServerJsonRpcMessage, ServerResult,
+};
 use serde::Deserialize;
 use sonic_rs::LazyValue;
 
@@ -35,6 +44,11 @@ pub struct RawResult(Mutex<Option<RawBytes>>);
 impl RawResult {
     pub fn fill(&self, bytes: RawBytes) {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes);
+    }
+
+    /// Whether the server's answer came as bytes (not yet taken).
+    pub fn is_filled(&self) -> bool {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_some()
     }
 
     /// The result's bytes, if the server's answer came as bytes.
@@ -52,14 +66,23 @@ pub struct RawBytes {
 }
 
 impl RawBytes {
-    /// `range` of `buffer`; `None` if it is not within it.
-    pub fn new(buffer: Vec<u8>, range: std::ops::Range<usize>) -> Option<Self> {
-        buffer.get(range.clone())?;
+    /// `range` of `buffer`, its first byte made the result's `{` where `rebrace` (see
+    /// [`Found`]); `None` if it is not within it.
+    pub fn new(mut buffer: Vec<u8>, range: std::ops::Range<usize>, rebrace: bool) -> Option<Self> {
+        let first = buffer.get_mut(range.clone())?.first_mut();
+        if let (true, Some(first)) = (rebrace, first) {
+            *first = b'{';
+        }
         Some(Self { buffer, range })
     }
 
     pub fn as_slice(&self) -> &[u8] {
         &self.buffer[self.range.clone()]
+    }
+
+    /// The result's bytes as `Bytes`, without a copy.
+    pub fn into_bytes(self) -> bytes::Bytes {
+        bytes::Bytes::from(self.buffer).slice(self.range)
     }
 }
 
@@ -100,6 +123,8 @@ struct Members<'a> {
     passes: bool,
     first_key: Option<&'a str>,
     last_value: Option<LazyValue<'a>>,
+    /// The second member's name, when the first is `"resultType":"complete"`.
+    after_type: Option<&'a str>,
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Members<'a> {
@@ -123,6 +148,7 @@ impl<'de> serde::de::Visitor<'de> for MembersVisitor {
             passes: true,
             first_key: None,
             last_value: None,
+            after_type: None,
         };
         let mut content = false;
         // The members read so far, of those checked: a second one is refused, as rmcp's
@@ -138,12 +164,16 @@ impl<'de> serde::de::Visitor<'de> for MembersVisitor {
                     (1, content)
                 }
                 "isError" => (2, raw == b"false"),
-                "resultType" => (4, false),
+                // A 2026-07-28 server's, first as rmcp writes it: left out of the bytes (`read`).
+                "resultType" => (4, raw == b"\"complete\"" && members.first_key.is_none()),
                 "structuredContent" => (8, raw.first() == Some(&b'{')),
                 "_meta" => (16, meta_passes(raw)),
                 _ => (0, true),
             };
             members.passes &= passes && seen & bit == 0;
+            if seen == 4 && members.after_type.is_none() && bit != 4 {
+                members.after_type = Some(key);
+            }
             seen |= bit;
             members.first_key.get_or_insert(key);
             members.last_value = Some(value);
@@ -156,19 +186,69 @@ impl<'de> serde::de::Visitor<'de> for MembersVisitor {
 /// The `_meta` member Tether drops from results (it names the server behind the gateway).
 const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
+/// A result's bytes in its line, and whether their first byte stands for the result's `{`: a
+/// leading `"resultType":"complete"` (what a 2026-07-28 server writes first) is left out, and
+/// the separator before the next member becomes the brace ([`RawBytes::new`]).
+pub(super) type Found<'a> = (&'a [u8], bool);
+
 /// The id of the answer on `line`, if it is a valid JSON-RPC answer with a result (validated
 /// whole, in one pass), and the result's bytes if the agent gets it exactly as the typed way
 /// would give it, up to the order of members and members neither generation defines: content
 /// and no more of what Tether or rmcp change — no error (the policy reads its words), no
-/// `resultType` (dropped for older agents), structured content only as an object (older agents
-/// get any other in the content), `_meta` without the server's identity.
-pub(super) fn read(line: Shallow<'_>) -> Option<(RequestId, Option<&[u8]>)> {
+/// `resultType` but a leading `complete` (left out; the agent's answer adds it back for a
+/// 2026-07-28 agent), structured content only as an object (older agents get any other in the
+/// content), `_meta` without the server's identity.
+pub(super) fn read(line: Shallow<'_>) -> Option<(RequestId, Option<Found<'_>>)> {
     let line = line.bytes();
     let envelope: Envelope = sonic_rs::from_slice(line).ok()?;
     let members = envelope.result;
-    let bytes = (members.passes.then(|| span(line, &members)).flatten())
-        .filter(|bytes| escapes_valid(bytes) && memchr::memchr(b'\r', bytes).is_none());
-    Some((envelope.id, bytes))
+    let found = members.passes.then(|| span(line, &members)).flatten();
+    let found = found.and_then(|whole| match members.after_type {
+        Some(key) => {
+            let end = whole.as_ptr() as usize - line.as_ptr() as usize + whole.len();
+            // The separator before the name's opening quote.
+            let start = (key.as_ptr() as usize - line.as_ptr() as usize).checked_sub(2)?;
+            Some((&line[start..end], true))
+        }
+        None => Some((whole, false)),
+    });
+    // (A line feed cannot be in a line; `answer_into` looks for one in an HTTP answer.)
+    let found = found
+        .filter(|(bytes, _)| escapes_valid(bytes) && memchr::memchr(b'\r', bytes).is_none());
+    Some((envelope.id, found))
+}
+
+/// The answer to a call in `message`, a whole message as an HTTP server sends it (a JSON body,
+/// an SSE event's data), if `ours` says its id is the call's: when its result passes unchanged,
+/// the result goes to `slot` (the message's buffer moves there, nothing is copied) and rmcp gets
+/// a placeholder in its stead; otherwise the message comes back to be read the typed way.
+pub(crate) fn answer_into(
+    message: Vec<u8>,
+    ours: impl FnOnce(&RequestId) -> bool,
+    slot: &RawResult,
+) -> Result<ServerJsonRpcMessage, Vec<u8>> {
+    let found = Shallow::new(&message).and_then(|shallow| {
+        let (id, found) = read(shallow)?;
+        // No line feed either (whitespace to JSON): the bytes go on as one line (stdio) or one
+        // SSE `data` line.
+        let (bytes, rebrace) =
+            found.filter(|(bytes, _)| ours(&id) && memchr::memchr(b'\n', bytes).is_none())?;
+        let at = bytes.as_ptr() as usize - message.as_ptr() as usize;
+        Some((id, at..at + bytes.len(), rebrace))
+    });
+    let Some((id, range, rebrace)) = found else {
+        return Err(message);
+    };
+    match RawBytes::new(message, range, rebrace) {
+        Some(bytes) => slot.fill(bytes),
+        // Cannot be: the range was found in the message. (Read as nothing, it fails the call.)
+        None => return Err(Vec::new()),
+    }
+    Ok(ServerJsonRpcMessage::Response(JsonRpcResponse {
+        jsonrpc: JsonRpcVersion2_0,
+        id,
+        result: ServerResult::CallToolResult(placeholder()),
+    }))
 }
 
 /// Whether every escape in `json` (valid JSON but for its escapes) is one a JSON parser takes:
@@ -270,11 +350,36 @@ mod tests {
     fn passes(result: &str) -> bool {
         let line = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
         // A result that is not an object is no answer this reads: the typed way.
-        let bytes = read(shallow(line.as_bytes())).and_then(|(_, bytes)| bytes);
-        if let Some(bytes) = bytes {
+        let found = read(shallow(line.as_bytes())).and_then(|(_, found)| found);
+        if let Some((bytes, rebrace)) = found {
+            assert!(!rebrace);
             assert_eq!(bytes, result.as_bytes(), "the result's bytes, whole");
         }
-        bytes.is_some()
+        found.is_some()
+    }
+
+    /// What an agent gets of `result` in a line, as the slot keeps it.
+    fn kept(result: &str) -> Option<String> {
+        let line = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#).into_bytes();
+        let (bytes, rebrace) = read(shallow(&line)).and_then(|(_, found)| found)?;
+        let at = bytes.as_ptr() as usize - line.as_ptr() as usize;
+        let range = at..at + bytes.len();
+        let kept = RawBytes::new(line, range, rebrace).expect("within the line");
+        Some(String::from_utf8(kept.as_slice().to_vec()).unwrap())
+    }
+
+    #[test]
+    fn a_leading_complete_result_type_is_left_out_of_the_bytes() {
+        let kept = |result| kept(result).as_deref().map(str::to_string);
+        let plain = r#"{"content":[],"x":1}"#;
+        assert_eq!(kept(r#"{"resultType":"complete","content":[],"x":1}"#).unwrap(), plain);
+        let spaced = r#"{ "resultType" : "complete" ,  "content":[] , "x":1 }"#;
+        assert_eq!(kept(spaced).unwrap(), r#"{"content":[] , "x":1 }"#);
+        // Anywhere else, twice, or of another kind: the typed way.
+        assert_eq!(kept(r#"{"content":[],"resultType":"complete"}"#), None);
+        assert_eq!(kept(r#"{"resultType":"complete","resultType":"complete","content":[]}"#), None);
+        assert_eq!(kept(r#"{"resultType":"input_required","content":[]}"#), None);
+        assert_eq!(kept(plain).unwrap(), plain);
     }
 
     #[test]
@@ -296,14 +401,36 @@ mod tests {
     }
 
     #[test]
+    fn an_http_answer_moves_to_its_slot_only_when_it_is_the_calls() {
+        let message = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}}"#.to_vec();
+        let slot = RawResult::default();
+        let refused = answer_into(message.clone(), |id| *id == RequestId::Number(8), &slot);
+        assert_eq!(refused.unwrap_err(), message, "another request's answer: the typed way");
+        assert!(!slot.is_filled());
+        let spaced = b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\n\"content\":[]}}".to_vec();
+        assert_eq!(answer_into(spaced.clone(), |_| true, &slot).unwrap_err(), spaced);
+        let Ok(ServerJsonRpcMessage::Response(answer)) = answer_into(message, |_| true, &slot)
+        else {
+            panic!("the placeholder");
+        };
+        assert_eq!(answer.id, RequestId::Number(7));
+        assert!(matches!(answer.result, ServerResult::CallToolResult(ref r) if is_placeholder(r)));
+        assert_eq!(slot.take().unwrap().as_slice(), br#"{"content":[]}"#);
+        // A 2026-07-28 server's result: its `resultType` left out, in the message's own buffer.
+        let modern = br#"{"jsonrpc":"2.0","id":7,"result":{"resultType":"complete","content":[]}}"#;
+        assert!(answer_into(modern.to_vec(), |_| true, &slot).is_ok());
+        assert_eq!(slot.take().unwrap().as_slice(), br#"{"content":[]}"#);
+    }
+
+    #[test]
     fn only_a_valid_answer_is_read() {
         let line = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"a\"b"}]}}"#;
         let result = r#"{"content":[{"type":"text","text":"a\"b"}]}"#.as_bytes();
-        assert_eq!(read(shallow(line)).unwrap(), (RequestId::Number(7), Some(result)));
+        assert_eq!(read(shallow(line)).unwrap(), (RequestId::Number(7), Some((result, false))));
         // Found whatever the spacing and order of the answer's members.
         let spaced = br#" { "result" : {  "x" : "y\"" , "content" : [ ] } , "id" : 7 , "jsonrpc" : "2.0" } "#;
         let result = br#"{  "x" : "y\"" , "content" : [ ] }"#.as_slice();
-        assert_eq!(read(shallow(spaced)).unwrap(), (RequestId::Number(7), Some(result)));
+        assert_eq!(read(shallow(spaced)).unwrap(), (RequestId::Number(7), Some((result, false))));
         // A last value that is a string with escapes is not the line's: the typed way.
         let escaped = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[],"x":"\u0041"}}"#;
         assert_eq!(read(shallow(escaped)).unwrap(), (RequestId::Number(7), None));
@@ -322,8 +449,8 @@ mod tests {
             ("{\"content\":[]\r}", false),
         ] {
             let line = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
-            let bytes = read(shallow(line.as_bytes())).and_then(|(_, bytes)| bytes);
-            assert_eq!(bytes.is_some(), passes, "{result}");
+            let found = read(shallow(line.as_bytes())).and_then(|(_, found)| found);
+            assert_eq!(found.is_some(), passes, "{result}");
         }
         assert!(read(shallow(br#"{"jsonrpc":"1.0","id":7,"result":{"content":[]}}"#)).is_none());
         assert!(read(shallow(br#"{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"x"}}"#)).is_none());
