@@ -72,7 +72,8 @@ pub(super) fn call_context(
         client: Some(client),
         // Started by the gateway, which knows the method and its target.
         trace: None,
-        // Given by a client whose answers can carry a result's bytes (`direct.rs`).
+        // Given by a client whose answers can carry a result's bytes (`direct.rs` on stdio,
+        // `http/results.rs` on Streamable HTTP).
         raw: super::http::results::slot_in(&context.extensions).cloned(),
     }
 }

@@ -137,29 +137,13 @@ where
 
     fn call(&mut self, mut request: Request) -> Self::Future {
         let service = self.0.clone();
-        let slot = results::slot_for(&mut request);
+        let watching = results::Posted::give(&mut request);
         Box::pin(async move {
             let response = service.handle(request).await.map(Body::new);
-            let Some(slot) = slot else {
-                return Ok(response);
-            };
-            // The event (or JSON body) carrying a call's stand-in gets the result's bytes.
-            let json = response
-                .headers()
-                .get(header::CONTENT_TYPE)
-                .is_some_and(|value| value.as_bytes().starts_with(b"application/json"));
-            let (parts, body) = response.into_parts();
-            let body = body.into_data_stream().flat_map(move |frame| {
-                let pieces = match &frame {
-                    Ok(event) => results::replace(event, json, &slot),
-                    Err(_) => None,
-                };
-                match pieces {
-                    Some(pieces) => futures::stream::iter(pieces.map(Ok)).left_stream(),
-                    None => futures::stream::once(std::future::ready(frame)).right_stream(),
-                }
-            });
-            Ok(Response::from_parts(parts, Body::from_stream(body)))
+            Ok(match watching {
+                Some(watching) => watching.watch(response),
+                None => response,
+            })
         })
     }
 }

@@ -605,6 +605,51 @@ mod tests {
         assert_eq!(posting.endpoint.lock().unwrap().as_ref().unwrap().0, other);
     }
 
+    /// A JSON answer with `body`, as reqwest hands it over.
+    fn json_answer(body: &str) -> reqwest::Response {
+        let response = http::Response::builder()
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .unwrap();
+        reqwest::Response::from(response)
+    }
+
+    #[tokio::test]
+    async fn a_json_answer_whose_result_passes_unchanged_goes_to_the_calls_slot() {
+        use crate::transport::lines::raw::is_placeholder;
+        use rmcp::model::ServerResult;
+
+        let limits = StreamableHttpResponseLimits::default();
+        let call = |body: &str, id: RequestId| {
+            let slot = Arc::new(RawResult::default());
+            let raw = Some((id, slot.clone()));
+            let read = answer(json_answer(body), true, limits, raw);
+            async move {
+                let Ok(StreamableHttpPostResponse::Json(ServerJsonRpcMessage::Response(answer), _)) =
+                    read.await
+                else {
+                    panic!("a JSON answer");
+                };
+                let ServerResult::CallToolResult(result) = answer.result else {
+                    panic!("a call's result");
+                };
+                (result, slot.take().map(|bytes| bytes.as_slice().to_vec()))
+            }
+        };
+        // A 2026-07-28 server's result, its id echoed as a string: the bytes, `resultType` out.
+        let modern = r#"{"jsonrpc":"2.0","id":"5","result":{"resultType":"complete","content":[],"x":1.50}}"#;
+        let (result, bytes) = call(modern, RequestId::Number(5)).await;
+        assert!(is_placeholder(&result));
+        assert_eq!(bytes.as_deref(), Some(&br#"{"content":[],"x":1.50}"#[..]));
+        // An error result, whose words the policy reads, and another request's answer: decoded.
+        let error = r#"{"jsonrpc":"2.0","id":5,"result":{"content":[],"isError":true}}"#;
+        let (result, bytes) = call(error, RequestId::Number(5)).await;
+        assert_eq!((result.is_error, bytes), (Some(true), None));
+        let other = r#"{"jsonrpc":"2.0","id":6,"result":{"content":[]}}"#;
+        let (result, bytes) = call(other, RequestId::Number(5)).await;
+        assert_eq!((is_placeholder(&result), bytes), (true, None), "decoded, not kept");
+    }
+
     #[test]
     fn a_challenges_scope_is_read_quoted_or_not() {
         assert_eq!(scope(r#"Bearer error="insufficient_scope", scope="a b""#).as_deref(), Some("a b"));

@@ -614,6 +614,95 @@ async fn a_result_reaches_an_http_agent_as_the_server_wrote_it() {
     let _ = terminate(first).await;
 }
 
+/// An agent on Streamable HTTP whose POST's connection closes while its call runs, and which
+/// picks its stream up again (`Last-Event-ID`), gets the tool's result there: the bytes could not
+/// go on the closed POST, so the result goes decoded, not as Tether's stand-in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_reaches_an_http_agent_that_resumed_its_stream() {
+    let (dir, _state, config) = one_upstream();
+    let (tether, url) = serve_http(dir.path(), &config).await;
+    let mut wire = Wire::new(&url, false);
+    wire.initialize().await;
+    let session = wire.session.clone().expect("a session");
+    let (_, listed) = wire
+        .post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}))
+        .await;
+    let tools = listed.last().expect("the list")["result"]["tools"].clone();
+    let slow = tools
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .find(|name| name.ends_with("slow"))
+        .expect("the fixture's tools")
+        .to_string();
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": slow, "arguments": {"ms": 1500}}});
+    let mut response = wire
+        .http
+        .post(&url)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", &session)
+        .json(&call)
+        .send()
+        .await
+        .expect("the POST");
+    // The stream's first event (its priming event) names where to pick it up again.
+    let first = tokio::time::timeout(PATIENCE, response.chunk())
+        .await
+        .expect("the first event in time")
+        .expect("the stream")
+        .expect("an event");
+    let first = String::from_utf8(first.to_vec()).unwrap();
+    let last_event = first
+        .lines()
+        .find_map(|line| line.strip_prefix("id:"))
+        .map(|id| id.trim().to_string())
+        .unwrap_or_else(|| panic!("an event id in {first:?}"));
+    drop(response);
+    let resumed = wire
+        .http
+        .get(&url)
+        .header("accept", "text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", &session)
+        .header("last-event-id", &last_event)
+        .send()
+        .await
+        .expect("the stream picked up again");
+    assert!(resumed.status().is_success(), "{}", resumed.status());
+    let mut resumed = resumed;
+    let mut read = String::new();
+    let answer = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let chunk = resumed
+                .chunk()
+                .await
+                .expect("the stream")
+                .expect("the answer");
+            read.push_str(std::str::from_utf8(&chunk).unwrap());
+            let answer = read
+                .lines()
+                .filter_map(|line| line.strip_prefix("data:"))
+                .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+                .find(|message| message["id"] == json!(2));
+            if let Some(answer) = answer {
+                return answer;
+            }
+        }
+    })
+    .await
+    .expect("the answer on the resumed stream");
+    assert_eq!(
+        answer["result"]["content"][0]["text"],
+        json!("slept 1500 ms"),
+        "{answer}"
+    );
+    assert_ne!(answer["result"]["isError"], json!(true), "{answer}");
+    let _ = terminate(tether).await;
+}
+
 /// A 2026-07-28 agent on stdio whose call an older server asks something during: the agent gets
 /// the question as a request for input, calls again with its answer, and the server's result —
 /// which arrives for the first request's call — reaches the request that resumed it.

@@ -2,27 +2,33 @@
 //! agent's side of `transport/lines/raw.rs` (`direct.rs` is the stdio agent's).
 //!
 //! rmcp's HTTP service writes every answer itself, so Tether cannot write the bytes in its
-//! stead. Instead each POST carries a slot ([`slot_for`]); when a result went to it, the call's
+//! stead. Instead each POST carries a slot ([`Posted`]); when a result went to it, the call's
 //! handler answers with a stand-in ([`stand_in`]) and the POST's response is watched for it
-//! ([`replace`]): the one event that carries the stand-in is written again with the result's
-//! bytes in its place. rmcp keeps a stream's events to replay them to an agent that reconnects
-//! with `Last-Event-ID`; what it replays is the stand-in, an error saying the result was passed
-//! on once (its bytes are not kept), never an empty success.
+//! ([`Posted::watch`]): the one event that carries the stand-in is written again with the
+//! result's bytes in its place. Only the POST's own response is watched. An agent whose POST's
+//! connection closed while its call ran may pick the stream up again (a GET with
+//! `Last-Event-ID`), where rmcp sends the answer or replays it: a call answered after its
+//! response was gone gets its result decoded (the typed way), and what rmcp replays of a stand-in
+//! that went out on a closed connection says so, an error, never an empty success.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::Request;
-use axum::http::{Method, request::Parts};
+use axum::http::{Method, StatusCode, header, request::Parts};
+use axum::response::Response;
+use futures::StreamExt;
+use memchr::memmem;
 use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, Extensions, ResultType};
 
-use crate::transport::lines::raw::{RawResult, is_placeholder};
+use crate::transport::lines::raw::{self, RawResult, is_placeholder};
 
-/// What the stand-in says, should it ever reach an agent (a replayed stream).
-const PASSED_ON: &str = "Tether passed this result on once and keeps no copy: call the tool again.";
-
-/// The longest event that can carry the stand-in (its words, an id, the SSE framing).
-const MAX_STAND_IN_EVENT: usize = 1024;
+/// What the stand-in says, should it reach an agent: rmcp replaying an answer that went out on
+/// a connection that closed before it was read.
+const PASSED_ON: &str = "The tool answered, and Tether passed its result on as the server \
+sent it, on a connection that closed; Tether keeps no copy. Check the tool's effect before \
+calling it again.";
 
 /// The stand-in, for an agent of either generation (with `resultType` for a 2026-07-28 one).
 fn stand_in_result(complete: bool) -> CallToolResult {
@@ -31,28 +37,78 @@ fn stand_in_result(complete: bool) -> CallToolResult {
     passed
 }
 
-/// The stand-in as rmcp writes it in an answer (`serde_json`, compact), for either generation:
-/// recognised by its bytes, without parsing the event.
-static WRITTEN: LazyLock<[(Vec<u8>, bool); 2]> = LazyLock::new(|| {
+/// The stand-in as rmcp writes it in an answer (`serde_json`, compact), for either generation
+/// (`true`: a 2026-07-28 agent's): found by its bytes, without parsing the event.
+static WRITTEN: LazyLock<[(memmem::Finder<'static>, bool); 2]> = LazyLock::new(|| {
     [false, true].map(|complete| {
         let written = serde_json::to_vec(&stand_in_result(complete)).unwrap_or_default();
-        (written, complete)
+        (memmem::Finder::new(&written).into_owned(), complete)
     })
 });
 
-/// Gives a POST the slot its tool call's result may go to.
-pub(in crate::gateway) fn slot_for(request: &mut Request) -> Option<Arc<RawResult>> {
-    if request.method() != Method::POST {
-        return None;
+/// A POST's slot for its tool call's result, and whether the POST's response is still there
+/// to carry the bytes.
+pub(in crate::gateway) struct Posted {
+    slot: Arc<RawResult>,
+    watched: AtomicBool,
+}
+
+impl Posted {
+    /// Gives a POST the slot its tool call's result may go to (in its extensions, which rmcp
+    /// hands the handler as the request's HTTP parts); the POST is watched until what is
+    /// returned is dropped (its response, once [`Watching::watch`] has it).
+    pub(in crate::gateway) fn give(request: &mut Request) -> Option<Watching> {
+        if request.method() != Method::POST {
+            return None;
+        }
+        let posted = Arc::new(Posted {
+            slot: Arc::default(),
+            watched: AtomicBool::new(true),
+        });
+        request.extensions_mut().insert(posted.slot.clone());
+        request.extensions_mut().insert(posted.clone());
+        Some(Watching(posted))
     }
-    let slot = Arc::new(RawResult::default());
-    request.extensions_mut().insert(slot.clone());
-    Some(slot)
+}
+
+/// A POST whose response can still carry its result's bytes; dropped, it can no longer.
+pub(in crate::gateway) struct Watching(Arc<Posted>);
+
+impl Watching {
+    /// `response`, with the event (or JSON body) that carries the stand-in written again
+    /// around the result's bytes. Only an event stream and a JSON answer can carry one: any
+    /// other response, and this one once dropped, leaves the result to be decoded.
+    pub(in crate::gateway) fn watch(self, response: Response) -> Response {
+        let media = response.headers().get(header::CONTENT_TYPE);
+        let media = media.map(|value| value.as_bytes()).unwrap_or_default();
+        let json = media.starts_with(b"application/json");
+        if response.status() != StatusCode::OK || !(json || media.starts_with(b"text/event-stream"))
+        {
+            return response;
+        }
+        let (parts, body) = response.into_parts();
+        let body = body.into_data_stream().flat_map(move |frame| {
+            let pieces = match &frame {
+                Ok(event) => replace(event, json, &self.0.slot),
+                Err(_) => None,
+            };
+            match pieces {
+                Some(pieces) => futures::stream::iter(pieces.map(Ok)).left_stream(),
+                None => futures::stream::once(std::future::ready(frame)).right_stream(),
+            }
+        });
+        Response::from_parts(parts, Body::from_stream(body))
+    }
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        self.0.watched.store(false, Ordering::Release);
+    }
 }
 
 /// The slot of the request whose extensions are `extensions`: one a stdio agent's call carries
-/// (`direct.rs`), or the one its POST carries ([`slot_for`]; rmcp hands a handler the request's
-/// HTTP parts).
+/// (`direct.rs`), or the one its POST carries ([`Posted::give`]).
 pub(in crate::gateway) fn slot_in(extensions: &Extensions) -> Option<&Arc<RawResult>> {
     extensions.get::<Arc<RawResult>>().or_else(|| {
         extensions
@@ -61,67 +117,73 @@ pub(in crate::gateway) fn slot_in(extensions: &Extensions) -> Option<&Arc<RawRes
     })
 }
 
-/// The slot of the POST whose request has `extensions`, for [`stand_in`].
-pub(in crate::gateway) fn posted_slot(extensions: &Extensions) -> Option<Arc<RawResult>> {
+/// The POST whose request has `extensions`, for [`stand_in`].
+pub(in crate::gateway) fn posted(extensions: &Extensions) -> Option<Arc<Posted>> {
     let parts = extensions.get::<Parts>()?;
-    parts.extensions.get::<Arc<RawResult>>().cloned()
+    parts.extensions.get::<Arc<Posted>>().cloned()
 }
 
-/// An HTTP agent's answer: a placeholder whose result waits in its POST's slot (`posted`)
-/// becomes the stand-in its response is watched for.
+/// An HTTP agent's answer: a placeholder whose result waits in its POST's slot becomes the
+/// stand-in the POST's response is watched for, or, once that response is gone, the result
+/// decoded.
 pub(in crate::gateway) fn stand_in(
     mut response: Result<CallToolResponse, rmcp::ErrorData>,
-    posted: Option<&RawResult>,
+    posted: Option<&Posted>,
 ) -> Result<CallToolResponse, rmcp::ErrorData> {
-    if let (Some(slot), Ok(CallToolResponse::Complete(result))) = (posted, &mut response)
+    if let (Some(posted), Ok(CallToolResponse::Complete(result))) = (posted, &mut response)
         && is_placeholder(result)
-        && slot.is_filled()
+        && posted.slot.is_filled()
     {
-        *result = stand_in_result(result.result_type.is_some());
+        let complete = result.result_type.is_some();
+        if posted.watched.load(Ordering::Acquire) {
+            *result = stand_in_result(complete);
+        } else if let Some(bytes) = posted.slot.take() {
+            *result = raw::typed(&bytes).unwrap_or_else(|| {
+                CallToolResult::error(vec![ContentBlock::text(
+                    "The tool answered with a result Tether could not read.",
+                )])
+            });
+            result.result_type = complete.then_some(ResultType::COMPLETE);
+        }
     }
     response
 }
 
-/// `frame` (an SSE event of a POST's response, or its JSON body: `json`) with the answer that
+/// `frame` (events of a POST's response, or its JSON body: `json`) with the answer that
 /// carries the stand-in written again around the result in `slot`, in three pieces (the result's
 /// bytes are not copied); `None` if it carries none.
-pub(in crate::gateway) fn replace(
-    frame: &[u8],
-    json: bool,
-    slot: &RawResult,
-) -> Option<[Bytes; 3]> {
+fn replace(frame: &[u8], json: bool, slot: &RawResult) -> Option<[Bytes; 3]> {
     // The slot is filled as the answer arrives: the events before it are let through here.
-    if frame.len() > MAX_STAND_IN_EVENT || !slot.is_filled() {
+    if !slot.is_filled() {
         return None;
     }
-    // The event's `data` line: rmcp writes it whole on one line, after any `event` line.
-    let (data_at, data_end) = match json {
-        true => (0, frame.len()),
-        false => {
-            let start = if frame.starts_with(b"data: ") {
-                0
-            } else {
-                memchr::memmem::find(frame, b"\ndata: ")? + 1
-            };
-            let value = start + b"data: ".len();
-            (value, value + memchr::memchr(b'\n', &frame[value..])?)
-        }
-    };
-    // `{"jsonrpc":"2.0","id":…,"result":STAND-IN}`: the id is kept as rmcp wrote it.
-    let data = &frame[data_at..data_end];
-    let before_result = data.strip_prefix(b"{\"jsonrpc\":\"2.0\",\"id\":")?;
-    let (stand_in, complete) = WRITTEN.iter().find(|(written, _)| {
-        before_result
-            .strip_suffix(b"}")
-            .and_then(|rest| rest.strip_suffix(written.as_slice()))
-            .is_some_and(|id| id.ends_with(b",\"result\":"))
+    let (at, len, complete) = WRITTEN.iter().find_map(|(finder, complete)| {
+        Some((finder.find(frame)?, finder.needle().len(), *complete))
     })?;
+    // The answer: `{"jsonrpc":"2.0","id":…,"result":STAND-IN}`, the whole JSON body or an
+    // event's `data` line (rmcp writes it whole on one line). The id is kept as rmcp wrote it.
+    let end = at + len;
+    let line_start = match json {
+        true => 0,
+        false => memchr::memrchr(b'\n', &frame[..at]).map_or(0, |newline| newline + 1),
+    };
+    let (prefix, after): (&[u8], &[u8]) = match json {
+        true => (b"{\"jsonrpc\":\"2.0\",\"id\":", b"}"),
+        false => (b"data: {\"jsonrpc\":\"2.0\",\"id\":", b"}\n"),
+    };
+    let before = &frame[line_start..at];
+    let whole = before.starts_with(prefix)
+        && before.ends_with(b",\"result\":")
+        && frame[end..].starts_with(after)
+        && (!json || end + after.len() == frame.len());
+    if !whole {
+        return None;
+    }
     let bytes = slot.take()?;
-    let result_at = data_end - 1 - stand_in.len();
-    let mut opening = Vec::with_capacity(result_at + 32);
-    opening.extend_from_slice(&frame[..result_at]);
+    let mut opening = Vec::with_capacity(at + 32);
+    opening.extend_from_slice(&frame[..at]);
     let mut skipped = 0;
-    if *complete {
+    if complete {
         // The result has members (it has `content`): the discriminator goes first.
         opening.extend_from_slice(b"{\"resultType\":\"complete\",");
         skipped = 1;
@@ -129,7 +191,7 @@ pub(in crate::gateway) fn replace(
     Some([
         Bytes::from(opening),
         bytes.into_bytes().slice(skipped..),
-        Bytes::copy_from_slice(&frame[data_end - 1..]),
+        Bytes::copy_from_slice(&frame[end..]),
     ])
 }
 
@@ -150,21 +212,72 @@ mod tests {
         slot
     }
 
-    /// The event rmcp writes for the stand-in answering `id` (a 2026-07-28 agent's: `complete`).
-    fn event(id: RequestId, complete: bool) -> Vec<u8> {
-        let mut placeholder = crate::transport::lines::raw::placeholder();
-        if complete {
-            placeholder.result_type = Some(rmcp::model::ResultType::COMPLETE);
-        }
-        let response = stand_in(Ok(CallToolResponse::Complete(placeholder)), Some(&filled()));
+    /// A POST with a result in its slot, and what watches its response.
+    fn posted() -> (Arc<Posted>, Watching) {
+        let mut request = Request::post("/mcp").body(Body::empty()).unwrap();
+        let watching = Posted::give(&mut request).expect("a POST's slot");
+        let posted = request.extensions().get::<Arc<Posted>>().unwrap().clone();
+        posted.slot.fill(filled().take().unwrap());
+        (posted, watching)
+    }
+
+    /// What the handler answers for a placeholder when `posted` has the bytes.
+    fn answered(posted: &Posted, complete: bool) -> CallToolResult {
+        let mut placeholder = raw::placeholder();
+        placeholder.result_type = complete.then_some(ResultType::COMPLETE);
+        let response = stand_in(Ok(CallToolResponse::Complete(placeholder)), Some(posted));
         let Ok(CallToolResponse::Complete(result)) = response else {
             panic!("a result");
         };
+        result
+    }
+
+    /// The event rmcp writes for the stand-in answering `id` (a 2026-07-28 agent's: `complete`).
+    fn event(id: RequestId, complete: bool) -> Vec<u8> {
+        let (posted, _watching) = posted();
+        let result = answered(&posted, complete);
         assert_eq!(result.is_error, Some(true));
         let message: ServerJsonRpcMessage =
             JsonRpcMessage::response(ServerResult::CallToolResult(result), id);
         let data = serde_json::to_string(&message).unwrap();
         format!("data: {data}\nid: 0/1\n\n").into_bytes()
+    }
+
+    #[tokio::test]
+    async fn a_watched_posts_response_carries_the_bytes_and_an_unwatched_ones_result_is_decoded() {
+        let (posted, watching) = posted();
+        let stand_in = answered(&posted, false);
+        let message: ServerJsonRpcMessage =
+            JsonRpcMessage::response(ServerResult::CallToolResult(stand_in), RequestId::Number(3));
+        let event = format!("data: {}\n\n", serde_json::to_string(&message).unwrap());
+        let response = Response::builder()
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .body(Body::from(format!("data: \nretry: 3000\n\n{event}")))
+            .unwrap();
+        let body = watching.watch(response).into_body();
+        let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+        assert_eq!(
+            std::str::from_utf8(&body).unwrap(),
+            format!(
+                "data: \nretry: 3000\n\ndata: {{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{RESULT}}}\n\n"
+            )
+        );
+        // Its response gone (the connection closed while the call ran), a POST's result is
+        // answered decoded, for rmcp to send wherever the agent picks its stream up.
+        let (posted, watching) = self::posted();
+        drop(watching);
+        let result = answered(&posted, true);
+        assert_eq!(result.is_error, None);
+        assert_eq!(result.result_type, Some(ResultType::COMPLETE));
+        assert_eq!(result.content[0].as_text().unwrap().text, "café /");
+        assert!(!posted.slot.is_filled());
+        // Other responses are not watched: a 202, an error, plain text.
+        let (_, watching) = self::posted();
+        let accepted = Response::builder()
+            .status(StatusCode::ACCEPTED)
+            .body(Body::empty());
+        let accepted = watching.watch(accepted.unwrap());
+        assert_eq!(accepted.status(), StatusCode::ACCEPTED);
     }
 
     #[test]

@@ -94,7 +94,8 @@ pub fn placeholder() -> CallToolResult {
 }
 
 /// Whether `result` is still what [`placeholder`] made, as the agent's answer is about to be
-/// written (rmcp adds `resultType` for a 2026-07-28 agent, which the writer adds to the bytes).
+/// written (the gateway sets `resultType`, which rmcp strips for an older agent; the writer adds
+/// it to the bytes for a 2026-07-28 agent).
 pub fn is_placeholder(result: &CallToolResult) -> bool {
     result.content.is_empty()
         && result.structured_content.is_none()
@@ -370,7 +371,6 @@ mod tests {
 
     #[test]
     fn a_leading_complete_result_type_is_left_out_of_the_bytes() {
-        let kept = |result| kept(result).as_deref().map(str::to_string);
         let plain = r#"{"content":[],"x":1}"#;
         assert_eq!(kept(r#"{"resultType":"complete","content":[],"x":1}"#).unwrap(), plain);
         let spaced = r#"{ "resultType" : "complete" ,  "content":[] , "x":1 }"#;
