@@ -66,6 +66,18 @@ impl Wire {
         (headers, messages)
     }
 
+    /// The name the gateway lists a tool under whose name ends with `suffix`.
+    async fn tool_ending(&self, suffix: &str) -> String {
+        let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+        let (_, listed) = self.post(list).await;
+        let tools = listed.last().expect("the list")["result"]["tools"].clone();
+        let names = tools.as_array().expect("tools").iter();
+        let mut names = names.filter_map(|tool| tool["name"].as_str());
+        let name = names.find(|name| name.ends_with(suffix));
+        name.unwrap_or_else(|| panic!("no tool ending {suffix:?} in {tools}"))
+            .to_string()
+    }
+
     /// POSTs `message` and reads the answer's body to its end, as it came.
     async fn post_text(&self, mut message: Value) -> (reqwest::header::HeaderMap, String) {
         let mut request = self
@@ -573,17 +585,7 @@ async fn a_result_reaches_an_http_agent_as_the_server_wrote_it() {
             if !modern {
                 wire.initialize().await;
             }
-            let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
-            let (_, listed) = wire.post(list).await;
-            let tools = listed.last().expect("the list")["result"]["tools"].clone();
-            let big = tools
-                .as_array()
-                .expect("tools")
-                .iter()
-                .filter_map(|tool| tool["name"].as_str())
-                .find(|name| name.ends_with("big"))
-                .expect("the server's tools")
-                .to_string();
+            let big = wire.tool_ending("big").await;
             let call = |id: u64, arguments: Value| {
                 json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
                     "params": {"name": big, "arguments": arguments}})
@@ -624,18 +626,7 @@ async fn a_result_reaches_an_http_agent_that_resumed_its_stream() {
     let mut wire = Wire::new(&url, false);
     wire.initialize().await;
     let session = wire.session.clone().expect("a session");
-    let (_, listed) = wire
-        .post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}))
-        .await;
-    let tools = listed.last().expect("the list")["result"]["tools"].clone();
-    let slow = tools
-        .as_array()
-        .expect("tools")
-        .iter()
-        .filter_map(|tool| tool["name"].as_str())
-        .find(|name| name.ends_with("slow"))
-        .expect("the fixture's tools")
-        .to_string();
+    let slow = wire.tool_ending("slow").await;
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": slow, "arguments": {"ms": 1500}}});
     let mut response = wire
