@@ -4,12 +4,13 @@
 //! rmcp's HTTP service writes every answer itself, so Tether cannot write the bytes in its
 //! stead. Instead each POST carries a slot ([`Posted`]); when a result went to it, the call's
 //! handler answers with a stand-in ([`stand_in`]) and the POST's response is watched for it
-//! ([`Posted::watch`]): the one event that carries the stand-in is written again with the
+//! ([`Watching::watch`]): the one event that carries the stand-in is written again with the
 //! result's bytes in its place. Only the POST's own response is watched. An agent whose POST's
 //! connection closed while its call ran may pick the stream up again (a GET with
-//! `Last-Event-ID`), where rmcp sends the answer or replays it: a call answered after its
-//! response was gone gets its result decoded (the typed way), and what rmcp replays of a stand-in
-//! that went out on a closed connection says so, an error, never an empty success.
+//! `Last-Event-ID`), where rmcp sends the answer: a call answered once its POST's response is
+//! gone gets its result decoded (the typed way). One gap is left: an agent that picks its stream
+//! up between the handler's answer and that answer's event gets the stand-in, an error saying
+//! the result could not be delivered, never an empty success.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
@@ -24,11 +25,10 @@ use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, Extensions, Re
 
 use crate::transport::lines::raw::{self, RawResult, is_placeholder};
 
-/// What the stand-in says, should it reach an agent: rmcp replaying an answer that went out on
-/// a connection that closed before it was read.
-const PASSED_ON: &str = "The tool answered, and Tether passed its result on as the server \
-sent it, on a connection that closed; Tether keeps no copy. Check the tool's effect before \
-calling it again.";
+/// What the stand-in says, should it reach an agent: one that picked its stream up again (a GET
+/// with `Last-Event-ID`) just as its call was answered.
+const PASSED_ON: &str = "The tool answered, but Tether could not deliver its result on this \
+stream and keeps no copy. Check the tool's effect before calling it again.";
 
 /// The stand-in, for an agent of either generation (with `resultType` for a 2026-07-28 one).
 fn stand_in_result(complete: bool) -> CallToolResult {
@@ -255,7 +255,15 @@ mod tests {
             .body(Body::from(format!("data: \nretry: 3000\n\n{event}")))
             .unwrap();
         let body = watching.watch(response).into_body();
+        assert!(
+            posted.watched.load(Ordering::Acquire),
+            "watched while its body is there"
+        );
         let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+        assert!(
+            !posted.watched.load(Ordering::Acquire),
+            "unwatched once it is gone"
+        );
         assert_eq!(
             std::str::from_utf8(&body).unwrap(),
             format!(
@@ -271,13 +279,21 @@ mod tests {
         assert_eq!(result.result_type, Some(ResultType::COMPLETE));
         assert_eq!(result.content[0].as_text().unwrap().text, "café /");
         assert!(!posted.slot.is_filled());
-        // Other responses are not watched: a 202, an error, plain text.
-        let (_, watching) = self::posted();
-        let accepted = Response::builder()
-            .status(StatusCode::ACCEPTED)
-            .body(Body::empty());
-        let accepted = watching.watch(accepted.unwrap());
+        // Other responses are not watched: a 202, plain text, each as it came.
+        let (posted, watching) = self::posted();
+        let accepted = Response::builder().status(StatusCode::ACCEPTED);
+        let accepted = watching.watch(accepted.body(Body::empty()).unwrap());
         assert_eq!(accepted.status(), StatusCode::ACCEPTED);
+        assert!(!posted.watched.load(Ordering::Acquire), "unwatched at once");
+        let (posted, watching) = self::posted();
+        let text = Response::builder().header(header::CONTENT_TYPE, "text/plain");
+        let text = watching.watch(text.body(Body::from(event.clone())).unwrap());
+        assert!(!posted.watched.load(Ordering::Acquire));
+        let text = axum::body::to_bytes(text.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(&text[..], event.as_bytes());
+        assert!(posted.slot.is_filled());
     }
 
     #[test]
