@@ -684,14 +684,16 @@ impl StreamableHttpClient for GuardedClient {
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, Rejected> {
         let on_session = session_id.is_some();
-        let request_id = match &message {
-            ClientJsonRpcMessage::Request(request) => Some(request.id.clone()),
+        let request = match &message {
+            ClientJsonRpcMessage::Request(request) => Some(request),
             _ => None,
         };
-        let is_call = matches!(&message, ClientJsonRpcMessage::Request(request)
-            if matches!(request.request, ClientRequest::CallToolRequest(_)));
+        let request_id = request.map(|request| request.id.clone());
+        let is_call = request
+            .is_some_and(|request| matches!(request.request, ClientRequest::CallToolRequest(_)));
+        // Where a call's result may go as the server's bytes.
+        let raw = request.and_then(|request| crate::upstream::route::raw_slot(&request.request));
         let reads_first_message = streamed::reads_first_message(&message);
-        let raw = crate::upstream::route::raw_slot(&message);
         // A request's POST lasts as long as the call when the server answers with JSON, so
         // its deadline is the caller's (rmcp cancels the POST when the request times out or
         // is dropped). Everything else the transport sends gets `request_timeout`.

@@ -117,7 +117,7 @@ impl LineRole for RoleClient {
             JsonRpcMessage::Request(request)
                 if matches!(request.request, ClientRequest::CallToolRequest(_)) =>
             {
-                let slot = calls::slot_of(&request.request);
+                let slot = crate::upstream::route::raw_slot(&request.request);
                 calls.lock().insert(request.id.clone(), slot);
             }
             JsonRpcMessage::Notification(notification) => {

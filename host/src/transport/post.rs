@@ -129,7 +129,7 @@ impl StreamableHttpClient for Posting {
             let written = wire::write_call(&request.id, call, &mut body);
             // This copy of the call (rmcp's worker copies every message it POSTs and keeps the
             // original) is no longer needed: its arguments go back to the call's route.
-            let raw = route::raw_slot(&message).map(|slot| (request.id.clone(), slot));
+            let raw = route::raw_slot(&request.request).map(|slot| (request.id.clone(), slot));
             route::hand_back(message);
             written.map_err(|error| StreamableHttpError::Io(std::io::Error::other(error)))?;
             let post = Post {

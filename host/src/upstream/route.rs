@@ -195,13 +195,10 @@ pub(crate) fn hand_back(message: ClientJsonRpcMessage) {
     }
 }
 
-/// Where the result of the tool call in `message` may go as the server's bytes, if its
-/// client's answers can carry them (see [`CallRoute::raw`]).
-pub(crate) fn raw_slot(message: &ClientJsonRpcMessage) -> Option<Arc<RawResult>> {
-    let JsonRpcMessage::Request(request) = message else {
-        return None;
-    };
-    let ClientRequest::CallToolRequest(call) = &request.request else {
+/// Where the result of `request`, if it is a tool call, may go as the server's bytes: its
+/// route's slot, when its client's answers can carry them (see [`CallRoute::raw`]).
+pub(crate) fn raw_slot(request: &ClientRequest) -> Option<Arc<RawResult>> {
+    let ClientRequest::CallToolRequest(call) = request else {
         return None;
     };
     let RouteTag(route) = call.extensions.get::<RouteTag>()?;

@@ -65,7 +65,6 @@ impl Posted {
             slot: Arc::default(),
             watched: AtomicBool::new(true),
         });
-        request.extensions_mut().insert(posted.slot.clone());
         request.extensions_mut().insert(posted.clone());
         Some(Watching(posted))
     }
@@ -111,9 +110,8 @@ impl Drop for Watching {
 /// (`direct.rs`), or the one its POST carries ([`Posted::give`]).
 pub(in crate::gateway) fn slot_in(extensions: &Extensions) -> Option<&Arc<RawResult>> {
     extensions.get::<Arc<RawResult>>().or_else(|| {
-        extensions
-            .get::<Parts>()
-            .and_then(|parts| parts.extensions.get::<Arc<RawResult>>())
+        let parts = extensions.get::<Parts>()?;
+        Some(&parts.extensions.get::<Arc<Posted>>()?.slot)
     })
 }
 

@@ -19,7 +19,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use rmcp::RoleClient;
 use rmcp::model::{
-    CallToolRequest, ClientRequest, ErrorData, GetExtensions, JsonRpcMessage, NumberOrString,
+    CallToolRequest, ClientRequest, ErrorData, JsonRpcMessage, NumberOrString,
     RequestId, ServerResult,
 };
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::raw::RawResult;
-use crate::upstream::route::{self, RouteTag};
+use crate::upstream::route;
 
 /// A call's answer: its result, or the error the server answered with.
 pub type Answered = Result<ServerResult, ErrorData>;
@@ -253,7 +253,7 @@ impl CallSender {
             };
             calls.remember(InFlight {
                 id: id.clone(),
-                slot: slot_of(&request.request),
+                slot: route::raw_slot(&request.request),
                 caller: Some(caller),
             });
             PendingCall {
@@ -313,12 +313,6 @@ impl Drop for PendingCall {
             lock(&self.shared.calls).remove(&self.id);
         }
     }
-}
-
-/// The slot a call's result may go to: its route's.
-pub(super) fn slot_of(request: &ClientRequest) -> Option<Arc<RawResult>> {
-    let RouteTag(route) = request.extensions().get::<RouteTag>()?;
-    route.raw.clone()
 }
 
 fn lock(calls: &Mutex<CallsInFlight>) -> MutexGuard<'_, CallsInFlight> {
@@ -423,7 +417,7 @@ mod tests {
         assert!(matches!(answer(waiting).await, Err(NoAnswer::Ended)));
         let route = Arc::new(CallRoute::default());
         let mut late = call(r#"{"n":3}"#);
-        late.extensions.insert(RouteTag(route.clone()));
+        late.extensions.insert(route::RouteTag(route.clone()));
         assert!(sender.send(sender.next_id(), late).is_err());
         let back = route.take_back().expect("handed back").expect("arguments");
         assert_eq!(back["n"], 3);
