@@ -30,7 +30,7 @@
 //!   go out again without its arguments copied before the first try.
 
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use rmcp::RoleClient;
 use rmcp::RoleServer;
@@ -224,8 +224,11 @@ impl LineRole for RoleServer {
     fn sending(_: &TxJsonRpcMessage<Self>, _: &mut ()) {}
 
     fn decode_hot(line: &[u8], _: &mut ()) -> Option<RxJsonRpcMessage<Self>> {
-        // A byte search first: a failed typed decode of another message costs more.
-        memchr::memmem::find(line, b"\"tools/call\"")?;
+        // A byte search first: a failed typed decode of another message costs more. The
+        // searcher is made once: making one costs more than searching a short line.
+        static TOOLS_CALL: LazyLock<memchr::memmem::Finder<'static>> =
+            LazyLock::new(|| memchr::memmem::Finder::new(b"\"tools/call\""));
+        TOOLS_CALL.find(line)?;
         let (id, call) = wire::read_call(wire::Shallow::new(line)?)?;
         Some(JsonRpcMessage::Request(JsonRpcRequest::new(
             id,

@@ -4,13 +4,18 @@
 //!
 //! - **direct**: the client talks to `mcp-fixture`;
 //! - **relay**: through socat copying the bytes (one more process, no parsing): the floor for
-//!   anything in the path. On stdio socat runs the fixture (`EXEC:`); on HTTP it relays TCP;
+//!   anything in the path. On stdio socat runs the fixture (`EXEC:`); on HTTP it relays TCP,
+//!   a process per connection (`--http-relay haproxy`: HAProxy in TCP mode, event-driven);
 //! - **tether**: through `tether serve` in front of the same fixture.
 //!
 //! On HTTP each client is its own MCP session; on stdio a server has one client, so the
 //! concurrent clients are concurrent callers on that session. Besides latency (p50, p99) and
 //! throughput, it reports Tether's added p50 as a multiple of the relay's, Tether's throughput as
 //! a share of direct, and Tether's resident memory per client session (HTTP, 1 session vs 64).
+//! It also reports the CPU time each process spends per call (the clients, the server, Tether):
+//! when the machine's cores are all busy, throughput through Tether over direct's can be no
+//! better than the CPU a call costs all processes on the direct path over what it costs them
+//! through Tether.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -48,6 +53,16 @@ pub struct Args {
     /// The byte relay (Debian: `apt-get install socat`).
     #[arg(long, default_value = "socat")]
     socat: PathBuf,
+    /// The TCP relay in front of the HTTP server: `socat` (a process per connection) or
+    /// `haproxy` (Debian: `apt-get install haproxy`; one event-driven process in TCP mode).
+    #[arg(long, value_enum, default_value_t = HttpRelay::Socat)]
+    http_relay: HttpRelay,
+}
+
+#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
+enum HttpRelay {
+    Socat,
+    Haproxy,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -60,13 +75,29 @@ enum Path3 {
 const PATHS: [Path3; 3] = [Path3::Direct, Path3::Relay, Path3::Tether];
 
 impl Path3 {
-    fn label(self) -> &'static str {
-        match self {
-            Path3::Direct => "direct",
-            Path3::Relay => "relay (socat)",
-            Path3::Tether => "tether serve",
+    fn label(self, transport: &str, args: &Args) -> String {
+        match (self, transport) {
+            (Path3::Direct, _) => "direct".into(),
+            (Path3::Relay, "http") if args.http_relay == HttpRelay::Haproxy => {
+                "relay (haproxy)".into()
+            }
+            (Path3::Relay, _) => "relay (socat)".into(),
+            (Path3::Tether, _) => "tether serve".into(),
         }
     }
+}
+
+/// HAProxy relaying TCP from `port` to `addr`, in the foreground, its config in `dir`.
+fn haproxy(dir: &Path, port: u16, addr: &str) -> Child {
+    let config = dir.join("haproxy.cfg");
+    let text = format!(
+        "global\n  maxconn 4096\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\nfrontend in\n  bind 127.0.0.1:{port}\n  default_backend up\nbackend up\n  server up {addr}\n"
+    );
+    std::fs::write(&config, text).expect("the relay's config is written");
+    spawn(
+        "haproxy",
+        &["-db".into(), "-f".into(), config.display().to_string()],
+    )
 }
 
 /// One path, set up: its clients (one on stdio, one per concurrent client on HTTP), the tool's
@@ -76,6 +107,8 @@ struct Setup {
     tool: String,
     /// The gateway's pid, on the tether path.
     gateway: Option<u32>,
+    /// The fixture's pid (it writes it to its state directory).
+    server: u32,
     /// Tether's resident memory with one client session and with all of them (HTTP).
     rss_kb: Option<(u64, u64)>,
     _children: Vec<Child>,
@@ -116,6 +149,45 @@ fn rss_kb(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU time (user and system, all threads) a process has used so far, from /proc.
+fn cpu_time(pid: u32) -> Duration {
+    let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // The fields after the command's name: state is the first, utime the 12th.
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_nanos(ticks * 1_000_000_000 / per_second)
+}
+
+/// CPU time of the path's processes: this one (the clients), the server, the gateway.
+fn cpu_now(setup: &Setup) -> [Duration; 3] {
+    [
+        cpu_time(std::process::id()),
+        cpu_time(setup.server),
+        setup.gateway.map(cpu_time).unwrap_or_default(),
+    ]
+}
+
+/// The pid the fixture wrote to its state directory once it started.
+async fn server_pid(state: &Path) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(pid) = std::fs::read_to_string(state.join("pid"))
+            .ok()
+            .and_then(|pid| pid.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "the fixture wrote no pid");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A process of the path, its stdin and stdout piped (a stdio client talks over them).
 fn spawn(program: impl AsRef<std::ffi::OsStr>, args: &[String]) -> Child {
     Command::new(program)
@@ -146,7 +218,8 @@ async fn http_clients(url: &str, count: usize) -> Vec<RunningService<RoleClient,
     clients
 }
 
-async fn set_up(transport: &str, path: Path3, socat: &Path, sessions: usize, name: &str) -> Setup {
+async fn set_up(transport: &str, path: Path3, args: &Args, sessions: usize, name: &str) -> Setup {
+    let socat = &args.socat;
     let dir = scratch(name);
     let state = dir.join("up");
     std::fs::create_dir_all(&state).unwrap();
@@ -203,13 +276,18 @@ async fn set_up(transport: &str, path: Path3, socat: &Path, sessions: usize, nam
                 ),
                 Path3::Relay => {
                     let port = util::free_port();
-                    let relay = spawn(
-                        socat,
-                        &[
-                            format!("TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,backlog=1024"),
-                            format!("TCP:{addr}"),
-                        ],
-                    );
+                    let relay = match args.http_relay {
+                        HttpRelay::Haproxy => haproxy(&dir, port, &addr),
+                        HttpRelay::Socat => spawn(
+                            socat,
+                            &[
+                                format!(
+                                    "TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,backlog=1024"
+                                ),
+                                format!("TCP:{addr}"),
+                            ],
+                        ),
+                    };
                     children.push(relay);
                     wait_listening(port).await;
                     (
@@ -261,6 +339,7 @@ async fn set_up(transport: &str, path: Path3, socat: &Path, sessions: usize, nam
         clients,
         tool,
         gateway,
+        server: server_pid(&state).await,
         rss_kb: rss,
         _children: children,
     }
@@ -340,6 +419,18 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         "{} does not run: the relay baseline needs socat (Debian: apt-get install socat)",
         args.socat.display()
     );
+    if args.http_relay == HttpRelay::Haproxy {
+        let haproxy_ok = std::process::Command::new("haproxy")
+            .arg("-v")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        anyhow::ensure!(
+            haproxy_ok,
+            "haproxy does not run: --http-relay haproxy needs it (Debian: apt-get install haproxy)"
+        );
+    }
     println!(
         "\n## forwarding: results of {:?} bytes from {:?} concurrent clients, {} rounds\n",
         args.sizes, args.concurrency, args.rounds
@@ -367,11 +458,16 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                     .collect()
             })
             .collect();
+        // cpu[path][size][concurrency]: the clients', the server's and the gateway's CPU time.
+        let mut cpu = vec![
+            vec![vec![[Duration::ZERO; 3]; args.concurrency.len()]; args.sizes.len()];
+            PATHS.len()
+        ];
         let mut memory = Vec::new();
         for round in 0..args.rounds {
             for (p, &path) in PATHS.iter().enumerate() {
                 let name = format!("forwarding-{transport}-{p}-{round}");
-                let setup = rt.block_on(set_up(transport, path, &args.socat, sessions, &name));
+                let setup = rt.block_on(set_up(transport, path, args, sessions, &name));
                 if let Some(rss) = setup.rss_kb {
                     memory.push(rss);
                 }
@@ -383,11 +479,18 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                     let calls = (args.volume / bytes.max(1)).clamp(args.min_calls, args.max_calls);
                     rt.block_on(load(&setup, bytes, 1, 8)); // warm-up
                     for (c, &concurrency) in args.concurrency.iter().enumerate() {
+                        let before = cpu_now(&setup);
                         let (latencies, wall) =
                             rt.block_on(load(&setup, bytes, concurrency, calls));
+                        let after = cpu_now(&setup);
                         let cell = &mut measured[p][s][c];
                         cell.latencies.extend(latencies);
                         cell.wall += wall;
+                        for (spent, (after, before)) in
+                            cpu[p][s][c].iter_mut().zip(after.iter().zip(before))
+                        {
+                            *spent += after.saturating_sub(before);
+                        }
                     }
                 }
                 rt.block_on(async {
@@ -400,6 +503,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         println!("### {transport}\n");
         let mut rows = Vec::new();
         let mut summary = Vec::new();
+        let mut cpu_rows = Vec::new();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
         for (s, &bytes) in args.sizes.iter().enumerate() {
             for (c, &concurrency) in args.concurrency.iter().enumerate() {
                 let p50 = |p: usize| Samples::from_durations(&measured[p][s][c].latencies).median();
@@ -410,7 +515,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                     rows.push(vec![
                         size_label(bytes),
                         concurrency.to_string(),
-                        path.label().to_string(),
+                        path.label(transport, args),
                         us(samples.median()),
                         us(samples.quantile(0.99)),
                         format!("{:.0}", cell.rate()),
@@ -423,6 +528,30 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                         },
                     ]);
                 }
+                let per_call = |p: usize, process: usize| {
+                    cpu[p][s][c][process].as_secs_f64() * 1e6
+                        / measured[p][s][c].latencies.len().max(1) as f64
+                };
+                for p in [0, 2] {
+                    let cell = &measured[p][s][c];
+                    let total: Duration = cpu[p][s][c].iter().sum();
+                    cpu_rows.push(vec![
+                        size_label(bytes),
+                        concurrency.to_string(),
+                        PATHS[p].label(transport, args),
+                        format!("{:.0} µs", per_call(p, 0)),
+                        format!("{:.0} µs", per_call(p, 1)),
+                        match p {
+                            0 => String::new(),
+                            _ => format!("{:.0} µs", per_call(p, 2)),
+                        },
+                        format!(
+                            "{:.0} %",
+                            total.as_secs_f64() / (cell.wall.as_secs_f64() * cores) * 100.0
+                        ),
+                    ]);
+                }
+                let direct_cpu = per_call(0, 0) + per_call(0, 1);
                 let added = |p: usize| p50(p) as f64 - direct as f64;
                 let share = measured[2][s][c].rate() / measured[0][s][c].rate();
                 summary.push(vec![
@@ -435,6 +564,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                         false => "(relay adds nothing)".into(),
                     },
                     format!("{:.0} %", share * 100.0),
+                    format!(
+                        "{:.0} %",
+                        direct_cpu / (0..3).map(|i| per_call(2, i)).sum::<f64>() * 100.0
+                    ),
                 ]);
             }
         }
@@ -459,8 +592,22 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 "tether adds (p50)",
                 "tether / relay",
                 "tether throughput / direct",
+                "CPU a call, direct / tether",
             ],
             &summary,
+        );
+        println!();
+        table(
+            &[
+                "result",
+                "clients",
+                "path",
+                "clients' CPU a call",
+                "server's",
+                "gateway's",
+                "cores busy",
+            ],
+            &cpu_rows,
         );
         if !memory.is_empty() {
             println!();
