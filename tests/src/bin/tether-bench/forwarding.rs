@@ -13,9 +13,9 @@
 //! throughput, it reports Tether's added p50 as a multiple of the relay's, Tether's throughput as
 //! a share of direct, and Tether's resident memory per client session (HTTP, 1 session vs 64).
 //! It also reports the CPU time each process spends per call (the clients, the server, Tether):
-//! when the machine's cores are all busy, throughput through Tether over direct's can be no
-//! better than the CPU a call costs all processes on the direct path over what it costs them
-//! through Tether.
+//! when the direct path keeps the cores all busy, throughput through Tether over direct's can be
+//! no better than the CPU a call costs all processes on the direct path over what it costs them
+//! through Tether (and is exactly that when the Tether path keeps them as busy).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -57,6 +57,9 @@ pub struct Args {
     /// `haproxy` (Debian: `apt-get install haproxy`; one event-driven process in TCP mode).
     #[arg(long, value_enum, default_value_t = HttpRelay::Socat)]
     http_relay: HttpRelay,
+    /// HAProxy, for `--http-relay haproxy`.
+    #[arg(long, default_value = "haproxy")]
+    haproxy: PathBuf,
 }
 
 #[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
@@ -75,29 +78,37 @@ enum Path3 {
 const PATHS: [Path3; 3] = [Path3::Direct, Path3::Relay, Path3::Tether];
 
 impl Path3 {
-    fn label(self, transport: &str, args: &Args) -> String {
+    fn label(self, transport: &str, http_relay: HttpRelay) -> String {
         match (self, transport) {
             (Path3::Direct, _) => "direct".into(),
-            (Path3::Relay, "http") if args.http_relay == HttpRelay::Haproxy => {
-                "relay (haproxy)".into()
-            }
+            (Path3::Relay, "http") if http_relay == HttpRelay::Haproxy => "relay (haproxy)".into(),
             (Path3::Relay, _) => "relay (socat)".into(),
             (Path3::Tether, _) => "tether serve".into(),
         }
     }
 }
 
-/// HAProxy relaying TCP from `port` to `addr`, in the foreground, its config in `dir`.
-fn haproxy(dir: &Path, port: u16, addr: &str) -> Child {
+/// HAProxy relaying TCP from `port` to `addr`, in the foreground (one process, killed on drop),
+/// its config and log in `dir`.
+fn haproxy(program: &Path, dir: &Path, port: u16, addr: &str) -> Child {
     let config = dir.join("haproxy.cfg");
     let text = format!(
         "global\n  maxconn 4096\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\nfrontend in\n  bind 127.0.0.1:{port}\n  default_backend up\nbackend up\n  server up {addr}\n"
     );
     std::fs::write(&config, text).expect("the relay's config is written");
-    spawn(
-        "haproxy",
-        &["-db".into(), "-f".into(), config.display().to_string()],
-    )
+    // Its complaints kept: a relay that does not start would otherwise show only as a port
+    // nobody listens on.
+    let log = std::fs::File::create(dir.join("haproxy.log")).expect("the relay's log is made");
+    Command::new(program)
+        .arg("-db")
+        .arg("-f")
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the relay starts")
 }
 
 /// One path, set up: its clients (one on stdio, one per concurrent client on HTTP), the tool's
@@ -149,19 +160,21 @@ fn rss_kb(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// CPU time (user and system, all threads) a process has used so far, from /proc.
+/// CPU time (user and system, all its threads, those ended too) a process has used so far, to
+/// the nanosecond (its CPU-time clock; `/proc/PID/stat` counts in 10 ms ticks).
 fn cpu_time(pid: u32) -> Duration {
-    let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            // The fields after the command's name: state is the first, utime the 12th.
-            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
-        })
-        .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Duration::from_nanos(ticks * 1_000_000_000 / per_second)
+    let mut clock: libc::clockid_t = 0;
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: both calls only write through the pointers given, which outlive them.
+    let read = unsafe {
+        libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock) == 0
+            && libc::clock_gettime(clock, &mut now) == 0
+    };
+    assert!(read, "the CPU time of process {pid} cannot be read");
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
 /// CPU time of the path's processes: this one (the clients), the server, the gateway.
@@ -173,19 +186,13 @@ fn cpu_now(setup: &Setup) -> [Duration; 3] {
     ]
 }
 
-/// The pid the fixture wrote to its state directory once it started.
-async fn server_pid(state: &Path) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(pid) = std::fs::read_to_string(state.join("pid"))
-            .ok()
-            .and_then(|pid| pid.trim().parse().ok())
-        {
-            return pid;
-        }
-        assert!(Instant::now() < deadline, "the fixture wrote no pid");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+/// The pid the fixture wrote to its state directory before it served (so before any client
+/// got through to it).
+fn server_pid(state: &Path) -> u32 {
+    std::fs::read_to_string(state.join("pid"))
+        .ok()
+        .and_then(|pid| pid.trim().parse().ok())
+        .expect("the fixture wrote its pid")
 }
 
 /// A process of the path, its stdin and stdout piped (a stdio client talks over them).
@@ -277,7 +284,7 @@ async fn set_up(transport: &str, path: Path3, args: &Args, sessions: usize, name
                 Path3::Relay => {
                     let port = util::free_port();
                     let relay = match args.http_relay {
-                        HttpRelay::Haproxy => haproxy(&dir, port, &addr),
+                        HttpRelay::Haproxy => haproxy(&args.haproxy, &dir, port, &addr),
                         HttpRelay::Socat => spawn(
                             socat,
                             &[
@@ -339,7 +346,7 @@ async fn set_up(transport: &str, path: Path3, args: &Args, sessions: usize, name
         clients,
         tool,
         gateway,
-        server: server_pid(&state).await,
+        server: server_pid(&state),
         rss_kb: rss,
         _children: children,
     }
@@ -407,27 +414,28 @@ fn size_label(bytes: usize) -> String {
     }
 }
 
-pub fn run(args: &Args) -> anyhow::Result<()> {
-    let socat_ok = std::process::Command::new(&args.socat)
-        .arg("-V")
+/// Whether `program` runs and succeeds with `arg` (a version flag).
+fn runs(program: &Path, arg: &str) -> bool {
+    std::process::Command::new(program)
+        .arg(arg)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .is_ok_and(|status| status.success());
+        .is_ok_and(|status| status.success())
+}
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let over_http = args.transports.iter().any(|t| t == "http");
+    let socat_relays = args.transports.iter().any(|t| t == "stdio")
+        || (over_http && args.http_relay == HttpRelay::Socat);
     anyhow::ensure!(
-        socat_ok,
+        !socat_relays || runs(&args.socat, "-V"),
         "{} does not run: the relay baseline needs socat (Debian: apt-get install socat)",
         args.socat.display()
     );
-    if args.http_relay == HttpRelay::Haproxy {
-        let haproxy_ok = std::process::Command::new("haproxy")
-            .arg("-v")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success());
+    if over_http && args.http_relay == HttpRelay::Haproxy {
         anyhow::ensure!(
-            haproxy_ok,
+            runs(&args.haproxy, "-v"),
             "haproxy does not run: --http-relay haproxy needs it (Debian: apt-get install haproxy)"
         );
     }
@@ -515,7 +523,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                     rows.push(vec![
                         size_label(bytes),
                         concurrency.to_string(),
-                        path.label(transport, args),
+                        path.label(transport, args.http_relay),
                         us(samples.median()),
                         us(samples.quantile(0.99)),
                         format!("{:.0}", cell.rate()),
@@ -528,22 +536,28 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                         },
                     ]);
                 }
+                // Indices into PATHS and into a cell's CPU times.
+                const DIRECT: usize = 0;
+                const TETHER: usize = 2;
+                const CLIENTS: usize = 0;
+                const SERVER: usize = 1;
+                const GATEWAY: usize = 2;
                 let per_call = |p: usize, process: usize| {
                     cpu[p][s][c][process].as_secs_f64() * 1e6
                         / measured[p][s][c].latencies.len().max(1) as f64
                 };
-                for p in [0, 2] {
+                for p in [DIRECT, TETHER] {
                     let cell = &measured[p][s][c];
                     let total: Duration = cpu[p][s][c].iter().sum();
                     cpu_rows.push(vec![
                         size_label(bytes),
                         concurrency.to_string(),
-                        PATHS[p].label(transport, args),
-                        format!("{:.0} µs", per_call(p, 0)),
-                        format!("{:.0} µs", per_call(p, 1)),
+                        PATHS[p].label(transport, args.http_relay),
+                        format!("{:.0} µs", per_call(p, CLIENTS)),
+                        format!("{:.0} µs", per_call(p, SERVER)),
                         match p {
-                            0 => String::new(),
-                            _ => format!("{:.0} µs", per_call(p, 2)),
+                            DIRECT => String::new(),
+                            _ => format!("{:.0} µs", per_call(p, GATEWAY)),
                         },
                         format!(
                             "{:.0} %",
@@ -551,9 +565,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                         ),
                     ]);
                 }
-                let direct_cpu = per_call(0, 0) + per_call(0, 1);
+                // What the CPU allows when the cores are full on both paths.
+                let cpu_share = (per_call(DIRECT, CLIENTS) + per_call(DIRECT, SERVER))
+                    / [CLIENTS, SERVER, GATEWAY]
+                        .map(|process| per_call(TETHER, process))
+                        .iter()
+                        .sum::<f64>();
                 let added = |p: usize| p50(p) as f64 - direct as f64;
-                let share = measured[2][s][c].rate() / measured[0][s][c].rate();
+                let share = measured[TETHER][s][c].rate() / measured[DIRECT][s][c].rate();
                 summary.push(vec![
                     size_label(bytes),
                     concurrency.to_string(),
@@ -564,10 +583,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                         false => "(relay adds nothing)".into(),
                     },
                     format!("{:.0} %", share * 100.0),
-                    format!(
-                        "{:.0} %",
-                        direct_cpu / (0..3).map(|i| per_call(2, i)).sum::<f64>() * 100.0
-                    ),
+                    format!("{:.0} %", cpu_share * 100.0),
                 ]);
             }
         }
@@ -592,7 +608,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 "tether adds (p50)",
                 "tether / relay",
                 "tether throughput / direct",
-                "CPU a call, direct / tether",
+                "CPU a call, direct / tether (the share full cores allow)",
             ],
             &summary,
         );
