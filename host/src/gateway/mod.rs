@@ -710,7 +710,7 @@ impl ServerHandler for Gateway {
     ) -> Result<CallToolResponse, McpError> {
         // An HTTP agent's result that passes as the server's bytes is answered with a stand-in
         // (see `http/results.rs`).
-        let posted = http::results::posted(&context.extensions);
+        let posted = http::results::posted(&context.extensions).cloned();
         let response = Box::pin(async move {
             // A tool of a server still starting is waited for (see `supervisor/startup.rs`).
             if !self.supervisor.registry().knows(&request.name) {

@@ -146,10 +146,10 @@ impl LineRole for RoleClient {
             true => raw::read(line).and_then(|(id, result)| Some((id, result?))),
             false => None,
         };
-        if let Some((id, result)) = kept {
+        if let Some((id, (bytes, rebrace))) = kept {
             let call = reader.lock().remove_with_slot(&id);
             if let Some(call) = call {
-                let ((at, len), rebrace) = ((result.0.as_ptr() as usize, result.0.len()), result.1);
+                let (at, len) = (bytes.as_ptr() as usize, bytes.len());
                 if let Some(slot) = reader.answering(call) {
                     reader.kept = Some(Kept {
                         slot,

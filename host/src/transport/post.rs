@@ -645,9 +645,10 @@ mod tests {
         let error = r#"{"jsonrpc":"2.0","id":5,"result":{"content":[],"isError":true}}"#;
         let (result, bytes) = call(error, RequestId::Number(5)).await;
         assert_eq!((result.is_error, bytes), (Some(true), None));
-        let other = r#"{"jsonrpc":"2.0","id":6,"result":{"content":[]}}"#;
+        let other = r#"{"jsonrpc":"2.0","id":6,"result":{"content":[{"type":"text","text":"six"}]}}"#;
         let (result, bytes) = call(other, RequestId::Number(5)).await;
-        assert_eq!((is_placeholder(&result), bytes), (true, None), "decoded, not kept");
+        assert_eq!(bytes, None, "not kept");
+        assert_eq!(result.content[0].as_text().unwrap().text, "six", "decoded");
     }
 
     #[test]

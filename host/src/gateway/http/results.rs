@@ -109,16 +109,15 @@ impl Drop for Watching {
 /// The slot of the request whose extensions are `extensions`: one a stdio agent's call carries
 /// (`direct.rs`), or the one its POST carries ([`Posted::give`]).
 pub(in crate::gateway) fn slot_in(extensions: &Extensions) -> Option<&Arc<RawResult>> {
-    extensions.get::<Arc<RawResult>>().or_else(|| {
-        let parts = extensions.get::<Parts>()?;
-        Some(&parts.extensions.get::<Arc<Posted>>()?.slot)
-    })
+    extensions
+        .get::<Arc<RawResult>>()
+        .or_else(|| Some(&posted(extensions)?.slot))
 }
 
-/// The POST whose request has `extensions`, for [`stand_in`].
-pub(in crate::gateway) fn posted(extensions: &Extensions) -> Option<Arc<Posted>> {
-    let parts = extensions.get::<Parts>()?;
-    parts.extensions.get::<Arc<Posted>>().cloned()
+/// The POST whose request has `extensions` (rmcp hands the handler its HTTP parts), for
+/// [`stand_in`].
+pub(in crate::gateway) fn posted(extensions: &Extensions) -> Option<&Arc<Posted>> {
+    extensions.get::<Parts>()?.extensions.get::<Arc<Posted>>()
 }
 
 /// An HTTP agent's answer: a placeholder whose result waits in its POST's slot becomes the
