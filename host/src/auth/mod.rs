@@ -255,12 +255,9 @@ impl Authorizer {
     /// Before a session opens: the client that signs its requests. Stored tokens are read
     /// here (their client is configured for refreshing); a failure to reach the
     /// authorization server now is not fatal while the access token is still valid.
-    pub(crate) async fn client(
-        &self,
-        http: reqwest::Client,
-    ) -> Result<AuthClient<Posting>, String> {
+    pub(crate) async fn client(&self, http: Posting) -> Result<AuthClient<Posting>, String> {
         let mut signer = self.signer().await?;
-        signer.http_client = Posting::new(http);
+        signer.http_client = http;
         let manager = signer.auth_manager.clone();
         if !self.prepared.load(Ordering::Acquire)
             && let Ok(Some(record)) = self.tokens.record()

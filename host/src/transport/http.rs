@@ -38,7 +38,9 @@ use url::Url;
 pub use super::SessionEnd;
 pub use super::http_error::HttpError;
 use super::http_error::root_cause;
+use super::kept::{self, KeptConnections, KeptFailed};
 use super::oauth::Signing;
+use super::post::Posting;
 use super::{Fault, gate::Guarded, limit, sse::SseTransport};
 use crate::auth::Authorizer;
 use crate::upstream::route::Routes;
@@ -403,7 +405,10 @@ async fn streamable<H: ClientHandler>(
     handler: H,
 ) -> Result<HttpSession<H>, Failure> {
     let end = SessionEnd::new();
-    let http = http_client(opts)?;
+    let http = Posting::keeping(
+        http_client(opts)?,
+        KeptConnections::new(opts.connect_timeout),
+    );
     let inner = match &opts.auth {
         Some(authorizer) => {
             let signer = authorizer
@@ -466,7 +471,7 @@ async fn legacy<H: ClientHandler>(
     // SSE has no request of its own to refresh it on.
     if let Some(authorizer) = &opts.auth {
         let signer = authorizer
-            .client(client.clone())
+            .client(Posting::new(client.clone()))
             .await
             .map_err(|why| Failure::new(Fault::HandshakeFailed(why)))?;
         if let Ok(token) = signer.get_access_token().await
@@ -523,7 +528,7 @@ fn http_client(opts: &HttpOptions) -> Result<reqwest::Client, Failure> {
         // ends an event stream ~40 ms after its last event (delayed ACK), and a reused
         // connection waits for that end (measured: +45 ms a call at 100 B; rmcp issue 789).
         .pool_max_idle_per_host(0)
-        .redirect(same_origin_redirects())
+        .redirect(kept::same_origin_redirects())
         .build()
         .map_err(|error| {
             Failure::new(Fault::HandshakeFailed(format!(
@@ -531,26 +536,6 @@ fn http_client(opts: &HttpOptions) -> Result<reqwest::Client, Failure> {
                 root_cause(&error)
             )))
         })
-}
-
-/// Follows only same-origin 307/308: others would drop the POST body or hand the session id
-/// and configured headers to another host.
-fn same_origin_redirects() -> reqwest::redirect::Policy {
-    const MAX_REDIRECTS: usize = 10;
-    reqwest::redirect::Policy::custom(|attempt| {
-        let keeps_body = matches!(attempt.status().as_u16(), 307 | 308);
-        let same_origin = attempt
-            .previous()
-            .first()
-            .is_some_and(|first| first.origin() == attempt.url().origin());
-        if !keeps_body || !same_origin {
-            attempt.stop()
-        } else if attempt.previous().len() > MAX_REDIRECTS {
-            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
-        } else {
-            attempt.follow()
-        }
-    })
 }
 
 /// Headers the transports set themselves; configuring them would break the protocol.
@@ -942,13 +927,32 @@ fn convert(error: StreamableHttpError<reqwest::Error>) -> Rejected {
             None => "answered without a content type".into(),
         }),
         E::Deserialize(_) => HttpError::NotMcp("the answer was not JSON-RPC".into()),
-        E::Sse(_) | E::Io(_) => HttpError::Unreachable("the event stream broke".into()),
+        E::Io(error) => io_failure(&error),
+        E::Sse(_) => HttpError::Unreachable("the event stream broke".into()),
         E::ControlRequestTimeout => {
             HttpError::Other("a control message got no answer in time".into())
         }
         other => HttpError::Other(category(&other)),
     };
     E::Client(ours)
+}
+
+/// An IO error in our vocabulary: one of the kept connections' (`post.rs`), a header value
+/// that cannot be sent, or a broken event stream.
+fn io_failure(error: &std::io::Error) -> HttpError {
+    let kept = error.get_ref().and_then(|inner| inner.downcast_ref::<KeptFailed>());
+    if let Some(failed) = kept {
+        let cause = root_cause(failed);
+        return if failed.sent_nothing() {
+            HttpError::CannotConnect(cause)
+        } else {
+            HttpError::Unreachable(format!("the request failed: {cause}"))
+        };
+    }
+    match error.kind() {
+        std::io::ErrorKind::InvalidInput => HttpError::Other(error.to_string()),
+        _ => HttpError::Unreachable("the event stream broke".into()),
+    }
 }
 
 #[cfg(test)]

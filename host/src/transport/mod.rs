@@ -10,6 +10,7 @@ pub mod limit;
 pub mod lines;
 pub(crate) mod oauth;
 pub(crate) mod own_stdio;
+pub(crate) mod kept;
 pub(crate) mod post;
 pub mod sse;
 pub mod stdio;

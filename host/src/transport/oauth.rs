@@ -29,20 +29,13 @@ pub(crate) struct Signing {
 }
 
 impl Signing {
-    pub fn plain(client: reqwest::Client) -> Self {
-        Self {
-            plain: Posting::new(client),
-            oauth: None,
-        }
+    pub fn plain(plain: Posting) -> Self {
+        Self { plain, oauth: None }
     }
 
-    pub fn signed(
-        client: reqwest::Client,
-        signer: AuthClient<Posting>,
-        authorizer: Arc<Authorizer>,
-    ) -> Self {
+    pub fn signed(plain: Posting, signer: AuthClient<Posting>, authorizer: Arc<Authorizer>) -> Self {
         Self {
-            plain: Posting::new(client),
+            plain,
             oauth: Some((Arc::new(signer), authorizer)),
         }
     }

@@ -24,6 +24,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt, stream::BoxStream};
 use http::{HeaderName, HeaderValue, StatusCode, header};
 use rmcp::model::{
@@ -39,6 +40,7 @@ use rmcp::transport::streamable_http_client::{
 use sse_stream::Sse;
 
 use super::event_stream;
+use super::kept::{self, KeptConnections, KeptFailed};
 use super::limit::BoundedEvents;
 use super::lines::raw::{self, RawResult};
 use super::wire;
@@ -56,34 +58,60 @@ const ACCEPT: &str = "text/event-stream, application/json";
 #[derive(Clone, Debug)]
 pub(crate) struct Posting {
     client: reqwest::Client,
+    /// Where tool calls go when the endpoint is plain HTTP (`kept.rs`).
+    kept: Option<KeptConnections>,
     /// The endpoint last posted to, parsed: a session posts every call to the same one, and
     /// reqwest parses a URL given as text on every request (~18 k instructions a call).
     endpoint: Arc<Mutex<Option<Endpoint>>>,
 }
 
 /// An endpoint as rmcp's worker gives it, and parsed.
-type Endpoint = (Arc<str>, reqwest::Url);
+#[derive(Clone, Debug)]
+struct Endpoint {
+    text: Arc<str>,
+    url: reqwest::Url,
+    /// Set where the kept connections serve it.
+    kept: Option<http::Uri>,
+}
 
 impl Posting {
     pub(crate) fn new(client: reqwest::Client) -> Self {
         Self {
             client,
+            kept: None,
             endpoint: Arc::default(),
+        }
+    }
+
+    /// Tool calls to a plain-HTTP endpoint go over `kept` connections.
+    pub(crate) fn keeping(client: reqwest::Client, kept: KeptConnections) -> Self {
+        Self {
+            kept: Some(kept),
+            ..Self::new(client)
         }
     }
 
     /// `uri` parsed, from the last call's parse when it is the same; `None` if it does not
     /// parse (reqwest then fails the request as it would have).
-    fn endpoint(&self, uri: &Arc<str>) -> Option<reqwest::Url> {
+    fn endpoint(&self, uri: &Arc<str>) -> Option<Endpoint> {
         let mut last = self.endpoint.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((text, url)) = last.as_ref()
-            && text == uri
+        if let Some(endpoint) = last.as_ref()
+            && endpoint.text == *uri
         {
-            return Some(url.clone());
+            return Some(endpoint.clone());
         }
         let url = reqwest::Url::parse(uri).ok()?;
-        *last = Some((uri.clone(), url.clone()));
-        Some(url)
+        let kept = self.kept.as_ref().and_then(|kept| {
+            let uri = http::Uri::try_from(url.as_str()).ok()?;
+            kept.serves(&uri).then_some(uri)
+        });
+        let endpoint = Endpoint {
+            text: uri.clone(),
+            url,
+            kept,
+        };
+        *last = Some(endpoint.clone());
+        Some(endpoint)
     }
 }
 
@@ -143,7 +171,7 @@ impl StreamableHttpClient for Posting {
             };
             // Boxed, as rmcp's client below: the layers above (and rmcp's worker, which moves
             // the whole future) then carry a pointer, not kilobytes of reqwest's state.
-            return Box::pin(post.send(&self.client, body)).await;
+            return Box::pin(post.send(self, body)).await;
         }
         let post = self.client.post_message_with_response_limits(
             uri,
@@ -207,7 +235,7 @@ impl StreamableHttpClient for Posting {
 struct Post<'a> {
     uri: &'a str,
     /// `uri` parsed, where it parses.
-    endpoint: Option<reqwest::Url>,
+    endpoint: Option<Endpoint>,
     session_id: Option<&'a str>,
     auth_header: Option<String>,
     custom_headers: HashMap<HeaderName, HeaderValue>,
@@ -219,34 +247,91 @@ struct Post<'a> {
 impl Post<'_> {
     /// Sends the call written as `body` and reads what the answer means.
     async fn send(
-        self,
-        client: &reqwest::Client,
+        mut self,
+        clients: &Posting,
         body: Vec<u8>,
     ) -> Result<StreamableHttpPostResponse, Failed> {
-        let request = match self.endpoint {
-            Some(url) => client.post(url),
-            None => client.post(self.uri),
-        };
-        let mut request = request
-            .header(header::ACCEPT, ACCEPT)
-            .header(header::CONTENT_TYPE, JSON_MIME_TYPE)
-            .body(body);
-        if let Some(token) = self.auth_header {
-            request = request.bearer_auth(token);
-        }
-        for (name, value) in self.custom_headers {
-            if reserved(&name) {
-                return Err(StreamableHttpError::ReservedHeaderConflict(name.to_string()));
+        let body = Bytes::from(body);
+        let response = match (&clients.kept, self.endpoint.take()) {
+            (Some(kept), Some(Endpoint { url, kept: Some(uri), .. })) => {
+                self.post_kept(kept, url, uri, body).await?
             }
-            request = request.header(name, value);
-        }
-        if let Some(session_id) = self.session_id {
-            request = request.header(HEADER_SESSION_ID, session_id);
-        }
-        let response = request.send().await?;
+            (_, endpoint) => {
+                let request = match endpoint {
+                    Some(endpoint) => clients.client.post(endpoint.url),
+                    None => clients.client.post(self.uri),
+                };
+                request.headers(self.headers()?).body(body).send().await?
+            }
+        };
         answer(response, self.session_id.is_some(), self.limits, self.raw).await
     }
+
+    /// Sends over the kept connections, following redirects as reqwest's client does.
+    async fn post_kept(
+        &self,
+        kept: &KeptConnections,
+        first: reqwest::Url,
+        mut uri: http::Uri,
+        body: Bytes,
+    ) -> Result<reqwest::Response, Failed> {
+        // Carried to `http.rs` in an IO error, the one variant of rmcp's error that holds
+        // another error than reqwest's.
+        let failed = |error: KeptFailed| StreamableHttpError::Io(std::io::Error::other(error));
+        let (mut url, mut referer) = (first.clone(), None);
+        for _ in 0..=kept::MAX_REDIRECTS {
+            let mut headers = self.headers()?;
+            if let Some(referer) = referer.take() {
+                headers.insert(header::REFERER, referer);
+            }
+            let response = kept.post(uri, headers, body.clone()).await.map_err(failed)?;
+            match kept::redirect(&first, &url, &response) {
+                Some((next_url, next_uri)) => {
+                    referer = kept::referer(&url);
+                    (url, uri) = (next_url, next_uri);
+                }
+                None => return Ok(response),
+            }
+        }
+        Err(failed(KeptFailed::TooManyRedirects))
+    }
+
+    /// The headers of the POST: what MCP asks for, the token, the configured ones and the
+    /// session's id.
+    fn headers(&self) -> Result<http::HeaderMap, Failed> {
+        let mut headers = http::HeaderMap::with_capacity(4 + self.custom_headers.len());
+        headers.insert(header::ACCEPT, HeaderValue::from_static(ACCEPT));
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(JSON_MIME_TYPE),
+        );
+        if let Some(token) = &self.auth_header {
+            let mut value = HeaderValue::try_from(format!("Bearer {token}"))
+                .map_err(|_| unsendable("the access token"))?;
+            value.set_sensitive(true);
+            headers.insert(header::AUTHORIZATION, value);
+        }
+        for (name, value) in &self.custom_headers {
+            if reserved(name) {
+                return Err(StreamableHttpError::ReservedHeaderConflict(name.to_string()));
+            }
+            headers.append(name, value.clone());
+        }
+        if let Some(session_id) = self.session_id {
+            let value =
+                HeaderValue::from_str(session_id).map_err(|_| unsendable("the session id"))?;
+            headers.insert(HEADER_SESSION_ID, value);
+        }
+        Ok(headers)
+    }
 }
+
+/// `what` has characters a header cannot carry (`http.rs` reads the kind).
+fn unsendable(what: &str) -> Failed {
+    let words = format!("{what} cannot be sent in a header");
+    StreamableHttpError::Io(std::io::Error::new(std::io::ErrorKind::InvalidInput, words))
+}
+
 
 /// Headers the transport sets itself, which a configured header may not replace (rmcp's list
 /// but the protocol version, which rmcp's worker passes as a custom header).
@@ -524,29 +609,37 @@ mod tests {
         let mut limits = StreamableHttpResponseLimits::default();
         limits.max_json_response_size = 1024;
         let client = reqwest::Client::new();
+        let same_origin = reqwest::Client::builder()
+            .redirect(kept::same_origin_redirects())
+            .build()
+            .unwrap();
+        let kept = KeptConnections::new(std::time::Duration::from_secs(5));
         for number in 0..CASES {
             let uri: Arc<str> = format!("http://{address}/case/{number}").into();
-            let post = |client| {
+            // The outcome in words, and every request the server saw (a redirect's too).
+            let post = |posting: Option<Posting>| {
                 let (uri, message, headers) = (uri.clone(), message.clone(), headers.clone());
+                let seen = seen.clone();
                 async move {
-                    let sent = match client {
-                        Some(client) => Posting::new(client).post_message_with_response_limits(
+                    let sent = match posting {
+                        Some(posting) => posting.post_message_with_response_limits(
                             uri, message, Some("s1".into()), Some("token".into()), headers, limits,
                         ).await,
                         None => reqwest::Client::new().post_message_with_response_limits(
                             uri, message, Some("s1".into()), Some("token".into()), headers, limits,
                         ).await,
                     };
-                    describe(sent).await
+                    let outcome = describe(sent).await;
+                    (outcome, std::mem::take(&mut *seen.lock().unwrap()))
                 }
             };
             let theirs = post(None).await;
-            let ours = post(Some(client.clone())).await;
+            let ours = post(Some(Posting::new(client.clone()))).await;
             assert_eq!(ours, theirs, "case {number}: {:?}", case(number));
-            // Every request of the case (a redirect's too): rmcp's first, then ours.
-            let seen = std::mem::take(&mut *seen.lock().unwrap());
-            let (theirs, ours) = seen.split_at(seen.len() / 2);
-            assert_eq!(ours, theirs, "case {number}: the requests sent");
+            // Over kept connections as over reqwest's, with the session's redirect rule.
+            let reqwests = post(Some(Posting::new(same_origin.clone()))).await;
+            let kept = post(Some(Posting::keeping(same_origin.clone(), kept.clone()))).await;
+            assert_eq!(kept, reqwests, "case {number} kept: {:?}", case(number));
         }
     }
 
@@ -580,11 +673,23 @@ mod tests {
                 RequestId::Number(1),
                 ClientRequest::CallToolRequest(call),
             ));
-            let sent = Posting::new(reqwest::Client::new())
-                .post_message(uri.into(), message, None, None, HashMap::new())
-                .await;
-            assert_eq!(sent.is_ok(), answered, "{}", describe(sent).await);
-            assert_eq!(route.take_back(), Some(Some(arguments.clone())));
+            let kept = KeptConnections::new(std::time::Duration::from_secs(5));
+            for posting in [
+                Posting::new(reqwest::Client::new()),
+                Posting::keeping(reqwest::Client::new(), kept),
+            ] {
+                let sent = posting
+                    .post_message(uri.as_str().into(), message.clone(), None, None, HashMap::new())
+                    .await;
+                // The kept connections' refusal reads as nothing sent (`http.rs` lets such a
+                // call go out again).
+                if let Err(StreamableHttpError::Io(error)) = &sent {
+                    let kept = error.get_ref().and_then(|e| e.downcast_ref::<KeptFailed>());
+                    assert!(kept.is_some_and(KeptFailed::sent_nothing), "{error}");
+                }
+                assert_eq!(sent.is_ok(), answered, "{}", describe(sent).await);
+                assert_eq!(route.take_back(), Some(Some(arguments.clone())));
+            }
         }
     }
 
@@ -592,17 +697,29 @@ mod tests {
     fn the_endpoint_is_parsed_once_while_it_stays_the_same() {
         let posting = Posting::new(reqwest::Client::new());
         let first: Arc<str> = "http://127.0.0.1:1/mcp".into();
-        assert_eq!(posting.endpoint(&first).unwrap().as_str(), &*first);
+        assert_eq!(posting.endpoint(&first).unwrap().url.as_str(), &*first);
         let cached = posting.endpoint.lock().unwrap().clone().unwrap();
         // The same text, another allocation: the parse is reused.
         let again: Arc<str> = "http://127.0.0.1:1/mcp".into();
-        assert_eq!(posting.endpoint(&again).unwrap(), cached.1);
-        assert!(Arc::ptr_eq(&posting.endpoint.lock().unwrap().as_ref().unwrap().0, &first));
+        assert_eq!(posting.endpoint(&again).unwrap().url, cached.url);
+        assert!(Arc::ptr_eq(&posting.endpoint.lock().unwrap().as_ref().unwrap().text, &first));
         // Another endpoint replaces it; one that does not parse is left to reqwest.
         let other: Arc<str> = "http://127.0.0.1:2/other".into();
-        assert_eq!(posting.endpoint(&other).unwrap().as_str(), &*other);
-        assert_eq!(posting.endpoint(&"not a url".into()), None);
-        assert_eq!(posting.endpoint.lock().unwrap().as_ref().unwrap().0, other);
+        assert_eq!(posting.endpoint(&other).unwrap().url.as_str(), &*other);
+        assert!(posting.endpoint(&"not a url".into()).is_none());
+        assert_eq!(posting.endpoint.lock().unwrap().as_ref().unwrap().text, other);
+    }
+
+    #[test]
+    fn tool_calls_go_over_kept_connections_only_to_plain_http() {
+        let kept = KeptConnections::new(std::time::Duration::from_secs(1));
+        let posting = Posting::keeping(reqwest::Client::new(), kept);
+        let plain = posting.endpoint(&"http://127.0.0.1:1/mcp".into()).unwrap();
+        assert_eq!(plain.kept.unwrap(), "http://127.0.0.1:1/mcp");
+        let tls = posting.endpoint(&"https://127.0.0.1:1/mcp".into()).unwrap();
+        assert!(tls.kept.is_none());
+        let unkept = Posting::new(reqwest::Client::new());
+        assert!(unkept.endpoint(&"http://127.0.0.1:1/mcp".into()).unwrap().kept.is_none());
     }
 
     /// A JSON answer with `body`, as reqwest hands it over.
