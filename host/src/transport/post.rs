@@ -1,5 +1,6 @@
-//! The POST of a `tools/call` to a Streamable HTTP server, sent and read by Tether; every other
-//! exchange is rmcp's reqwest client's.
+//! The POST of a `tools/call` to a Streamable HTTP server, sent and read by Tether (over kept
+//! connections to a plain-HTTP server, [`kept`]); every other exchange is rmcp's reqwest
+//! client's.
 //!
 //! rmcp's client checks the size of each event of a streamed answer before parsing it by looking
 //! at every byte (about 21 instructions a byte: 42 M of the 93 M instructions a 2 MB answer cost
