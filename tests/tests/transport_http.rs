@@ -140,6 +140,64 @@ async fn streamable_lists_tools_and_calls() {
     fixture.kill().await;
 }
 
+/// The connections to `port` this machine knows of, open or closed within the last minute (one
+/// end stays in TIME_WAIT): their client ports.
+fn connections_to(port: u16) -> std::collections::HashSet<u16> {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("read /proc/net/tcp");
+    let port_of = |address: &str| {
+        let (_, port) = address.rsplit_once(':')?;
+        u16::from_str_radix(port, 16).ok()
+    };
+    let mut clients = std::collections::HashSet::new();
+    for line in table.lines().skip(1) {
+        let columns: Vec<&str> = line.split_whitespace().collect();
+        let (Some(local), Some(remote)) = (
+            columns.get(1).and_then(|a| port_of(a)),
+            columns.get(2).and_then(|a| port_of(a)),
+        ) else {
+            continue;
+        };
+        if remote == port {
+            clients.insert(local);
+        } else if local == port && remote != 0 {
+            clients.insert(remote);
+        }
+    }
+    clients
+}
+
+/// Tool calls reuse their connections, and a server that leaves Nagle on (the fixture does, on
+/// rmcp's and axum's defaults) does not hold each answer for a delayed ACK (~40 ms a call).
+#[tokio::test]
+async fn tool_calls_keep_their_connections_without_waiting_for_delayed_acks() {
+    const CALLS: u32 = 30;
+    let state = tempfile::tempdir().unwrap();
+    let fixture = Fixture::start("http", state.path(), "127.0.0.1:0", &[]).await;
+    let service = http::connect_streamable(&fixture.mcp_url(), &options(), ())
+        .await
+        .expect("connects");
+    call_echo(&service, "warm").await.expect("echo");
+    let before = connections_to(fixture.addr.port());
+    let started = Instant::now();
+    for _ in 0..CALLS {
+        assert_eq!(call_echo(&service, "hi").await.expect("echo"), "hi");
+    }
+    let took = started.elapsed();
+    let opened = connections_to(fixture.addr.port())
+        .difference(&before)
+        .count();
+    // A connection a call would leave 30 behind (in TIME_WAIT); hyper may open a second one
+    // when a call starts before the last has gone back to the pool.
+    assert!(opened < 10, "{CALLS} calls opened {opened} connections");
+    // Waiting for delayed ACKs would take at least 29 × 40 ms.
+    assert!(
+        took < Duration::from_millis(800),
+        "{CALLS} calls took {took:?}"
+    );
+    close(service).await;
+    fixture.kill().await;
+}
+
 #[tokio::test]
 async fn sse_lists_tools_and_calls() {
     let state = tempfile::tempdir().unwrap();

@@ -38,9 +38,11 @@ use url::Url;
 pub use super::SessionEnd;
 pub use super::http_error::HttpError;
 use super::http_error::root_cause;
-use super::kept::{self, KeptConnections, KeptFailed};
+use super::kept::{KeptConnections, KeptFailed};
 use super::oauth::Signing;
 use super::post::Posting;
+use super::redirect;
+use super::wire::same_id;
 use super::{Fault, gate::Guarded, limit, sse::SseTransport};
 use crate::auth::Authorizer;
 use crate::upstream::route::Routes;
@@ -529,7 +531,7 @@ fn http_client(opts: &HttpOptions) -> Result<reqwest::Client, Failure> {
         // rmcp issue 789). Tool calls to plain-HTTP servers go over `kept.rs`'s connections,
         // which acknowledge at once.
         .pool_max_idle_per_host(0)
-        .redirect(kept::same_origin_redirects())
+        .redirect(redirect::same_origin())
         .build()
         .map_err(|error| {
             Failure::new(Fault::HandshakeFailed(format!(
@@ -893,11 +895,6 @@ fn refused_answer(request: Option<&RequestId>, why: &str) -> StreamableHttpPostR
     StreamableHttpPostResponse::Json(message, None)
 }
 
-/// Whether an answer's id names the request; some servers echo numeric ids as strings.
-pub(super) fn same_id(request: &RequestId, answer: &RequestId) -> bool {
-    request == answer
-        || matches!((request, answer), (RequestId::Number(n), RequestId::String(s)) if s.parse::<i64>().ok() == Some(*n))
-}
 
 /// rmcp's reqwest errors in our vocabulary. Variants rmcp's worker acts on by type (session
 /// expiry, auth challenges, no SSE support) are kept.
@@ -1020,13 +1017,24 @@ mod tests {
         assert!(uncorrelated(&StreamableHttpPostResponse::Accepted, Some(&id)).is_none());
     }
 
-    #[test]
-    fn ids_match_across_number_and_string() {
-        assert!(same_id(
-            &RequestId::Number(3),
-            &RequestId::String("3".into())
-        ));
-        assert!(!same_id(&RequestId::Number(3), &RequestId::Number(4)));
+    /// A failure of the kept connections reads as nothing sent (so the call may go out again)
+    /// only when no connection was made.
+    #[tokio::test]
+    async fn a_kept_connections_failure_is_worded_by_what_was_sent() {
+        let kept = KeptConnections::without_proxies(Duration::from_secs(5));
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let url = Url::parse(&format!("http://{closed}/mcp")).unwrap();
+        let uri = kept.serves(&url).unwrap();
+        let refused = kept
+            .post(uri, http::HeaderMap::new(), bytes::Bytes::new())
+            .await
+            .unwrap_err();
+        let worded = |error: KeptFailed| io_failure(&std::io::Error::other(error));
+        assert!(matches!(worded(refused), HttpError::CannotConnect(_)));
+        let looped = worded(KeptFailed::TooManyRedirects);
+        assert_eq!(looped.to_string(), "the request failed: more than 10 redirects");
+        let header = std::io::Error::new(std::io::ErrorKind::InvalidInput, "the token …");
+        assert!(matches!(io_failure(&header), HttpError::Other(_)));
     }
 
     #[test]

@@ -7,11 +7,12 @@
 //! the connection can be kept: no TCP connect a call (measured: 11 % of the gateway's CPU a call,
 //! and the server's accept). reqwest gives no access to its sockets, hence this client.
 //!
-//! Only `http://` endpoints that no proxy setting intercepts: TLS and proxies stay with reqwest.
-//! Redirects are followed as reqwest's client follows them ([`follows_redirect`]).
+//! Only `http://` endpoints without credentials in the URL that no proxy setting intercepts,
+//! and only where Tether can set `TCP_QUICKACK` (Linux): the rest stays with reqwest.
 
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -24,9 +25,12 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-/// How long an idle connection is kept. Below the 5 s after which Node's and uvicorn's servers
-/// close an idle connection, so a call is not written into a connection the server is closing.
-const IDLE: Duration = Duration::from_secs(2);
+use super::redirect;
+
+/// How long an idle connection is kept: below the 2 s after which gunicorn closes an idle
+/// connection (Node's and uvicorn's servers: 5 s), so that a call is not written into a
+/// connection the server is closing (such a call fails, and is not sent again).
+const IDLE: Duration = Duration::from_secs(1);
 
 /// Idle connections kept to one server, at most.
 const MAX_IDLE: usize = 32;
@@ -35,7 +39,7 @@ const MAX_IDLE: usize = 32;
 #[derive(Clone)]
 pub(crate) struct KeptConnections {
     client: Client<QuickAckConnector, Full<Bytes>>,
-    proxies: std::sync::Arc<Matcher>,
+    proxies: Arc<Matcher>,
 }
 
 impl std::fmt::Debug for KeptConnections {
@@ -44,64 +48,12 @@ impl std::fmt::Debug for KeptConnections {
     }
 }
 
-/// Redirects a POST follows at most.
-pub(crate) const MAX_REDIRECTS: usize = 10;
-
-/// Whether a POST to `first` that was redirected with `status` to `next` is sent there: only
-/// same-origin 307/308, since others would drop the body or hand the session id and the
-/// configured headers to another host.
-pub(crate) fn follows_redirect(status: http::StatusCode, first: &url::Url, next: &url::Url) -> bool {
-    matches!(status.as_u16(), 307 | 308) && first.origin() == next.origin()
-}
-
-/// The same rule for reqwest's client.
-pub(crate) fn same_origin_redirects() -> reqwest::redirect::Policy {
-    reqwest::redirect::Policy::custom(|attempt| {
-        let follows = attempt
-            .previous()
-            .first()
-            .is_some_and(|first| follows_redirect(attempt.status(), first, attempt.url()));
-        if !follows {
-            attempt.stop()
-        } else if attempt.previous().len() > MAX_REDIRECTS {
-            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
-        } else {
-            attempt.follow()
-        }
-    })
-}
-
-/// Where the kept connections send a POST that `response` redirects, if they do.
-pub(crate) fn redirect(
-    first: &url::Url,
-    current: &url::Url,
-    response: &reqwest::Response,
-) -> Option<(url::Url, http::Uri)> {
-    let location = response.headers().get(http::header::LOCATION)?.to_str().ok()?;
-    let next = current.join(location).ok()?;
-    if !follows_redirect(response.status(), first, &next) {
-        return None;
-    }
-    let uri = http::Uri::try_from(next.as_str()).ok()?;
-    Some((next, uri))
-}
-
-/// The `Referer` reqwest's client sends with a redirected request: the URL redirected from,
-/// without credentials or fragment.
-pub(crate) fn referer(from: &url::Url) -> Option<http::HeaderValue> {
-    let mut referer = from.clone();
-    referer.set_username("").ok()?;
-    referer.set_password(None).ok()?;
-    referer.set_fragment(None);
-    http::HeaderValue::from_str(referer.as_str()).ok()
-}
-
 /// Why a POST over the kept connections failed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum KeptFailed {
     #[error(transparent)]
     Send(#[from] hyper_util::client::legacy::Error),
-    #[error("more than {MAX_REDIRECTS} redirects")]
+    #[error("more than {} redirects", redirect::MAX_REDIRECTS)]
     TooManyRedirects,
 }
 
@@ -113,10 +65,20 @@ impl KeptFailed {
 }
 
 impl KeptConnections {
-    pub(crate) fn new(connect_timeout: Duration) -> Self {
+    /// `None` where reads cannot acknowledge at once: kept connections would wait 40 ms there.
+    pub(crate) fn new(connect_timeout: Duration) -> Option<Self> {
+        // What reqwest's client reads too (its default: the system's proxy settings).
+        QUICK_ACK.then(|| Self::with(connect_timeout, Matcher::from_system()))
+    }
+
+    fn with(connect_timeout: Duration, proxies: Matcher) -> Self {
         let mut http = HttpConnector::new();
         http.set_connect_timeout(Some(connect_timeout));
         http.set_nodelay(true);
+        // reqwest's defaults: a silent peer is found in about a minute.
+        http.set_keepalive(Some(Duration::from_secs(15)));
+        http.set_keepalive_interval(Some(Duration::from_secs(15)));
+        http.set_keepalive_retries(Some(3));
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(IDLE)
             .pool_max_idle_per_host(MAX_IDLE)
@@ -124,14 +86,24 @@ impl KeptConnections {
             .build(QuickAckConnector { http });
         Self {
             client,
-            // What reqwest's client reads too (its default: the system's proxy settings).
-            proxies: std::sync::Arc::new(Matcher::from_system()),
+            proxies: Arc::new(proxies),
         }
     }
 
-    /// Whether a POST to `uri` goes through these connections: plain HTTP, no proxy.
-    pub(crate) fn serves(&self, uri: &http::Uri) -> bool {
-        uri.scheme() == Some(&http::uri::Scheme::HTTP) && self.proxies.intercept(uri).is_none()
+    /// Kept connections that ignore the environment's proxies, for tests.
+    #[cfg(test)]
+    pub(crate) fn without_proxies(connect_timeout: Duration) -> Self {
+        Self::with(connect_timeout, Matcher::builder().build())
+    }
+
+    /// `url` as these connections send to it, if they do: plain HTTP, no credentials in it (reqwest
+    /// turns them into a header), no proxy.
+    pub(crate) fn serves(&self, url: &url::Url) -> Option<http::Uri> {
+        if url.scheme() != "http" || !url.username().is_empty() || url.password().is_some() {
+            return None;
+        }
+        let uri = http::Uri::try_from(url.as_str()).ok()?;
+        self.proxies.intercept(&uri).is_none().then_some(uri)
     }
 
     /// POSTs `body` with `headers` to `uri`; the answer reads as reqwest's would, so it is
@@ -175,8 +147,11 @@ impl tower_service::Service<http::Uri> for QuickAckConnector {
     }
 }
 
+/// Whether this system lets a socket acknowledge at once.
+const QUICK_ACK: bool = cfg!(any(target_os = "linux", target_os = "android"));
+
 /// A TCP stream that acknowledges what it read at once.
-pub(crate) struct QuickAck(TcpStream);
+struct QuickAck(TcpStream);
 
 impl AsyncRead for QuickAck {
     fn poll_read(
@@ -187,11 +162,19 @@ impl AsyncRead for QuickAck {
         let before = buf.filled().len();
         let read = Pin::new(&mut self.0).poll_read(cx, buf);
         if matches!(read, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            // Linux clears the option on its own; a failure only costs the 40 ms it would.
-            let _ = socket2::SockRef::from(&self.0).set_tcp_quickack(true);
+            acknowledge_now(&self.0);
         }
         read
     }
+}
+
+/// Sends the ACK of what was read now, not after the delayed-ACK timer.
+fn acknowledge_now(stream: &TcpStream) {
+    // Linux clears the option on its own; a failure only costs the 40 ms it would.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let _ = socket2::SockRef::from(stream).set_tcp_quickack(true);
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = stream;
 }
 
 impl AsyncWrite for QuickAck {
@@ -230,9 +213,8 @@ impl Connection for QuickAck {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
 mod tests {
-    use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Instant;
 
@@ -241,60 +223,72 @@ mod tests {
 
     use super::*;
 
-    /// A server that leaves Nagle on and writes each answer in two small writes, as rmcp's does
-    /// (an event stream's priming event, then the answer). Returns its address and the number
+    /// Reads requests with a body of two bytes off `stream`, and answers each with `answer`
+    /// (`None`: closes the connection instead).
+    async fn serve(mut stream: TcpStream, answer: Option<[&'static str; 2]>) {
+        let mut request = Vec::new();
+        let mut buffer = [0u8; 4096];
+        loop {
+            let Ok(read @ 1..) = stream.read(&mut buffer).await else {
+                return;
+            };
+            request.extend_from_slice(&buffer[..read]);
+            let Some(head) = request.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            if request.len() < head + 4 + 2 {
+                continue;
+            }
+            request.clear();
+            let Some(parts) = answer else {
+                return;
+            };
+            // Two writes, as rmcp's server makes: an event stream's priming event, then the
+            // answer. With Nagle on, the second waits for the ACK of the first.
+            for part in parts {
+                if stream.write_all(part.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// A server that leaves Nagle on, answering as `serve` does; its address and the number
     /// of connections it accepted.
-    async fn nagle_server() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    async fn server(answer: Option<[&'static str; 2]>) -> (url::Url, Arc<AtomicUsize>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
+        let url = url::Url::parse(&format!("http://{}/mcp", listener.local_addr().unwrap()));
         let accepted = Arc::new(AtomicUsize::new(0));
         let counted = accepted.clone();
         tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
+            while let Ok((stream, _)) = listener.accept().await {
                 counted.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let mut request = Vec::new();
-                    let mut buffer = [0u8; 4096];
-                    loop {
-                        let Ok(read @ 1..) = stream.read(&mut buffer).await else {
-                            return;
-                        };
-                        request.extend_from_slice(&buffer[..read]);
-                        // The test's requests carry a body of two bytes.
-                        let Some(head) = request.windows(4).position(|w| w == b"\r\n\r\n") else {
-                            continue;
-                        };
-                        if request.len() < head + 4 + 2 {
-                            continue;
-                        }
-                        request.clear();
-                        let first = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
-                                     transfer-encoding: chunked\r\n\r\n3\r\n:\n\n\r\n";
-                        let second = "a\r\ndata: {}\n\n\r\n0\r\n\r\n";
-                        for part in [first, second] {
-                            if stream.write_all(part.as_bytes()).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                });
+                tokio::spawn(serve(stream, answer));
             }
         });
-        (address, accepted)
+        (url.unwrap(), accepted)
+    }
+
+    const EVENTS: [&str; 2] = [
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+         transfer-encoding: chunked\r\n\r\n3\r\n:\n\n\r\n",
+        "a\r\ndata: {}\n\n\r\n0\r\n\r\n",
+    ];
+
+    fn body() -> Bytes {
+        Bytes::from_static(b"{}")
     }
 
     /// Without the quick ACK every call after the first waits ~40 ms for the server's second
-    /// write (measured: 20 calls in ~800 ms); with it the calls take microseconds each.
+    /// write (measured: 20 calls in ~840 ms); with it the calls take microseconds each.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_kept_connection_answers_without_the_delayed_ack() {
-        let (address, accepted) = nagle_server().await;
-        let kept = KeptConnections::new(Duration::from_secs(5));
-        let uri: http::Uri = format!("http://{address}/mcp").parse().unwrap();
-        assert!(kept.serves(&uri));
+        let (url, accepted) = server(Some(EVENTS)).await;
+        let kept = KeptConnections::without_proxies(Duration::from_secs(5));
+        let uri = kept.serves(&url).expect("plain HTTP, no proxy");
         let started = Instant::now();
         for _ in 0..20 {
-            let body = Bytes::from_static(b"{}");
-            let response = kept.post(uri.clone(), http::HeaderMap::new(), body).await.unwrap();
+            let response = kept.post(uri.clone(), http::HeaderMap::new(), body()).await.unwrap();
             assert_eq!(response.bytes().await.unwrap(), ":\n\ndata: {}\n\n");
         }
         let took = started.elapsed();
@@ -305,23 +299,29 @@ mod tests {
         assert!(took < Duration::from_millis(400), "20 calls took {took:?}");
     }
 
-    #[test]
-    fn only_same_origin_307_and_308_are_followed() {
-        let first = url::Url::parse("http://a.example/mcp").unwrap();
-        let same = url::Url::parse("http://a.example/mcp/").unwrap();
-        let other = url::Url::parse("http://b.example/mcp").unwrap();
-        let followed = |status: u16, next: &url::Url| {
-            follows_redirect(http::StatusCode::from_u16(status).unwrap(), &first, next)
-        };
-        assert!(followed(307, &same) && followed(308, &same));
-        assert!(!followed(307, &other) && !followed(308, &other));
-        assert!(!followed(301, &same) && !followed(302, &same) && !followed(303, &same));
+    /// Only a call that no connection could carry reads as not sent (the call path may send
+    /// it again); one the server took and dropped may have run.
+    #[tokio::test]
+    async fn only_a_refused_connection_reads_as_nothing_sent() {
+        let kept = KeptConnections::without_proxies(Duration::from_secs(5));
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let refused = url::Url::parse(&format!("http://{closed}/mcp")).unwrap();
+        let uri = kept.serves(&refused).unwrap();
+        let error = kept.post(uri, http::HeaderMap::new(), body()).await.unwrap_err();
+        assert!(error.sent_nothing(), "{error}");
+        let (url, _) = server(None).await;
+        let uri = kept.serves(&url).unwrap();
+        let error = kept.post(uri, http::HeaderMap::new(), body()).await.unwrap_err();
+        assert!(!error.sent_nothing(), "{error}");
     }
 
     #[test]
-    fn only_plain_http_without_a_proxy_is_served() {
-        let kept = KeptConnections::new(Duration::from_secs(1));
-        assert!(!kept.serves(&"https://example.com/mcp".parse().unwrap()));
+    fn only_plain_http_without_credentials_or_a_proxy_is_served() {
+        let kept = KeptConnections::without_proxies(Duration::from_secs(1));
+        let url = |text: &str| url::Url::parse(text).unwrap();
+        assert!(kept.serves(&url("http://example.com/mcp")).is_some());
+        assert!(kept.serves(&url("https://example.com/mcp")).is_none());
+        assert!(kept.serves(&url("http://user:secret@example.com/mcp")).is_none());
         let proxied = KeptConnections {
             proxies: Arc::new(
                 Matcher::builder()
@@ -331,7 +331,7 @@ mod tests {
             ),
             ..kept
         };
-        assert!(!proxied.serves(&"http://example.com/mcp".parse().unwrap()));
-        assert!(proxied.serves(&"http://localhost:8080/mcp".parse().unwrap()));
+        assert!(proxied.serves(&url("http://example.com/mcp")).is_none());
+        assert!(proxied.serves(&url("http://localhost:8080/mcp")).is_some());
     }
 }

@@ -41,9 +41,10 @@ use rmcp::transport::streamable_http_client::{
 use sse_stream::Sse;
 
 use super::event_stream;
-use super::kept::{self, KeptConnections, KeptFailed};
+use super::kept::{KeptConnections, KeptFailed};
 use super::limit::BoundedEvents;
 use super::lines::raw::{self, RawResult};
+use super::redirect;
 use super::wire;
 use crate::upstream::route;
 
@@ -84,10 +85,10 @@ impl Posting {
         }
     }
 
-    /// Tool calls to a plain-HTTP endpoint go over `kept` connections.
-    pub(crate) fn keeping(client: reqwest::Client, kept: KeptConnections) -> Self {
+    /// Tool calls to the endpoints `kept` serves go over its connections.
+    pub(crate) fn keeping(client: reqwest::Client, kept: Option<KeptConnections>) -> Self {
         Self {
-            kept: Some(kept),
+            kept,
             ..Self::new(client)
         }
     }
@@ -102,10 +103,7 @@ impl Posting {
             return Some(endpoint.clone());
         }
         let url = reqwest::Url::parse(uri).ok()?;
-        let kept = self.kept.as_ref().and_then(|kept| {
-            let uri = http::Uri::try_from(url.as_str()).ok()?;
-            kept.serves(&uri).then_some(uri)
-        });
+        let kept = self.kept.as_ref().and_then(|kept| kept.serves(&url));
         let endpoint = Endpoint {
             text: uri.clone(),
             url,
@@ -280,19 +278,20 @@ impl Post<'_> {
         // another error than reqwest's.
         let failed = |error: KeptFailed| StreamableHttpError::Io(std::io::Error::other(error));
         let (mut url, mut referer) = (first.clone(), None);
-        for _ in 0..=kept::MAX_REDIRECTS {
+        for _ in 0..=redirect::MAX_REDIRECTS {
             let mut headers = self.headers()?;
             if let Some(referer) = referer.take() {
                 headers.insert(header::REFERER, referer);
             }
             let response = kept.post(uri, headers, body.clone()).await.map_err(failed)?;
-            match kept::redirect(&first, &url, &response) {
-                Some((next_url, next_uri)) => {
-                    referer = kept::referer(&url);
-                    (url, uri) = (next_url, next_uri);
-                }
-                None => return Ok(response),
-            }
+            // A target these connections do not serve (credentials in its URL) is not followed.
+            let Some((next, next_uri)) = redirect::next(&first, &url, &response)
+                .and_then(|next| kept.serves(&next).map(|uri| (next, uri)))
+            else {
+                return Ok(response);
+            };
+            referer = redirect::referer(&url);
+            (url, uri) = (next, next_uri);
         }
         Err(failed(KeptFailed::TooManyRedirects))
     }
@@ -454,7 +453,7 @@ async fn answer(
     }
     let mut body = read_body(response, limits.max_json_response_size).await?;
     if let Some((id, slot)) = raw {
-        match raw::answer_into(body, |answered| super::http::same_id(&id, answered), &slot) {
+        match raw::answer_into(body, |answered| wire::same_id(&id, answered), &slot) {
             Ok(placeholder) => return Ok(StreamableHttpPostResponse::Json(placeholder, session)),
             Err(unchanged) => body = unchanged,
         }
@@ -522,11 +521,16 @@ mod tests {
             21 => (200, vec![("content-type", "text/event-stream"), ("mcp-session-id", "s3")],
                 format!("id: 0\nretry: 10\ndata:\n\nevent: message\ndata: {answer}\n\n")),
             22 => (307, vec![("location", "/case/17")], String::new()),
+            23 => (307, vec![("location", "http://localhost:1/case/17")], String::new()),
+            LOOP => (308, vec![("location", "/case/24")], String::new()),
             _ => (301, vec![("location", "/case/17")], String::new()),
         }
     }
 
-    const CASES: usize = 24;
+    const CASES: usize = 26;
+
+    /// The case that redirects to itself.
+    const LOOP: usize = 24;
 
     type Seen = Arc<Mutex<Vec<(Vec<(String, String)>, serde_json::Value)>>>;
 
@@ -611,10 +615,10 @@ mod tests {
         limits.max_json_response_size = 1024;
         let client = reqwest::Client::new();
         let same_origin = reqwest::Client::builder()
-            .redirect(kept::same_origin_redirects())
+            .redirect(redirect::same_origin())
             .build()
             .unwrap();
-        let kept = KeptConnections::new(std::time::Duration::from_secs(5));
+        let kept = KeptConnections::without_proxies(std::time::Duration::from_secs(5));
         for number in 0..CASES {
             let uri: Arc<str> = format!("http://{address}/case/{number}").into();
             // The outcome in words, and every request the server saw (a redirect's too).
@@ -639,8 +643,15 @@ mod tests {
             assert_eq!(ours, theirs, "case {number}: {:?}", case(number));
             // Over kept connections as over reqwest's, with the session's redirect rule.
             let reqwests = post(Some(Posting::new(same_origin.clone()))).await;
-            let kept = post(Some(Posting::keeping(same_origin.clone(), kept.clone()))).await;
-            assert_eq!(kept, reqwests, "case {number} kept: {:?}", case(number));
+            let kept = post(Some(Posting::keeping(same_origin.clone(), Some(kept.clone())))).await;
+            if number == LOOP {
+                // Both give up after as many redirects, each in its own error.
+                assert_eq!(kept.1, reqwests.1, "the requests of a redirect loop");
+                assert_eq!(reqwests.0, "client None");
+                assert_eq!(kept.0, "Io error: more than 10 redirects");
+            } else {
+                assert_eq!(kept, reqwests, "case {number} kept: {:?}", case(number));
+            }
         }
     }
 
@@ -674,17 +685,20 @@ mod tests {
                 RequestId::Number(1),
                 ClientRequest::CallToolRequest(call),
             ));
-            let kept = KeptConnections::new(std::time::Duration::from_secs(5));
-            for posting in [
-                Posting::new(reqwest::Client::new()),
-                Posting::keeping(reqwest::Client::new(), kept),
+            let kept = KeptConnections::without_proxies(std::time::Duration::from_secs(5));
+            for (posting, over_kept) in [
+                (Posting::new(reqwest::Client::new()), false),
+                (Posting::keeping(reqwest::Client::new(), Some(kept)), true),
             ] {
                 let sent = posting
                     .post_message(uri.as_str().into(), message.clone(), None, None, HashMap::new())
                     .await;
                 // The kept connections' refusal reads as nothing sent (`http.rs` lets such a
                 // call go out again).
-                if let Err(StreamableHttpError::Io(error)) = &sent {
+                if over_kept && !answered {
+                    let Err(StreamableHttpError::Io(error)) = &sent else {
+                        panic!("{}", describe(sent).await);
+                    };
                     let kept = error.get_ref().and_then(|e| e.downcast_ref::<KeptFailed>());
                     assert!(kept.is_some_and(KeptFailed::sent_nothing), "{error}");
                 }
@@ -713,8 +727,8 @@ mod tests {
 
     #[test]
     fn tool_calls_go_over_kept_connections_only_to_plain_http() {
-        let kept = KeptConnections::new(std::time::Duration::from_secs(1));
-        let posting = Posting::keeping(reqwest::Client::new(), kept);
+        let kept = KeptConnections::without_proxies(std::time::Duration::from_secs(1));
+        let posting = Posting::keeping(reqwest::Client::new(), Some(kept));
         let plain = posting.endpoint(&"http://127.0.0.1:1/mcp".into()).unwrap();
         assert_eq!(plain.kept.unwrap(), "http://127.0.0.1:1/mcp");
         let tls = posting.endpoint(&"https://127.0.0.1:1/mcp".into()).unwrap();

@@ -174,6 +174,12 @@ fn meta<'a>(own: Option<&'a JsonObject>, extensions: &'a Extensions) -> Option<C
     Some(merged)
 }
 
+/// Whether an answer's id names the request; some servers echo numeric ids as strings.
+pub(super) fn same_id(request: &RequestId, answer: &RequestId) -> bool {
+    request == answer
+        || matches!((request, answer), (RequestId::Number(n), RequestId::String(s)) if s.parse::<i64>().ok() == Some(*n))
+}
+
 #[cfg(test)]
 mod tests {
     use rmcp::RoleClient;
@@ -187,6 +193,15 @@ mod tests {
 
     fn object(value: Value) -> JsonObject {
         value.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn ids_match_across_number_and_string() {
+        assert!(same_id(
+            &RequestId::Number(3),
+            &RequestId::String("3".into())
+        ));
+        assert!(!same_id(&RequestId::Number(3), &RequestId::Number(4)));
     }
 
     #[test]
