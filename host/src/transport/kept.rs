@@ -1,14 +1,16 @@
-//! Kept connections for the POSTs of tool calls to a plain-HTTP server.
+//! Kept connections for the POSTs of tool calls to an HTTP server.
 //!
 //! reqwest's pool stays off (`http.rs`): on a connection a client reuses, Linux delays the
 //! client's ACK by up to 40 ms, and a server that leaves Nagle's algorithm on (rmcp's and axum's
 //! default) holds the second small write of its answer until that ACK comes: 40 ms a call. Here
 //! every read that brings bytes re-arms `TCP_QUICKACK`, which sends the pending ACK at once, so
 //! the connection can be kept: no TCP connect a call (measured: 11 % of the gateway's CPU a call,
-//! and the server's accept). reqwest gives no access to its sockets, hence this client.
+//! and the server's accept), nor a TLS handshake. reqwest gives no access to its sockets, hence
+//! this client.
 //!
-//! Only `http://` endpoints without credentials in the URL that no proxy setting intercepts,
-//! and only where Tether can set `TCP_QUICKACK` (Linux): the rest stays with reqwest.
+//! TLS is reqwest's: rustls on aws-lc, certificates checked by the platform's verifier (which
+//! reads `SSL_CERT_FILE`), HTTP/1.1. Only for URLs without credentials that no proxy setting
+//! intercepts, and only where Tether can set `TCP_QUICKACK` (Linux): the rest stays with reqwest.
 
 use std::io;
 use std::pin::Pin;
@@ -18,6 +20,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::client::proxy::matcher::Matcher;
@@ -35,10 +38,10 @@ const IDLE: Duration = Duration::from_secs(1);
 /// Idle connections kept to one server, at most.
 const MAX_IDLE: usize = 32;
 
-/// A pool of plain-HTTP connections whose reads acknowledge at once.
+/// A pool of HTTP connections whose reads acknowledge at once.
 #[derive(Clone)]
 pub(crate) struct KeptConnections {
-    client: Client<QuickAckConnector, Full<Bytes>>,
+    client: Client<HttpsConnector<QuickAckConnector>, Full<Bytes>>,
     proxies: Arc<Matcher>,
 }
 
@@ -65,41 +68,45 @@ impl KeptFailed {
 }
 
 impl KeptConnections {
-    /// `None` where reads cannot acknowledge at once: kept connections would wait 40 ms there.
+    /// `None` where reads cannot acknowledge at once (kept connections would wait 40 ms
+    /// there), or where the platform's certificate verifier cannot be set up.
     pub(crate) fn new(connect_timeout: Duration) -> Option<Self> {
         // What reqwest's client reads too (its default: the system's proxy settings).
-        QUICK_ACK.then(|| Self::with(connect_timeout, Matcher::from_system()))
+        QUICK_ACK.then(|| Self::with(connect_timeout, Matcher::from_system()))?
     }
 
-    fn with(connect_timeout: Duration, proxies: Matcher) -> Self {
+    fn with(connect_timeout: Duration, proxies: Matcher) -> Option<Self> {
         let mut http = HttpConnector::new();
+        http.enforce_http(false);
         http.set_connect_timeout(Some(connect_timeout));
         http.set_nodelay(true);
         // reqwest's defaults: a silent peer is found in about a minute.
         http.set_keepalive(Some(Duration::from_secs(15)));
         http.set_keepalive_interval(Some(Duration::from_secs(15)));
         http.set_keepalive_retries(Some(3));
+        let connector = HttpsConnector::from((QuickAckConnector { http }, tls()?));
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(IDLE)
             .pool_max_idle_per_host(MAX_IDLE)
             .pool_timer(TokioTimer::new())
-            .build(QuickAckConnector { http });
-        Self {
+            .build(connector);
+        Some(Self {
             client,
             proxies: Arc::new(proxies),
-        }
+        })
     }
 
     /// Kept connections that ignore the environment's proxies, for tests.
     #[cfg(test)]
     pub(crate) fn without_proxies(connect_timeout: Duration) -> Self {
-        Self::with(connect_timeout, Matcher::builder().build())
+        Self::with(connect_timeout, Matcher::builder().build()).expect("the platform's verifier")
     }
 
-    /// `url` as these connections send to it, if they do: plain HTTP, no credentials in it (reqwest
-    /// turns them into a header), no proxy.
+    /// `url` as these connections send to it, if they do: no credentials in it (reqwest turns
+    /// them into a header), no proxy.
     pub(crate) fn serves(&self, url: &url::Url) -> Option<http::Uri> {
-        if url.scheme() != "http" || !url.username().is_empty() || url.password().is_some() {
+        let web = matches!(url.scheme(), "http" | "https");
+        if !web || !url.username().is_empty() || url.password().is_some() {
             return None;
         }
         let uri = http::Uri::try_from(url.as_str()).ok()?;
@@ -123,7 +130,22 @@ impl KeptConnections {
     }
 }
 
-/// Opens plain TCP connections as hyper's own connector does, and wraps them.
+/// TLS as reqwest sets it up, speaking HTTP/1.1 (the kept client speaks only that; reqwest
+/// offers h2 too). `None` if the platform's verifier cannot be made.
+fn tls() -> Option<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let verifier = rustls_platform_verifier::Verifier::new(provider.clone()).ok()?;
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Some(tls)
+}
+
+/// Opens TCP connections as hyper's own connector does, and wraps them.
 #[derive(Clone)]
 struct QuickAckConnector {
     http: HttpConnector,
@@ -316,11 +338,12 @@ mod tests {
     }
 
     #[test]
-    fn only_plain_http_without_credentials_or_a_proxy_is_served() {
+    fn only_urls_without_credentials_or_a_proxy_are_served() {
         let kept = KeptConnections::without_proxies(Duration::from_secs(1));
         let url = |text: &str| url::Url::parse(text).unwrap();
         assert!(kept.serves(&url("http://example.com/mcp")).is_some());
-        assert!(kept.serves(&url("https://example.com/mcp")).is_none());
+        assert!(kept.serves(&url("https://example.com/mcp")).is_some());
+        assert!(kept.serves(&url("ftp://example.com/mcp")).is_none());
         assert!(kept.serves(&url("http://user:secret@example.com/mcp")).is_none());
         let proxied = KeptConnections {
             proxies: Arc::new(

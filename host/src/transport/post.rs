@@ -1,5 +1,5 @@
 //! The POST of a `tools/call` to a Streamable HTTP server, sent and read by Tether (over kept
-//! connections to a plain-HTTP server, [`kept`]); every other exchange is rmcp's reqwest
+//! connections where they serve, [`super::kept`]); every other exchange is rmcp's reqwest
 //! client's.
 //!
 //! rmcp's client checks the size of each event of a streamed answer before parsing it by looking
@@ -60,7 +60,7 @@ const ACCEPT: &str = "text/event-stream, application/json";
 #[derive(Clone, Debug)]
 pub(crate) struct Posting {
     client: reqwest::Client,
-    /// Where tool calls go when the endpoint is plain HTTP (`kept.rs`).
+    /// Where tool calls go when it serves the endpoint (`kept.rs`).
     kept: Option<KeptConnections>,
     /// The endpoint last posted to, parsed: a session posts every call to the same one, and
     /// reqwest parses a URL given as text on every request (~18 k instructions a call).
@@ -726,13 +726,15 @@ mod tests {
     }
 
     #[test]
-    fn tool_calls_go_over_kept_connections_only_to_plain_http() {
+    fn tool_calls_go_over_kept_connections_where_they_serve() {
         let kept = KeptConnections::without_proxies(std::time::Duration::from_secs(1));
         let posting = Posting::keeping(reqwest::Client::new(), Some(kept));
         let plain = posting.endpoint(&"http://127.0.0.1:1/mcp".into()).unwrap();
         assert_eq!(plain.kept.unwrap(), "http://127.0.0.1:1/mcp");
         let tls = posting.endpoint(&"https://127.0.0.1:1/mcp".into()).unwrap();
-        assert!(tls.kept.is_none());
+        assert_eq!(tls.kept.unwrap(), "https://127.0.0.1:1/mcp");
+        let secret = posting.endpoint(&"http://u:p@127.0.0.1:1/mcp".into()).unwrap();
+        assert!(secret.kept.is_none());
         let unkept = Posting::new(reqwest::Client::new());
         assert!(unkept.endpoint(&"http://127.0.0.1:1/mcp".into()).unwrap().kept.is_none());
     }

@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rcgen::{
     BasicConstraints, Certificate, CertificateParams, IsCa, Issuer, KeyPair, date_time_ymd,
@@ -45,8 +46,9 @@ fn signed(params: CertificateParams, issuer: &Issuer<'static, KeyPair>) -> Leaf 
 }
 
 /// Terminates TLS with `leaf` on a loopback port and relays the bytes to `backend` (the fixture
-/// serving plain HTTP): a real HTTPS endpoint in front of a real MCP server.
-async fn tls_front(leaf: Leaf, backend: SocketAddr) -> SocketAddr {
+/// serving plain HTTP): a real HTTPS endpoint in front of a real MCP server. Counts the
+/// handshakes it completed.
+async fn tls_front(leaf: Leaf, backend: SocketAddr) -> (SocketAddr, Arc<AtomicUsize>) {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -60,24 +62,28 @@ async fn tls_front(leaf: Leaf, backend: SocketAddr) -> SocketAddr {
     let acceptor = TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let handshakes = Arc::new(AtomicUsize::new(0));
+    let counted = handshakes.clone();
     tokio::spawn(async move {
         loop {
             let Ok((tcp, _)) = listener.accept().await else {
                 return;
             };
             let acceptor = acceptor.clone();
+            let counted = counted.clone();
             tokio::spawn(async move {
                 // A refused handshake ends here: that is the client saying no.
                 let Ok(mut tls) = acceptor.accept(tcp).await else {
                     return;
                 };
+                counted.fetch_add(1, Ordering::SeqCst);
                 if let Ok(mut plain) = tokio::net::TcpStream::connect(backend).await {
                     let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
                 }
             });
         }
     });
-    addr
+    (addr, handshakes)
 }
 
 /// The servers `tether status --json` reports: (name, state, last fault).
@@ -122,13 +128,17 @@ async fn https_upstreams_are_checked_against_the_roots_and_bad_certificates_are_
     };
 
     let mut servers = serde_json::Map::new();
+    let mut trusted_handshakes = None;
     for (name, leaf) in [
         ("trusted", trusted),
         ("misnamed", misnamed),
         ("expired", expired),
         ("selfsigned", self_signed),
     ] {
-        let front = tls_front(leaf, fixture.addr).await;
+        let (front, handshakes) = tls_front(leaf, fixture.addr).await;
+        if name == "trusted" {
+            trusted_handshakes = Some(handshakes);
+        }
         servers.insert(
             name.to_string(),
             json!({"url": format!("https://127.0.0.1:{}/mcp", front.port()), "type": "http"}),
@@ -162,6 +172,15 @@ async fn https_upstreams_are_checked_against_the_roots_and_bad_certificates_are_
         text(&call(&client, "trusted__echo", json!({"text": "over tls"})).await),
         "over tls"
     );
+    // Tool calls keep their TLS connections: no handshake a call.
+    let handshakes = trusted_handshakes.expect("the trusted front");
+    let before = handshakes.load(Ordering::SeqCst);
+    for _ in 0..10 {
+        let answer = call(&client, "trusted__echo", json!({"text": "again"})).await;
+        assert_eq!(text(&answer), "again");
+    }
+    let made = handshakes.load(Ordering::SeqCst) - before;
+    assert!(made < 5, "10 calls made {made} TLS handshakes");
 
     // The others are refused, each fault naming what is wrong with the certificate.
     let state_file = dir.path().join("state.json");
