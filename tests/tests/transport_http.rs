@@ -38,6 +38,7 @@ fn options() -> HttpOptions {
         connect_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(10),
         max_message: tether::config::ServerSpec::DEFAULT_MAX_MESSAGE,
+        keep_connections: false,
         lifecycle: tether::transport::generation::lifecycle(Default::default(), None),
         routes: None,
         auth: None,
@@ -173,7 +174,11 @@ async fn tool_calls_keep_their_connections_without_waiting_for_delayed_acks() {
     const CALLS: u32 = 30;
     let state = tempfile::tempdir().unwrap();
     let fixture = Fixture::start("http", state.path(), "127.0.0.1:0", &[]).await;
-    let service = http::connect_streamable(&fixture.mcp_url(), &options(), ())
+    let kept = HttpOptions {
+        keep_connections: true,
+        ..options()
+    };
+    let service = http::connect_streamable(&fixture.mcp_url(), &kept, ())
         .await
         .expect("connects");
     call_echo(&service, "warm").await.expect("echo");

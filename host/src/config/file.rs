@@ -21,6 +21,7 @@
 //! | `protocol` | yes | yes | yes | `"auto"` (default), `"2026-07-28"` or `"2025-11-25"`, see below |
 //! | `prefix` | yes | yes | yes | what agents see before the server's tool and prompt names, see below |
 //! | `oauth` | yes | yes | yes | how to authorize with an HTTP server that demands OAuth, see below |
+//! | `keep_connections` | yes | yes | yes | `true`: tool calls to an HTTP server keep their connections, see below |
 //!
 //! A server has exactly one of `command` (stdio) and `url` (HTTP). `type`: `"stdio"`; `"sse"`
 //! (legacy HTTP+SSE); `"http"` is Streamable HTTP — without SSE fallback in the mcpServers and
@@ -34,6 +35,13 @@
 //! `max_tool_pages` (a positive integer). A keepalive below [`Timeouts::KEEPALIVE_FLOOR`] is
 //! raised to it with a warning. A `call` longer than the default `call_max` raises `call_max`
 //! unless `call_max` is given (then `call` must not exceed it).
+//!
+//! `keep_connections` (a boolean, default `false`; also at the top level, as every server's
+//! default) keeps tool calls' connections to an HTTP server open: no TCP or TLS handshake a call.
+//! It is off by default because a TCP relay in front of a server that leaves Nagle's algorithm on
+//! (docker-proxy, `kubectl port-forward`, HAProxy in TCP mode, in front of an rmcp or axum
+//! server) then delays every call by ~40 ms; without it every call opens a connection, as rmcp's
+//! own client does.
 //!
 //! `max_message` is a size: integer bytes or a string such as `"16 MiB"`, `"512KiB"`, `"2MB"`
 //! (at least 1 KiB, at most 1 GiB; default 16 MiB). It bounds every message Tether buffers
@@ -463,6 +471,7 @@ const SERVER_KEYS: &[&str] = &[
     "protocol",
     "prefix",
     "oauth",
+    "keep_connections",
 ];
 /// The longest `prefix`: a longer one leaves no room for the name itself.
 const MAX_PREFIX_LEN: usize = 64;
@@ -470,7 +479,7 @@ const MAX_PREFIX_LEN: usize = 64;
 const MIN_MAX_MESSAGE: u64 = 1 << 10;
 const MAX_MAX_MESSAGE: u64 = 1 << 30;
 const STDIO_ONLY_KEYS: &[&str] = &["args", "env", "envFile", "cwd"];
-const HTTP_ONLY_KEYS: &[&str] = &["headers", "oauth"];
+const HTTP_ONLY_KEYS: &[&str] = &["headers", "oauth", "keep_connections"];
 /// Durations are capped so that deadline arithmetic on `Instant` cannot overflow.
 const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
@@ -531,13 +540,35 @@ impl<'a> Loader<'a> {
         let (servers_key, top_keys): (&str, &[&str]) = match self.format {
             Format::McpServersJson => (
                 "mcpServers",
-                &["mcpServers", "policy", "max_message", "prefix"],
+                &[
+                    "mcpServers",
+                    "policy",
+                    "max_message",
+                    "prefix",
+                    "keep_connections",
+                ],
             ),
             Format::VsCodeJson => (
                 "servers",
-                &["servers", "inputs", "policy", "max_message", "prefix"],
+                &[
+                    "servers",
+                    "inputs",
+                    "policy",
+                    "max_message",
+                    "prefix",
+                    "keep_connections",
+                ],
             ),
-            Format::Toml => ("servers", &["servers", "policy", "max_message", "prefix"]),
+            Format::Toml => (
+                "servers",
+                &[
+                    "servers",
+                    "policy",
+                    "max_message",
+                    "prefix",
+                    "keep_connections",
+                ],
+            ),
         };
         for (key, _) in root {
             if !top_keys.contains(&key.as_str()) {
@@ -555,6 +586,10 @@ impl<'a> Loader<'a> {
         let default_prefix = match table_get(root, "prefix") {
             Some(v) => Some(self.prefix(v, Place::top("prefix"))?),
             None => None,
+        };
+        let default_keep = match table_get(root, "keep_connections") {
+            Some(v) => self.boolean(v, Place::top("keep_connections"))?,
+            None => false,
         };
         if self.format == Format::VsCodeJson
             && let Some(inputs) = table_get(root, "inputs")
@@ -615,6 +650,10 @@ impl<'a> Loader<'a> {
             spec.prefix = match table_get(table, "prefix") {
                 Some(v) => Some(self.prefix(v, Place::key(name, "prefix"))?),
                 None => default_prefix.clone(),
+            };
+            spec.keep_connections = match table_get(table, "keep_connections") {
+                Some(v) => self.boolean(v, Place::key(name, "keep_connections"))?,
+                None => default_keep,
             };
             specs.push(spec);
         }
@@ -1127,6 +1166,13 @@ impl<'a> Loader<'a> {
 
     /// `include`/`exclude`: an array of strings, not expanded.
     /// A `prefix`: a string of at most [`MAX_PREFIX_LEN`] characters (not expanded).
+    fn boolean(&self, value: &Raw, place: Place) -> Result<bool, ConfigError> {
+        match value {
+            Raw::Bool(value) => Ok(*value),
+            other => Err(self.wrong(place, "a boolean", other)),
+        }
+    }
+
     fn prefix(&self, value: &Raw, place: Place) -> Result<String, ConfigError> {
         match value {
             Raw::Str(prefix) if prefix.chars().count() <= MAX_PREFIX_LEN => Ok(prefix.clone()),

@@ -37,6 +37,11 @@ pub struct ServerSpec {
     /// How to authorize with it when it demands OAuth (config table `oauth`); `None`: the
     /// defaults (see [`ServerSpec::oauth`]).
     pub oauth: Option<OAuthConfig>,
+    /// Whether tool calls to this HTTP server keep their connections open (config key
+    /// `keep_connections`, default `false`): no TCP or TLS handshake a call, but a call waits
+    /// ~40 ms when a TCP relay (docker-proxy, `kubectl port-forward`, HAProxy in TCP mode) stands
+    /// in front of a server that leaves Nagle's algorithm on.
+    pub keep_connections: bool,
 }
 
 /// How Tether obtains tokens from a server's authorization server (MCP authorization,
@@ -265,6 +270,7 @@ impl ServerSpec {
             protocol: ProtocolChoice::Auto,
             prefix: None,
             oauth: None,
+            keep_connections: false,
         }
     }
 

@@ -71,6 +71,8 @@ pub struct HttpOptions {
     pub request_timeout: Duration,
     /// The largest JSON answer or event accepted (see [`limit`]).
     pub max_message: usize,
+    /// Whether tool calls keep their connections (`kept.rs`; config key `keep_connections`).
+    pub keep_connections: bool,
     /// How Streamable HTTP sessions open (legacy SSE always uses `initialize`).
     pub lifecycle: rmcp::ClientLifecycleMode,
     /// Where what the server sends for a client's request goes (see [`Routes`]).
@@ -407,10 +409,11 @@ async fn streamable<H: ClientHandler>(
     handler: H,
 ) -> Result<HttpSession<H>, Failure> {
     let end = SessionEnd::new();
-    let http = Posting::keeping(
-        http_client(opts)?,
-        KeptConnections::new(opts.connect_timeout),
-    );
+    let kept = opts
+        .keep_connections
+        .then(|| KeptConnections::new(opts.connect_timeout))
+        .flatten();
+    let http = Posting::keeping(http_client(opts)?, kept);
     let inner = match &opts.auth {
         Some(authorizer) => {
             let signer = authorizer

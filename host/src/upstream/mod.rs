@@ -1195,6 +1195,7 @@ fn http_options(
         connect_timeout: spec.timeouts.connect,
         request_timeout: spec.timeouts.keepalive_deadline,
         max_message: spec.max_message,
+        keep_connections: spec.keep_connections,
         lifecycle,
         routes: Some(routes.clone()),
         auth,

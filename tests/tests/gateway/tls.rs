@@ -141,7 +141,11 @@ async fn https_upstreams_are_checked_against_the_roots_and_bad_certificates_are_
         }
         servers.insert(
             name.to_string(),
-            json!({"url": format!("https://127.0.0.1:{}/mcp", front.port()), "type": "http"}),
+            json!({
+                "url": format!("https://127.0.0.1:{}/mcp", front.port()),
+                "type": "http",
+                "keep_connections": true,
+            }),
         );
     }
     let config = dir.path().join("servers.json");

@@ -1143,3 +1143,35 @@ fn an_oauth_table_configures_how_tether_authorizes_and_never_shows_its_secret() 
         config.warnings
     );
 }
+
+#[test]
+fn keep_connections_is_off_unless_asked_per_server_or_for_all() {
+    let config = json(r#"{"mcpServers": {"a": {"url": "http://h/mcp"}}}"#).unwrap();
+    assert!(!only(&config).keep_connections);
+    let config = json(
+        r#"{"keep_connections": true, "mcpServers": {
+            "a": {"url": "http://h/mcp"},
+            "b": {"url": "http://h/mcp", "keep_connections": false}}}"#,
+    )
+    .unwrap();
+    let kept: Vec<_> = config.servers.iter().map(|s| s.keep_connections).collect();
+    assert_eq!(kept, [true, false]);
+    let config = toml("[servers.a]\nurl = \"https://h/mcp\"\nkeep_connections = true\n").unwrap();
+    assert!(only(&config).keep_connections);
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+
+    let err = toml_err("[servers.a]\nurl = \"http://h/mcp\"\nkeep_connections = \"yes\"\n");
+    assert_names(&err, TOML_FILE, Some("a"), Some("keep_connections"));
+    assert!(
+        err.to_string()
+            .ends_with("expected a boolean, found a string"),
+        "{err}"
+    );
+    // Stdio servers have no connections to keep: said, and ignored.
+    let config = json(r#"{"mcpServers": {"s": {"command": "x", "keep_connections": true}}}"#);
+    let warnings = config.unwrap().warnings;
+    assert!(
+        warnings.iter().any(|w| w.contains("keep_connections")),
+        "{warnings:?}"
+    );
+}

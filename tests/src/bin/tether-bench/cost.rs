@@ -45,6 +45,9 @@ pub struct Args {
     /// Streamable HTTP on both sides: client to gateway, gateway to the called server.
     #[arg(long)]
     http: bool,
+    /// With `--http`: the called server configured with `keep_connections = true`.
+    #[arg(long)]
+    keep_connections: bool,
 }
 
 /// The servers configured, what each measured call is (`echo`, or `blob` with a result of
@@ -57,6 +60,8 @@ struct Load<'a> {
     keep: Option<&'a Path>,
     /// The called server's URL when it is served over HTTP (`--http`).
     upstream: Option<&'a str>,
+    /// Whether tool calls to it keep their connections.
+    keep_connections: bool,
 }
 
 /// A config of `servers` fixtures with `tools` generated tools each; the first is `up`. Their
@@ -66,6 +71,7 @@ fn config(dir: &Path, state: &Path, load: Load<'_>) -> PathBuf {
         servers,
         tools,
         upstream,
+        keep_connections,
         ..
     } = load;
     let path = dir.join("servers.json");
@@ -85,7 +91,11 @@ fn config(dir: &Path, state: &Path, load: Load<'_>) -> PathBuf {
         if let (0, Some(url)) = (i, upstream) {
             entries.insert(
                 name,
-                serde_json::json!({"url": url, "timeouts": {"keepalive": "1h"}}),
+                serde_json::json!({
+                    "url": url,
+                    "timeouts": {"keepalive": "1h"},
+                    "keep_connections": keep_connections,
+                }),
             );
             continue;
         }
@@ -299,6 +309,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         result_bytes: args.result_bytes,
         keep: args.keep.as_deref(),
         upstream: url.as_deref(),
+        keep_connections: args.keep_connections,
     };
     // A first start compiles the policy into the cache; the measured runs load it.
     let warm = Load {
@@ -307,6 +318,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         result_bytes: None,
         keep: None,
         upstream: None,
+        keep_connections: false,
     };
     rt.block_on(instructions(&tether, "cost-warm", false, 0, warm));
     let mut rows = Vec::new();

@@ -60,6 +60,9 @@ pub struct Args {
     /// HAProxy, for `--http-relay haproxy`.
     #[arg(long, default_value = "haproxy")]
     haproxy: PathBuf,
+    /// Configure Tether's HTTP server with `keep_connections = true`.
+    #[arg(long)]
+    keep_connections: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
@@ -304,7 +307,10 @@ async fn set_up(transport: &str, path: Path3, args: &Args, sessions: usize, name
                 }
                 Path3::Tether => {
                     let config = dir.join("servers.json");
-                    let json = serde_json::json!({"mcpServers": {"up": {"url": format!("http://{addr}/mcp")}}});
+                    let json = serde_json::json!({"mcpServers": {"up": {
+                        "url": format!("http://{addr}/mcp"),
+                        "keep_connections": args.keep_connections,
+                    }}});
                     std::fs::write(&config, json.to_string()).unwrap();
                     let binary = util::sibling("tether-cli");
                     let mut tether = util::tether_serve_with(

@@ -92,6 +92,7 @@ fn sse_options() -> HttpOptions {
         connect_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(30),
         max_message: tether::config::ServerSpec::DEFAULT_MAX_MESSAGE,
+        keep_connections: false,
         lifecycle: tether::transport::generation::lifecycle(Default::default(), None),
         routes: None,
         auth: None,
