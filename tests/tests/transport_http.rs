@@ -167,40 +167,53 @@ fn connections_to(port: u16) -> std::collections::HashSet<u16> {
     clients
 }
 
-/// Tool calls reuse their connections, and a server that leaves Nagle on (the fixture does, on
-/// rmcp's and axum's defaults) does not hold each answer for a delayed ACK (~40 ms a call).
-#[tokio::test]
-async fn tool_calls_keep_their_connections_without_waiting_for_delayed_acks() {
-    const CALLS: u32 = 30;
+/// Calls `echo` `calls` times on a fresh session with `options`: the connections to the fixture
+/// they opened, and how long they took.
+async fn echo_calls(options: &HttpOptions, calls: u32) -> (usize, Duration) {
     let state = tempfile::tempdir().unwrap();
     let fixture = Fixture::start("http", state.path(), "127.0.0.1:0", &[]).await;
-    let kept = HttpOptions {
-        keep_connections: true,
-        ..options()
-    };
-    let service = http::connect_streamable(&fixture.mcp_url(), &kept, ())
+    let service = http::connect_streamable(&fixture.mcp_url(), options, ())
         .await
         .expect("connects");
     call_echo(&service, "warm").await.expect("echo");
     let before = connections_to(fixture.addr.port());
     let started = Instant::now();
-    for _ in 0..CALLS {
+    for _ in 0..calls {
         assert_eq!(call_echo(&service, "hi").await.expect("echo"), "hi");
     }
     let took = started.elapsed();
     let opened = connections_to(fixture.addr.port())
         .difference(&before)
         .count();
-    // A connection a call would leave 30 behind (in TIME_WAIT); hyper may open a second one
-    // when a call starts before the last has gone back to the pool.
+    close(service).await;
+    fixture.kill().await;
+    (opened, took)
+}
+
+/// With `keep_connections`, tool calls reuse their connections, and a server that leaves Nagle
+/// on (the fixture does, on rmcp's and axum's defaults) does not hold each answer for a delayed
+/// ACK (~40 ms a call). By default every call opens its own, as rmcp's client does.
+#[tokio::test]
+async fn tool_calls_keep_their_connections_only_when_asked_and_without_delayed_acks() {
+    const CALLS: u32 = 30;
+    let (opened, _) = echo_calls(&options(), CALLS).await;
+    assert!(
+        opened >= CALLS as usize,
+        "by default, {CALLS} calls opened {opened} connections"
+    );
+    let kept = HttpOptions {
+        keep_connections: true,
+        ..options()
+    };
+    let (opened, took) = echo_calls(&kept, CALLS).await;
+    // hyper may open a second connection when a call starts before the last has gone back to
+    // the pool.
     assert!(opened < 10, "{CALLS} calls opened {opened} connections");
     // Waiting for delayed ACKs would take at least 29 × 40 ms.
     assert!(
         took < Duration::from_millis(800),
         "{CALLS} calls took {took:?}"
     );
-    close(service).await;
-    fixture.kill().await;
 }
 
 #[tokio::test]

@@ -37,7 +37,8 @@
 //! unless `call_max` is given (then `call` must not exceed it).
 //!
 //! `keep_connections` (a boolean, default `false`; also at the top level, as every server's
-//! default) keeps tool calls' connections to an HTTP server open: no TCP or TLS handshake a call.
+//! default) keeps the connections of tool calls to a Streamable HTTP server open, on Linux, where
+//! no proxy intercepts them and the URL carries no credentials: no TCP or TLS handshake a call.
 //! It is off by default because a TCP relay in front of a server that leaves Nagle's algorithm on
 //! (docker-proxy, `kubectl port-forward`, HAProxy in TCP mode, in front of an rmcp or axum
 //! server) then delays every call by ~40 ms; without it every call opens a connection, as rmcp's
@@ -651,10 +652,14 @@ impl<'a> Loader<'a> {
                 Some(v) => Some(self.prefix(v, Place::key(name, "prefix"))?),
                 None => default_prefix.clone(),
             };
-            spec.keep_connections = match table_get(table, "keep_connections") {
-                Some(v) => self.boolean(v, Place::key(name, "keep_connections"))?,
-                None => default_keep,
-            };
+            // Only a Streamable HTTP server keeps connections; on the others the key is left
+            // out of the spec, so changing it restarts none of them on reload.
+            if matches!(spec.transport, TransportSpec::Http { .. }) {
+                spec.keep_connections = match table_get(table, "keep_connections") {
+                    Some(v) => self.boolean(v, Place::key(name, "keep_connections"))?,
+                    None => default_keep,
+                };
+            }
             specs.push(spec);
         }
         Ok(LoadedConfig {
@@ -1164,8 +1169,7 @@ impl<'a> Loader<'a> {
         Ok(duration)
     }
 
-    /// `include`/`exclude`: an array of strings, not expanded.
-    /// A `prefix`: a string of at most [`MAX_PREFIX_LEN`] characters (not expanded).
+    /// `keep_connections`: a boolean.
     fn boolean(&self, value: &Raw, place: Place) -> Result<bool, ConfigError> {
         match value {
             Raw::Bool(value) => Ok(*value),
@@ -1173,6 +1177,8 @@ impl<'a> Loader<'a> {
         }
     }
 
+    /// `include`/`exclude`: an array of strings, not expanded.
+    /// A `prefix`: a string of at most [`MAX_PREFIX_LEN`] characters (not expanded).
     fn prefix(&self, value: &Raw, place: Place) -> Result<String, ConfigError> {
         match value {
             Raw::Str(prefix) if prefix.chars().count() <= MAX_PREFIX_LEN => Ok(prefix.clone()),

@@ -531,8 +531,8 @@ fn http_client(opts: &HttpOptions) -> Result<reqwest::Client, Failure> {
         .connect_timeout(opts.connect_timeout)
         // As rmcp's default client: no idle connections kept. On a reused connection the
         // delayed ACK holds a Nagle server's answer ~40 ms (measured: +45 ms a call at 100 B;
-        // rmcp issue 789). Tool calls go over `kept.rs`'s connections,
-        // which acknowledge at once.
+        // rmcp issue 789). With `keep_connections`, tool calls go over `kept.rs`'s
+        // connections, which acknowledge at once.
         .pool_max_idle_per_host(0)
         .redirect(redirect::same_origin())
         .build()

@@ -8,13 +8,17 @@
 //! and the server's accept), nor a TLS handshake. reqwest gives no access to its sockets, hence
 //! this client.
 //!
+//! Only for servers configured with `keep_connections`: a TCP relay in front of a Nagle server
+//! (docker-proxy, `kubectl port-forward`) keeps its own connection to the server as long as this
+//! one is kept, and its delayed ACK then holds every answer ~40 ms. Tether cannot see a relay.
+//!
 //! TLS is reqwest's: rustls on aws-lc, certificates checked by the platform's verifier (which
 //! reads `SSL_CERT_FILE`), HTTP/1.1. Only for URLs without credentials that no proxy setting
 //! intercepts, and only where Tether can set `TCP_QUICKACK` (Linux): the rest stays with reqwest.
 
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -41,7 +45,7 @@ const MAX_IDLE: usize = 32;
 /// A pool of HTTP connections whose reads acknowledge at once.
 #[derive(Clone)]
 pub(crate) struct KeptConnections {
-    client: Client<HttpsConnector<QuickAckConnector>, Full<Bytes>>,
+    client: Client<Timed, Full<Bytes>>,
     proxies: Arc<Matcher>,
 }
 
@@ -69,10 +73,24 @@ impl KeptFailed {
 
 impl KeptConnections {
     /// `None` where reads cannot acknowledge at once (kept connections would wait 40 ms
-    /// there), or where the platform's certificate verifier cannot be set up.
+    /// there), or where the platform's certificate verifier cannot be set up: said once.
     pub(crate) fn new(connect_timeout: Duration) -> Option<Self> {
         // What reqwest's client reads too (its default: the system's proxy settings).
-        QUICK_ACK.then(|| Self::with(connect_timeout, Matcher::from_system()))?
+        let kept = QUICK_ACK.then(|| Self::with(connect_timeout, Matcher::from_system()));
+        if kept.as_ref().is_none_or(Option::is_none) {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                tracing::warn!(
+                    "keep_connections is ignored: {}",
+                    if QUICK_ACK {
+                        "the platform's certificate verifier cannot be set up"
+                    } else {
+                        "only Linux can acknowledge reads at once"
+                    }
+                );
+            });
+        }
+        kept.flatten()
     }
 
     fn with(connect_timeout: Duration, proxies: Matcher) -> Option<Self> {
@@ -84,7 +102,10 @@ impl KeptConnections {
         http.set_keepalive(Some(Duration::from_secs(15)));
         http.set_keepalive_interval(Some(Duration::from_secs(15)));
         http.set_keepalive_retries(Some(3));
-        let connector = HttpsConnector::from((QuickAckConnector { http }, tls()?));
+        let connector = Timed {
+            connector: HttpsConnector::from((QuickAckConnector { http }, tls()?)),
+            limit: connect_timeout,
+        };
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(IDLE)
             .pool_max_idle_per_host(MAX_IDLE)
@@ -131,18 +152,54 @@ impl KeptConnections {
 }
 
 /// TLS as reqwest sets it up, speaking HTTP/1.1 (the kept client speaks only that; reqwest
-/// offers h2 too). `None` if the platform's verifier cannot be made.
-fn tls() -> Option<rustls::ClientConfig> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let verifier = rustls_platform_verifier::Verifier::new(provider.clone()).ok()?;
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .ok()?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(verifier))
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Some(tls)
+/// offers h2 too): made once, since the verifier reads the system's roots. `None` if the
+/// platform's verifier cannot be made.
+fn tls() -> Option<Arc<rustls::ClientConfig>> {
+    static TLS: OnceLock<Option<Arc<rustls::ClientConfig>>> = OnceLock::new();
+    TLS.get_or_init(|| {
+        // reqwest's choice: the process's provider if it installed one, else aws-lc.
+        let provider = rustls::crypto::CryptoProvider::get_default()
+            .cloned()
+            .unwrap_or_else(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()));
+        let verifier = rustls_platform_verifier::Verifier::new(provider.clone()).ok()?;
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .ok()?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier))
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Some(Arc::new(tls))
+    })
+    .clone()
+}
+
+/// Bounds a whole connect, TLS handshake included, as reqwest's `connect_timeout` does (hyper's
+/// connector bounds only the TCP connect). Running out is a connect error: nothing was sent.
+#[derive(Clone)]
+struct Timed {
+    connector: HttpsConnector<QuickAckConnector>,
+    limit: Duration,
+}
+
+impl tower_service::Service<http::Uri> for Timed {
+    type Response = <HttpsConnector<QuickAckConnector> as tower_service::Service<http::Uri>>::Response;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.connector.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let (connecting, limit) = (self.connector.call(uri), self.limit);
+        Box::pin(async move {
+            match tokio::time::timeout(limit, connecting).await {
+                Ok(connected) => connected,
+                Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out").into()),
+            }
+        })
+    }
 }
 
 /// Opens TCP connections as hyper's own connector does, and wraps them.

@@ -1159,6 +1159,15 @@ fn keep_connections_is_off_unless_asked_per_server_or_for_all() {
     let config = toml("[servers.a]\nurl = \"https://h/mcp\"\nkeep_connections = true\n").unwrap();
     assert!(only(&config).keep_connections);
     assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    let config = toml("keep_connections = true\n[servers.a]\nurl = \"https://h/mcp\"\n").unwrap();
+    assert!(only(&config).keep_connections);
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    let config = vscode(
+        r#"{"keep_connections": true, "servers": {"a": {"type": "http", "url": "http://h/mcp"}}}"#,
+    )
+    .unwrap();
+    assert!(only(&config).keep_connections);
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
 
     let err = toml_err("[servers.a]\nurl = \"http://h/mcp\"\nkeep_connections = \"yes\"\n");
     assert_names(&err, TOML_FILE, Some("a"), Some("keep_connections"));
@@ -1167,11 +1176,16 @@ fn keep_connections_is_off_unless_asked_per_server_or_for_all() {
             .ends_with("expected a boolean, found a string"),
         "{err}"
     );
-    // Stdio servers have no connections to keep: said, and ignored.
+    // Stdio servers have no connections to keep: said, and left out of their spec (a reload
+    // that changes it restarts none of them).
     let config = json(r#"{"mcpServers": {"s": {"command": "x", "keep_connections": true}}}"#);
-    let warnings = config.unwrap().warnings;
+    let config = config.unwrap();
+    assert!(!only(&config).keep_connections);
+    let warnings = &config.warnings;
     assert!(
         warnings.iter().any(|w| w.contains("keep_connections")),
         "{warnings:?}"
     );
+    let config = json(r#"{"keep_connections": true, "mcpServers": {"s": {"command": "x"}}}"#);
+    assert!(!only(&config.unwrap()).keep_connections);
 }
