@@ -277,21 +277,23 @@ impl Post<'_> {
         // Carried to `http.rs` in an IO error, the one variant of rmcp's error that holds
         // another error than reqwest's.
         let failed = |error: KeptFailed| StreamableHttpError::Io(std::io::Error::other(error));
-        let (mut url, mut referer) = (first.clone(), None);
+        // Where the POST went last, once redirected.
+        let (mut redirected, mut referer): (Option<reqwest::Url>, _) = (None, None);
         for _ in 0..=redirect::MAX_REDIRECTS {
             let mut headers = self.headers()?;
             if let Some(referer) = referer.take() {
                 headers.insert(header::REFERER, referer);
             }
             let response = kept.post(uri, headers, body.clone()).await.map_err(failed)?;
+            let current = redirected.as_ref().unwrap_or(&first);
             // A target these connections do not serve (credentials in its URL) is not followed.
-            let Some((next, next_uri)) = redirect::next(&first, &url, &response)
+            let Some((next, next_uri)) = redirect::next(&first, current, &response)
                 .and_then(|next| kept.serves(&next).map(|uri| (next, uri)))
             else {
                 return Ok(response);
             };
-            referer = redirect::referer(&url);
-            (url, uri) = (next, next_uri);
+            referer = redirect::referer(current);
+            (redirected, uri) = (Some(next), next_uri);
         }
         Err(failed(KeptFailed::TooManyRedirects))
     }
@@ -331,7 +333,6 @@ fn unsendable(what: &str) -> Failed {
     let words = format!("{what} cannot be sent in a header");
     StreamableHttpError::Io(std::io::Error::new(std::io::ErrorKind::InvalidInput, words))
 }
-
 
 /// Headers the transport sets itself, which a configured header may not replace (rmcp's list
 /// but the protocol version, which rmcp's worker passes as a custom header).
