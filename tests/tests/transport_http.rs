@@ -193,6 +193,7 @@ async fn echo_calls(options: &HttpOptions, calls: u32) -> (usize, Duration) {
 /// With `keep_connections`, tool calls reuse their connections, and a server that leaves Nagle
 /// on (the fixture does, on rmcp's and axum's defaults) does not hold each answer for a delayed
 /// ACK (~40 ms a call). By default every call opens its own, as rmcp's client does.
+#[cfg(target_os = "linux")]
 #[tokio::test]
 async fn tool_calls_keep_their_connections_only_when_asked_and_without_delayed_acks() {
     const CALLS: u32 = 30;
