@@ -15,6 +15,14 @@ pub mod version;
 
 use std::process::ExitCode;
 
+/// A forwarded call allocates and frees a few hundred small blocks (rmcp's messages, hyper's
+/// and tokio's per-request state); with glibc's allocator that was 18 % of the gateway's
+/// instructions a call (docs/BENCHMARKS.md, section 8). Here, in the command, not in the
+/// library: an embedder picks its own allocator.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{CommandFactory, FromArgMatches};
 
 use args::{AuthCommand, Cli, Command, ConfigCommand, PolicyCommand};

@@ -47,7 +47,9 @@ impl Gateway {
         let stop_accepting = Arc::new(Notify::new());
         let stop = stop_accepting.clone();
         let task = tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, app)
+            // Made into a service once: a router served as it is is rebuilt for every
+            // connection (axum's `with_state`), and rmcp's clients open one for every request.
+            if let Err(error) = axum::serve(listener, app.into_make_service())
                 .with_graceful_shutdown(async move { stop.notified().await })
                 .await
             {
