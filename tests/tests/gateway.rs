@@ -300,7 +300,24 @@ async fn an_agent_on_streamable_http_follows_an_upstream_through_death_park_and_
     let agent = Agent::default();
     let client = agent.clone().serve(transport).await.expect("MCP over HTTP");
     follow_death_park_and_revival(&client, &agent, &state).await;
+    assert_no_huge_pages(tether.id().expect("tether runs"));
     assert!(terminate(tether).await.success());
+}
+
+/// Where the kernel backs memory with huge pages only when asked (`madvise`, this machine's
+/// and Debian's default), `tether` asks for none: its allocator would otherwise ask for them
+/// (mimalloc does by default) and an idle gateway would hold ~16 MB more.
+fn assert_no_huge_pages(pid: u32) {
+    let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+    if !mode.is_ok_and(|mode| mode.contains("[madvise]")) {
+        return;
+    }
+    let memory = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap();
+    let huge = memory
+        .lines()
+        .find_map(|line| line.strip_prefix("AnonHugePages:"))
+        .expect("smaps_rollup counts huge pages");
+    assert_eq!(huge.trim(), "0 kB", "tether holds huge pages:\n{memory}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,13 +15,17 @@ pub mod version;
 
 use std::process::ExitCode;
 
-/// A forwarded call allocates and frees a few hundred small blocks (rmcp's messages, hyper's
-/// and tokio's per-request state); with glibc's allocator that was 18 % of the gateway's
-/// instructions a call (docs/BENCHMARKS.md, section 8). Here, in the command, not in the
-/// library: an embedder picks its own allocator.
+/// The allocator the `tether` command runs on, set by its `main.rs`: mimalloc with the
+/// `mimalloc` feature (the default), the system's without. A forwarded call allocates and frees
+/// a few hundred small blocks (rmcp's messages, hyper's and tokio's per-request state); glibc's
+/// allocator spent 18 % of the gateway's instructions a call on them, mimalloc half as many
+/// (docs/BENCHMARKS.md, section 8). Not set here: a program that links this library (the tests
+/// do) keeps its own.
 #[cfg(feature = "mimalloc")]
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+pub type Allocator = mimalloc::MiMalloc;
+/// The allocator the `tether` command runs on (the system's: the `mimalloc` feature is off).
+#[cfg(not(feature = "mimalloc"))]
+pub type Allocator = std::alloc::System;
 
 use clap::{CommandFactory, FromArgMatches};
 
