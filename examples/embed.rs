@@ -53,7 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .merge(tether.http_router(Default::default()));
     let listener = tokio::net::TcpListener::bind(&bind).await?;
     println!("MCP at http://{}/mcp", listener.local_addr()?);
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let server = tokio::spawn(async move { axum::serve(listener, app.into_make_service()).await });
 
     for server in tether.status().await.servers {
         println!(

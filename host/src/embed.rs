@@ -447,7 +447,9 @@ impl Tether {
     /// embedder's own router. It answers requests addressed to loopback names only, unless
     /// `options.hosts` is [`Hosts::Any`](crate::gateway::Hosts::Any) (for a listener beyond
     /// loopback).
-    /// Its sessions end at [`Tether::shutdown`].
+    /// Its sessions end at [`Tether::shutdown`]. Serve the final router with
+    /// `axum::serve(listener, router.into_make_service())`: served as it is, axum rebuilds a
+    /// router for every connection it accepts.
     pub fn http_router(&self, options: HttpOptions) -> axum::Router {
         let (router, endpoint) = self.gateway().http_router(options);
         self.front(Front::Mounted(endpoint));

@@ -15,21 +15,21 @@ pub mod version;
 
 use std::process::ExitCode;
 
+use clap::{CommandFactory, FromArgMatches};
+
+use args::{AuthCommand, Cli, Command, ConfigCommand, PolicyCommand};
+
 /// The allocator the `tether` command runs on, set by its `main.rs`: mimalloc with the
-/// `mimalloc` feature (the default), the system's without. A forwarded call allocates and frees
-/// a few hundred small blocks (rmcp's messages, hyper's and tokio's per-request state); glibc's
-/// allocator spent 18 % of the gateway's instructions a call on them, mimalloc half as many
-/// (docs/BENCHMARKS.md, section 8). Not set here: a program that links this library (the tests
-/// do) keeps its own.
+/// `mimalloc` feature (the default), the system's without. A forwarded call allocates and
+/// frees a few hundred small blocks (rmcp's messages, hyper's and tokio's per-request state);
+/// glibc's allocator spent 18 % of the gateway's instructions a call on them, mimalloc about a
+/// third as many (docs/BENCHMARKS.md, section 8). Not set here: a program that links this
+/// library (the tests do) keeps its own.
 #[cfg(feature = "mimalloc")]
 pub type Allocator = mimalloc::MiMalloc;
 /// The allocator the `tether` command runs on (the system's: the `mimalloc` feature is off).
 #[cfg(not(feature = "mimalloc"))]
 pub type Allocator = std::alloc::System;
-
-use clap::{CommandFactory, FromArgMatches};
-
-use args::{AuthCommand, Cli, Command, ConfigCommand, PolicyCommand};
 
 /// Runs the command line: parses the arguments, runs the command, and says how it ended.
 pub fn main() -> ExitCode {

@@ -75,7 +75,8 @@ pub async fn start(
     });
     let (shutdown, mut stopping) = watch::channel(false);
     let task = tokio::spawn(async move {
-        let served = axum::serve(listener, router.into_make_service()).with_graceful_shutdown(async move {
+        let service = router.into_make_service();
+        let served = axum::serve(listener, service).with_graceful_shutdown(async move {
             let _ = stopping.wait_for(|stop| *stop).await;
         });
         if let Err(error) = served.await {

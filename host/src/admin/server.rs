@@ -158,7 +158,8 @@ pub async fn start(
     let router = router(app);
     let task = tokio::spawn(async move {
         let mut stopping = stopping;
-        let served = axum::serve(listener, router.into_make_service()).with_graceful_shutdown(async move {
+        let service = router.into_make_service();
+        let served = axum::serve(listener, service).with_graceful_shutdown(async move {
             // Also ends when the AdminServer is dropped (the sender closes).
             let _ = stopping.wait_for(|stop| *stop).await;
         });

@@ -49,7 +49,8 @@ pub async fn serve(fixture: Arc<Fixture>, bind: SocketAddr) -> Result<(), String
             guard,
         ));
     let listener = bind_and_announce(bind).await?;
-    axum::serve(listener, app)
+    // Built once: served as it is, axum rebuilds the router for every connection.
+    axum::serve(listener, app.into_make_service())
         .await
         .map_err(|error| format!("http server: {error}"))
 }

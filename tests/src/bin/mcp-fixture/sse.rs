@@ -63,7 +63,8 @@ pub async fn serve(fixture: Arc<Fixture>, bind: SocketAddr) -> Result<(), String
         .route("/messages", post(post_message))
         .with_state(state);
     let listener = bind_and_announce(bind).await?;
-    axum::serve(listener, app)
+    // Built once: served as it is, axum rebuilds the router for every connection.
+    axum::serve(listener, app.into_make_service())
         .await
         .map_err(|error| format!("sse server: {error}"))
 }
