@@ -481,6 +481,8 @@ const MIN_MAX_MESSAGE: u64 = 1 << 10;
 const MAX_MAX_MESSAGE: u64 = 1 << 30;
 const STDIO_ONLY_KEYS: &[&str] = &["args", "env", "envFile", "cwd"];
 const HTTP_ONLY_KEYS: &[&str] = &["headers", "oauth", "keep_connections"];
+/// The top-level keys of every format besides its servers table (and VS Code's `inputs`).
+const TOP_KEYS: &[&str] = &["policy", "max_message", "prefix", "keep_connections"];
 /// Durations are capped so that deadline arithmetic on `Instant` cannot overflow.
 const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
@@ -538,41 +540,15 @@ impl<'a> Loader<'a> {
                 file: self.file.to_string(),
             });
         };
-        let (servers_key, top_keys): (&str, &[&str]) = match self.format {
-            Format::McpServersJson => (
-                "mcpServers",
-                &[
-                    "mcpServers",
-                    "policy",
-                    "max_message",
-                    "prefix",
-                    "keep_connections",
-                ],
-            ),
-            Format::VsCodeJson => (
-                "servers",
-                &[
-                    "servers",
-                    "inputs",
-                    "policy",
-                    "max_message",
-                    "prefix",
-                    "keep_connections",
-                ],
-            ),
-            Format::Toml => (
-                "servers",
-                &[
-                    "servers",
-                    "policy",
-                    "max_message",
-                    "prefix",
-                    "keep_connections",
-                ],
-            ),
+        let servers_key = match self.format {
+            Format::McpServersJson => "mcpServers",
+            Format::VsCodeJson | Format::Toml => "servers",
         };
         for (key, _) in root {
-            if !top_keys.contains(&key.as_str()) {
+            let known = key == servers_key
+                || TOP_KEYS.contains(&key.as_str())
+                || (self.format == Format::VsCodeJson && key == "inputs");
+            if !known {
                 self.warn(format!("unknown top-level key `{key}` (ignored)"));
             }
         }

@@ -29,6 +29,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::client::proxy::matcher::Matcher;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rustls_platform_verifier::BuilderVerifierExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -43,16 +44,10 @@ const IDLE: Duration = Duration::from_secs(1);
 const MAX_IDLE: usize = 32;
 
 /// A pool of HTTP connections whose reads acknowledge at once.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) struct KeptConnections {
     client: Client<Timed, Full<Bytes>>,
     proxies: Arc<Matcher>,
-}
-
-impl std::fmt::Debug for KeptConnections {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("KeptConnections")
-    }
 }
 
 /// Why a POST over the kept connections failed.
@@ -76,8 +71,12 @@ impl KeptConnections {
     /// there), or where the platform's certificate verifier cannot be set up: said once.
     pub(crate) fn new(connect_timeout: Duration) -> Option<Self> {
         // What reqwest's client reads too (its default: the system's proxy settings).
-        let kept = QUICK_ACK.then(|| Self::with(connect_timeout, Matcher::from_system()));
-        if kept.as_ref().is_none_or(Option::is_none) {
+        let kept = if QUICK_ACK {
+            Self::with(connect_timeout, Matcher::from_system())
+        } else {
+            None
+        };
+        if kept.is_none() {
             static SAID: std::sync::Once = std::sync::Once::new();
             SAID.call_once(|| {
                 tracing::warn!(
@@ -90,7 +89,7 @@ impl KeptConnections {
                 );
             });
         }
-        kept.flatten()
+        kept
     }
 
     fn with(connect_timeout: Duration, proxies: Matcher) -> Option<Self> {
@@ -161,12 +160,11 @@ fn tls() -> Option<Arc<rustls::ClientConfig>> {
         let provider = rustls::crypto::CryptoProvider::get_default()
             .cloned()
             .unwrap_or_else(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()));
-        let verifier = rustls_platform_verifier::Verifier::new(provider.clone()).ok()?;
         let mut tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .ok()?
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(verifier))
+            .with_platform_verifier()
+            .ok()?
             .with_no_client_auth();
         tls.alpn_protocols = vec![b"http/1.1".to_vec()];
         Some(Arc::new(tls))

@@ -64,7 +64,7 @@ pub(crate) struct Posting {
     kept: Option<KeptConnections>,
     /// The endpoint last posted to, parsed: a session posts every call to the same one, and
     /// reqwest parses a URL given as text on every request (~18 k instructions a call).
-    endpoint: Arc<Mutex<Option<Endpoint>>>,
+    endpoint: Arc<Mutex<Option<Arc<Endpoint>>>>,
 }
 
 /// An endpoint as rmcp's worker gives it, and parsed.
@@ -95,7 +95,7 @@ impl Posting {
 
     /// `uri` parsed, from the last call's parse when it is the same; `None` if it does not
     /// parse (reqwest then fails the request as it would have).
-    fn endpoint(&self, uri: &Arc<str>) -> Option<Endpoint> {
+    fn endpoint(&self, uri: &Arc<str>) -> Option<Arc<Endpoint>> {
         let mut last = self.endpoint.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(endpoint) = last.as_ref()
             && endpoint.text == *uri
@@ -104,11 +104,11 @@ impl Posting {
         }
         let url = reqwest::Url::parse(uri).ok()?;
         let kept = self.kept.as_ref().and_then(|kept| kept.serves(&url));
-        let endpoint = Endpoint {
+        let endpoint = Arc::new(Endpoint {
             text: uri.clone(),
             url,
             kept,
-        };
+        });
         *last = Some(endpoint.clone());
         Some(endpoint)
     }
@@ -234,7 +234,7 @@ impl StreamableHttpClient for Posting {
 struct Post<'a> {
     uri: &'a str,
     /// `uri` parsed, where it parses.
-    endpoint: Option<Endpoint>,
+    endpoint: Option<Arc<Endpoint>>,
     session_id: Option<&'a str>,
     auth_header: Option<String>,
     custom_headers: HashMap<HeaderName, HeaderValue>,
@@ -251,13 +251,14 @@ impl Post<'_> {
         body: Vec<u8>,
     ) -> Result<StreamableHttpPostResponse, Failed> {
         let body = Bytes::from(body);
-        let response = match (&clients.kept, self.endpoint.take()) {
+        let endpoint = self.endpoint.take();
+        let response = match (&clients.kept, endpoint.as_deref()) {
             (Some(kept), Some(Endpoint { url, kept: Some(uri), .. })) => {
-                self.post_kept(kept, url, uri, body).await?
+                self.post_kept(kept, url, uri.clone(), body).await?
             }
             (_, endpoint) => {
                 let request = match endpoint {
-                    Some(endpoint) => clients.client.post(endpoint.url),
+                    Some(endpoint) => clients.client.post(endpoint.url.clone()),
                     None => clients.client.post(self.uri),
                 };
                 request.headers(self.headers()?).body(body).send().await?
@@ -270,7 +271,7 @@ impl Post<'_> {
     async fn post_kept(
         &self,
         kept: &KeptConnections,
-        first: reqwest::Url,
+        first: &reqwest::Url,
         mut uri: http::Uri,
         body: Bytes,
     ) -> Result<reqwest::Response, Failed> {
@@ -285,9 +286,9 @@ impl Post<'_> {
                 headers.insert(header::REFERER, referer);
             }
             let response = kept.post(uri, headers, body.clone()).await.map_err(failed)?;
-            let current = redirected.as_ref().unwrap_or(&first);
+            let current = redirected.as_ref().unwrap_or(first);
             // A target these connections do not serve (credentials in its URL) is not followed.
-            let Some((next, next_uri)) = redirect::next(&first, current, &response)
+            let Some((next, next_uri)) = redirect::next(first, current, &response)
                 .and_then(|next| kept.serves(&next).map(|uri| (next, uri)))
             else {
                 return Ok(response);
@@ -717,7 +718,7 @@ mod tests {
         let cached = posting.endpoint.lock().unwrap().clone().unwrap();
         // The same text, another allocation: the parse is reused.
         let again: Arc<str> = "http://127.0.0.1:1/mcp".into();
-        assert_eq!(posting.endpoint(&again).unwrap().url, cached.url);
+        assert!(Arc::ptr_eq(&posting.endpoint(&again).unwrap(), &cached));
         assert!(Arc::ptr_eq(&posting.endpoint.lock().unwrap().as_ref().unwrap().text, &first));
         // Another endpoint replaces it; one that does not parse is left to reqwest.
         let other: Arc<str> = "http://127.0.0.1:2/other".into();
@@ -731,9 +732,9 @@ mod tests {
         let kept = KeptConnections::without_proxies(std::time::Duration::from_secs(1));
         let posting = Posting::keeping(reqwest::Client::new(), Some(kept));
         let plain = posting.endpoint(&"http://127.0.0.1:1/mcp".into()).unwrap();
-        assert_eq!(plain.kept.unwrap(), "http://127.0.0.1:1/mcp");
+        assert_eq!(plain.kept.as_ref().unwrap(), "http://127.0.0.1:1/mcp");
         let tls = posting.endpoint(&"https://127.0.0.1:1/mcp".into()).unwrap();
-        assert_eq!(tls.kept.unwrap(), "https://127.0.0.1:1/mcp");
+        assert_eq!(tls.kept.as_ref().unwrap(), "https://127.0.0.1:1/mcp");
         let secret = posting.endpoint(&"http://u:p@127.0.0.1:1/mcp".into()).unwrap();
         assert!(secret.kept.is_none());
         let unkept = Posting::new(reqwest::Client::new());

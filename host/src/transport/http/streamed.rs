@@ -28,7 +28,7 @@ use rmcp::model::{ClientJsonRpcMessage, ClientRequest, RequestId, ServerJsonRpcM
 use rmcp::transport::streamable_http_client::{SseError, StreamableHttpPostResponse};
 use sse_stream::Sse;
 
-use super::same_id;
+use crate::transport::wire::same_id;
 use crate::transport::limit;
 use crate::transport::lines::raw::{self, RawResult};
 use crate::transport::wire;

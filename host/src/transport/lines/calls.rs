@@ -19,7 +19,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use rmcp::RoleClient;
 use rmcp::model::{
-    CallToolRequest, ClientRequest, ErrorData, JsonRpcMessage, NumberOrString,
+    CallToolRequest, ClientRequest, ErrorData, JsonRpcMessage,
     RequestId, ServerResult,
 };
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
@@ -27,6 +27,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::raw::RawResult;
+use crate::transport::wire::same_id;
 use crate::upstream::route;
 
 /// A call's answer: its result, or the error the server answered with.
@@ -72,14 +73,6 @@ pub struct CallsInFlight {
     closed: bool,
 }
 
-/// Whether an answer with id `answered` is the answer to request `sent`: the same id, or, as
-/// rmcp accepts it, a number the server echoed as a string.
-fn answers(sent: &RequestId, answered: &RequestId) -> bool {
-    sent == answered
-        || matches!((sent, answered), (NumberOrString::Number(n), NumberOrString::String(s))
-            if s.parse::<i64>().ok() == Some(*n))
-}
-
 impl CallsInFlight {
     pub(super) fn insert(&mut self, id: RequestId, slot: Option<Arc<RawResult>>) {
         self.remember(InFlight {
@@ -101,7 +94,7 @@ impl CallsInFlight {
 
     /// Forgets the call answer `id` answers; what was remembered of it, if it was in flight.
     pub(super) fn remove(&mut self, id: &RequestId) -> Option<InFlight> {
-        let at = self.calls.iter().position(|call| answers(&call.id, id))?;
+        let at = self.calls.iter().position(|call| same_id(&call.id, id))?;
         self.forget(at)
     }
 
@@ -127,7 +120,7 @@ impl CallsInFlight {
 
     /// Forgets the call answer `id` answers if it has a slot; what was remembered of it.
     pub(super) fn remove_with_slot(&mut self, id: &RequestId) -> Option<InFlight> {
-        let at = (self.calls.iter()).position(|call| call.slot.is_some() && answers(&call.id, id))?;
+        let at = (self.calls.iter()).position(|call| call.slot.is_some() && same_id(&call.id, id))?;
         self.forget(at)
     }
 
