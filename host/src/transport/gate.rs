@@ -15,17 +15,25 @@
 //! follows it (rmcp would handle each notification on a task of its own, in no particular order,
 //! after the answer), and moves its request's idle deadline, so rmcp never sees it; and each
 //! server-to-client request is tagged with the request it belongs to.
+//!
+//! A Streamable HTTP tool call Tether POSTs itself (`http/posted.rs`) comes back here when its
+//! answer does not come as the POST's first message: the rest of its stream is handed in
+//! beside the transport ([`Beside`]) and passes the same checks, and an answer to such a call,
+//! on its stream or on the session's GET stream, goes to the call waiting for it
+//! ([`Awaited`]) instead of to rmcp, which never saw the call.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use rmcp::RoleClient;
-use rmcp::model::{GetExtensions, GetMeta, JsonRpcMessage, ServerNotification};
+use rmcp::model::{GetExtensions, GetMeta, JsonRpcMessage, RequestId, ServerNotification};
 use rmcp::service::{InboundStreamOrigin, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
 use super::SessionEnd;
 use crate::upstream::route::{Belongs, RouteTag, Routes};
@@ -78,6 +86,93 @@ impl TokenBucket {
     }
 }
 
+/// The calls sent past rmcp that wait for an answer the gate may see (see the module
+/// documentation), by id. Closed with the gate: nothing will be answered any more.
+#[derive(Default)]
+pub struct Awaited {
+    /// `None` once closed.
+    calls: Mutex<Option<HashMap<RequestId, oneshot::Sender<RxJsonRpcMessage<RoleClient>>>>>,
+    closed: CancellationToken,
+}
+
+impl Awaited {
+    pub fn new() -> Self {
+        Self {
+            calls: Mutex::new(Some(HashMap::new())),
+            closed: CancellationToken::new(),
+        }
+    }
+
+    /// Waits for the answer to call `id`; `None` once closed.
+    pub fn wait(&self, id: RequestId) -> Option<oneshot::Receiver<RxJsonRpcMessage<RoleClient>>> {
+        let (answer, answered) = oneshot::channel();
+        self.lock().as_mut()?.insert(id, answer);
+        Some(answered)
+    }
+
+    /// Stops waiting for call `id`.
+    pub fn forget(&self, id: &RequestId) {
+        if let Some(calls) = self.lock().as_mut() {
+            calls.remove(id);
+        }
+    }
+
+    /// Resolves once the gate is gone: no answer will come through it any more.
+    pub async fn closed(&self) {
+        self.closed.cancelled().await
+    }
+
+    /// Hands `message` to the call it answers, or gives it back.
+    fn answer(
+        &self,
+        message: RxJsonRpcMessage<RoleClient>,
+    ) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let id = match &message {
+            JsonRpcMessage::Response(response) => &response.id,
+            JsonRpcMessage::Error(error) => match &error.id {
+                Some(id) => id,
+                None => return Some(message),
+            },
+            _ => return Some(message),
+        };
+        let waiting = self.lock().as_mut().and_then(|calls| {
+            if let Some(waiting) = calls.remove(id) {
+                return Some(waiting);
+            }
+            // A server may echo a number as a string.
+            let id = calls.keys().find(|awaited| super::wire::same_id(awaited, id))?.clone();
+            calls.remove(&id)
+        });
+        match waiting {
+            Some(waiting) => {
+                // A caller that left meanwhile drops its answer, as rmcp would.
+                let _ = waiting.send(message);
+                None
+            }
+            None => Some(message),
+        }
+    }
+
+    fn close(&self) {
+        self.lock().take();
+        self.closed.cancel();
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Option<HashMap<RequestId, oneshot::Sender<RxJsonRpcMessage<RoleClient>>>>>
+    {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What reaches a session beside its transport: messages the server sent on the stream of a
+/// call Tether POSTed itself, and the calls that wait for their answers.
+pub struct Beside {
+    pub messages: mpsc::Receiver<RxJsonRpcMessage<RoleClient>>,
+    pub awaited: Arc<Awaited>,
+}
+
 /// Wraps a client transport: see the module documentation.
 pub struct Guarded<T> {
     inner: T,
@@ -90,6 +185,7 @@ pub struct Guarded<T> {
     bucket: TokenBucket,
     /// When the last "dropping" warning was logged (one per burst, not one per message).
     warned: Option<Instant>,
+    beside: Option<Beside>,
 }
 
 impl<T> Guarded<T> {
@@ -101,7 +197,14 @@ impl<T> Guarded<T> {
             ending: None,
             bucket: TokenBucket::new(BURST, RATE, Instant::now()),
             warned: None,
+            beside: None,
         }
+    }
+
+    /// Takes what reaches the session beside the transport too (see [`Beside`]).
+    pub fn with_beside(mut self, beside: Beside) -> Self {
+        self.beside = Some(beside);
+        self
     }
 
     /// Routes what the server sends for a client's request to that request (see [`Routes`]).
@@ -200,7 +303,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Guarded<T> {
             let message = match self.ending {
                 None => tokio::select! {
                     biased;
-                    message = self.inner.receive() => message?,
+                    message = next_message(&mut self.inner, &mut self.beside) => message?,
                     () = &mut self.end_recorded => {
                         self.ending = Some(tokio::time::Instant::now() + ANSWER_GRACE);
                         continue;
@@ -211,9 +314,10 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Guarded<T> {
                 // proves it did not run, where the end alone proves nothing about it.
                 Some(until) => {
                     let routes = self.routes.clone()?;
+                    let next = next_message(&mut self.inner, &mut self.beside);
                     tokio::select! {
                         biased;
-                        message = tokio::time::timeout_at(until, self.inner.receive()) => match message {
+                        message = tokio::time::timeout_at(until, next) => match message {
                             Ok(Some(message)) => message,
                             _ => return None,
                         },
@@ -224,6 +328,13 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Guarded<T> {
             let mut message = message;
             super::generation::legacy_only_rejection(&mut message);
             self.arriving(&mut message);
+            let message = match &self.beside {
+                Some(beside) => match beside.awaited.answer(message) {
+                    Some(message) => message,
+                    None => continue,
+                },
+                None => message,
+            };
             // Progress is its request's (its client, its deadline: `upstream/route.rs`): rmcp
             // has no use for it, and would spend a task and a token of the rate on each.
             if self.routes.is_some()
@@ -243,9 +354,72 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Guarded<T> {
     }
 }
 
+impl<T> Drop for Guarded<T> {
+    fn drop(&mut self) {
+        if let Some(beside) = &self.beside {
+            beside.awaited.close();
+        }
+    }
+}
+
+/// The next message from the transport or from beside it; `None` when the transport ended.
+async fn next_message<T: Transport<RoleClient>>(
+    inner: &mut T,
+    beside: &mut Option<Beside>,
+) -> Option<RxJsonRpcMessage<RoleClient>> {
+    loop {
+        let Some(messages) = beside.as_mut().map(|beside| &mut beside.messages) else {
+            return inner.receive().await;
+        };
+        tokio::select! {
+            biased;
+            message = inner.receive() => return message,
+            message = messages.recv() => match message {
+                Some(message) => return Some(message),
+                // Nothing more can come beside: the transport alone from now on.
+                None => {
+                    if let Some(beside) = beside.take() {
+                        beside.awaited.close();
+                    }
+                }
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn answer(id: RequestId) -> RxJsonRpcMessage<RoleClient> {
+        serde_json::from_value(serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {}}))
+            .unwrap()
+    }
+
+    #[test]
+    fn an_answer_goes_to_the_call_waiting_for_it_even_with_its_number_as_a_string() {
+        let awaited = Awaited::new();
+        let mut first = awaited.wait(RequestId::Number(7)).unwrap();
+        let mut second = awaited.wait(RequestId::Number(8)).unwrap();
+        assert!(awaited.answer(answer(RequestId::String("7".into()))).is_none());
+        assert!(first.try_recv().is_ok());
+        // Not waited for: it goes on to rmcp.
+        assert!(awaited.answer(answer(RequestId::Number(9))).is_some());
+        awaited.forget(&RequestId::Number(8));
+        assert!(awaited.answer(answer(RequestId::Number(8))).is_some());
+        assert!(second.try_recv().is_err());
+    }
+
+    #[tokio::test]
+    async fn a_closed_gate_ends_every_wait() {
+        let awaited = Awaited::new();
+        let waiting = awaited.wait(RequestId::Number(1)).unwrap();
+        awaited.close();
+        assert!(waiting.await.is_err());
+        assert!(awaited.wait(RequestId::Number(2)).is_none());
+        awaited.closed().await;
+        assert!(awaited.answer(answer(RequestId::Number(1))).is_some());
+    }
 
     #[test]
     fn the_bucket_allows_a_burst_then_the_rate() {

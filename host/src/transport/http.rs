@@ -21,7 +21,9 @@ use futures::stream::BoxStream;
 use http::{HeaderName, HeaderValue};
 use rmcp::{
     ClientHandler, ClientServiceExt, RoleClient, ServiceError, ServiceExt,
-    model::{ClientJsonRpcMessage, ClientRequest, RequestId, ServerJsonRpcMessage},
+    model::{
+        ClientJsonRpcMessage, ClientNotification, ClientRequest, RequestId, ServerJsonRpcMessage,
+    },
     service::{ClientInitializeError, RunningService},
     transport::{
         StreamableHttpClientTransport,
@@ -47,7 +49,10 @@ use super::{Fault, gate::Guarded, limit, sse::SseTransport};
 use crate::auth::Authorizer;
 use crate::upstream::route::Routes;
 
+mod posted;
 mod streamed;
+
+pub use posted::{NotAnswered, PendingPost, PostedCalls};
 
 /// Requests rmcp lets run at once on one session. rmcp counts a POST until its answer, or until
 /// its answer's stream opens; with a streamed answer read inside the POST up to its first
@@ -93,6 +98,8 @@ pub struct HttpSession<H: ClientHandler> {
     pub flavor: HttpFlavor,
     /// Why the transport ended the session, once it has.
     pub end: SessionEnd,
+    /// On Streamable HTTP, tool calls may be POSTed here rather than through rmcp's loop.
+    pub calls: Option<PostedCalls>,
 }
 
 impl HttpError {
@@ -429,6 +436,7 @@ async fn streamable<H: ClientHandler>(
         request_timeout: opts.request_timeout,
         end: end.clone(),
         stream_opened: Arc::default(),
+        session: Arc::default(),
     };
     let mut config = StreamableHttpClientTransportConfig::with_uri(url.url.as_str())
         .custom_headers(header_map(&opts.headers)?)
@@ -437,11 +445,17 @@ async fn streamable<H: ClientHandler>(
         .max_json_response_size(opts.max_message)
         .max_sse_event_size(opts.max_message)
         .max_concurrent_requests(MAX_REQUESTS_IN_FLIGHT);
-    config.retry_config = Arc::new(StreamRetry { end: end.clone() });
+    let retry = Arc::new(StreamRetry { end: end.clone() });
+    config.retry_config = retry.clone();
+    let mut limits = StreamableHttpResponseLimits::default();
+    limits.max_json_response_size = opts.max_message;
+    limits.max_sse_event_size = opts.max_message;
+    let (calls, beside) = PostedCalls::new(client.clone(), config.uri.clone(), limits, retry);
     let mut transport = Guarded::new(
         StreamableHttpClientTransport::with_client(client, config),
         end.clone(),
-    );
+    )
+    .with_beside(beside);
     if let Some(routes) = &opts.routes {
         transport = transport.with_routes(routes.clone());
     }
@@ -461,6 +475,7 @@ async fn streamable<H: ClientHandler>(
         service,
         flavor: HttpFlavor::Streamable,
         end,
+        calls: Some(calls),
     })
 }
 
@@ -523,6 +538,7 @@ async fn legacy<H: ClientHandler>(
         service,
         flavor: HttpFlavor::Sse,
         end,
+        calls: None,
     })
 }
 
@@ -613,6 +629,8 @@ struct GuardedClient {
     /// Whether the session's GET stream ever opened: only then does a 404 to it mean the
     /// server forgot the session (servers without a GET stream often answer 404, not 405).
     stream_opened: Arc<AtomicBool>,
+    /// What rmcp's worker sent with the handshake's last message, for the calls Tether POSTs.
+    session: posted::Recorded,
 }
 
 type Rejected = StreamableHttpError<HttpError>;
@@ -675,6 +693,15 @@ impl StreamableHttpClient for GuardedClient {
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, Rejected> {
         let on_session = session_id.is_some();
+        if let ClientJsonRpcMessage::Notification(notification) = &message
+            && let ClientNotification::InitializedNotification(_) = notification.notification
+            && self.session.get().is_none()
+        {
+            let _ = self.session.set(posted::SessionHeaders {
+                id: session_id.clone(),
+                headers: custom_headers.clone(),
+            });
+        }
         let request = match &message {
             ClientJsonRpcMessage::Request(request) => Some(request),
             _ => None,

@@ -17,7 +17,7 @@ use rmcp::model::{
     ClientRequest, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
     CreateMessageResult, CustomRequest, ElicitRequest, ElicitRequestParams, ElicitResult,
     ErrorCode, ErrorData, GetExtensions, Implementation, InputRequiredResult, InputResponses,
-    JsonObject, ListPromptsRequest, ListResourceTemplatesRequest, ListResourcesRequest,
+    JsonObject, JsonRpcMessage, ListPromptsRequest, ListResourceTemplatesRequest, ListResourcesRequest,
     ListRootsRequest, ListRootsResult, ListToolsRequest, LoggingMessageNotificationParam,
     PaginatedRequestParams, PingRequest, ProtocolVersion, ResourceUpdatedNotificationParam,
     ProgressToken, RequestId, RequestMetaObject, ServerCapabilities, ServerRequest, ServerResult,
@@ -38,7 +38,9 @@ use crate::config::{ServerSpec, Timeouts, TransportSpec};
 use crate::policy::{Fault, Tool, TransportKind};
 use crate::transport::{SessionEnd, session_closed};
 use crate::transport::generation::{self, Generation};
-use crate::transport::http::{self, HttpFlavor, HttpOptions};
+use crate::transport::http::{
+    self, HttpFlavor, HttpOptions, NotAnswered, PendingPost, PostedCalls,
+};
 use crate::transport::limit;
 use crate::transport::lines::{CallSender, NoAnswer, PendingCall};
 use crate::transport::stdio::{self, ChildProcess};
@@ -342,10 +344,12 @@ enum GaveUp {
     OutOfTime(Duration, &'static str),
 }
 
-/// A request on its way: through rmcp, or a tool call written by its caller ([`CallSender`]).
+/// A request on its way: through rmcp, or a tool call its caller wrote ([`CallSender`]) or
+/// POSTed ([`PostedCalls`]).
 enum Sent {
     Rmcp(RequestHandle<RoleClient>),
     Straight(PendingCall),
+    Posted(PendingPost),
 }
 
 impl Sent {
@@ -353,6 +357,7 @@ impl Sent {
         match self {
             Sent::Rmcp(handle) => &handle.id,
             Sent::Straight(pending) => pending.id(),
+            Sent::Posted(pending) => pending.id(),
         }
     }
 
@@ -372,6 +377,39 @@ impl Sent {
                 )),
                 Err(NoAnswer::Ended) => Err(ServiceError::TransportClosed),
             },
+            // As rmcp's worker and service loop hand the answer or the failure on.
+            Sent::Posted(pending) => match pending.answer().await {
+                Ok(JsonRpcMessage::Response(response)) => Ok(response.result),
+                Ok(JsonRpcMessage::Error(error)) => Err(ServiceError::McpError(error.error)),
+                Ok(_) => Err(ServiceError::UnexpectedResponse),
+                Err(NotAnswered::Failed(error)) => Err(ServiceError::TransportSend(
+                    DynamicTransportError::from_parts(
+                        "streamable-http",
+                        std::any::TypeId::of::<PostedCalls>(),
+                        Box::new(error),
+                    ),
+                )),
+                Err(NotAnswered::Closed) => Err(ServiceError::TransportClosed),
+            },
+        }
+    }
+}
+
+/// Where a session's tool calls go past rmcp's loop.
+enum StraightCalls {
+    /// Written on a stdio server's stdin.
+    Lines(CallSender),
+    /// POSTed to a Streamable HTTP server.
+    Posts(PostedCalls),
+}
+
+impl StraightCalls {
+    /// Whether a call can go this way now (an HTTP session's headers are known once its
+    /// handshake is done).
+    fn ready(&self) -> bool {
+        match self {
+            StraightCalls::Lines(_) => true,
+            StraightCalls::Posts(posts) => posts.ready(),
         }
     }
 }
@@ -412,8 +450,8 @@ pub struct Session {
     max_message: usize,
     routes: Arc<Routes>,
     generation: Generation,
-    /// On stdio, tool calls are written here rather than through rmcp's loop.
-    calls: Option<CallSender>,
+    /// Where tool calls go rather than through rmcp's loop (stdio, Streamable HTTP).
+    calls: Option<StraightCalls>,
     /// Resource URIs clients want updates of; a 2026-07-28 session listens for them.
     resource_uris: watch::Sender<BTreeSet<String>>,
 }
@@ -470,7 +508,7 @@ impl Session {
                     handler.clone(),
                 )
                 .await?;
-                calls = Some(session.calls);
+                calls = Some(StraightCalls::Lines(session.calls));
                 (
                     session.service,
                     Some(session.process),
@@ -492,6 +530,7 @@ impl Session {
                 let options = http_options(headers, spec, lifecycle, &routes, auth.clone());
                 let session =
                     http::connect_session(url, wanted, &options, || handler.clone()).await?;
+                calls = session.calls.map(StraightCalls::Posts);
                 remembered.flavor = Some(session.flavor);
                 let kind = match session.flavor {
                     HttpFlavor::Streamable => TransportKind::StreamableHttp,
@@ -907,7 +946,7 @@ impl Session {
         let now = tokio::time::Instant::now();
         let deadlines = route.deadlines(now, timeouts.call, timeouts.call_max);
         let sent = match (&self.calls, request) {
-            (Some(calls), ClientRequest::CallToolRequest(call)) => {
+            (Some(calls), ClientRequest::CallToolRequest(call)) if calls.ready() => {
                 self.send_straight(calls, call, options, route)
             }
             (_, request) => (self.peer.send_request_with_option(request, options).await)
@@ -981,17 +1020,20 @@ impl Session {
         }
     }
 
-    /// Writes tool call `call` itself ([`CallSender`]) with what rmcp would add to it on a
+    /// Sends tool call `call` itself ([`StraightCalls`]) with what rmcp would add to it on a
     /// session with a handshake: the caller's `_meta` (`options`), a progress token. Its route
     /// is registered before it leaves, as the gate does for a request rmcp sends.
     fn send_straight(
         &self,
-        calls: &CallSender,
+        calls: &StraightCalls,
         mut call: CallToolRequest,
         options: PeerRequestOptions,
         route: &Arc<CallRoute>,
     ) -> Result<Sent, ServiceError> {
-        let id = calls.next_id();
+        let id = match calls {
+            StraightCalls::Lines(lines) => lines.next_id(),
+            StraightCalls::Posts(posts) => posts.next_id(),
+        };
         let token = ProgressToken(id.clone());
         let meta = call.extensions.get_or_insert_default::<RequestMetaObject>();
         if let Some(caller) = options.meta {
@@ -999,7 +1041,11 @@ impl Session {
         }
         meta.set_progress_token(token.clone());
         self.routes.register(id.clone(), Some(token), route.clone());
-        match calls.send(id.clone(), call) {
+        let lines = match calls {
+            StraightCalls::Lines(lines) => lines,
+            StraightCalls::Posts(posts) => return Ok(Sent::Posted(posts.send(id, call))),
+        };
+        match lines.send(id.clone(), call) {
             Ok(pending) => Ok(Sent::Straight(pending)),
             Err(error) => {
                 self.routes.unregister(&id);

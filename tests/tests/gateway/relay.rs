@@ -174,6 +174,13 @@ async fn every_progress_notification_reaches_the_client_in_order_before_the_answ
         path.to_str().unwrap().to_string()
     };
     let (legacy, modern) = (state("legacy"), state("modern"));
+    // Over HTTP the call is POSTed by Tether, and its progress comes on the POST's stream
+    // before the answer (`transport/http/posted.rs`).
+    let web_state = crate::common::StateDir(dir.path().join("web"));
+    std::fs::create_dir_all(&web_state.0).unwrap();
+    let web =
+        crate::common::HttpFixture::start("http", &web_state, "127.0.0.1:0", &["--tools", "burst"])
+            .await;
     let config = json!({"mcpServers": {
         "legacy": {"command": FIXTURE, "args": [
             "--transport", "stdio", "--state-dir", legacy, "--tools", "burst",
@@ -181,6 +188,7 @@ async fn every_progress_notification_reaches_the_client_in_order_before_the_answ
         "modern": {"command": FIXTURE, "args": [
             "--transport", "stdio", "--state-dir", modern, "--tools", "burst", "--modern-only",
         ]},
+        "web": {"url": format!("http://{}/mcp", web.addr), "type": "http", "protocol": "2025-11-25"},
     }});
     let path = dir.path().join("servers.json");
     std::fs::write(&path, config.to_string()).unwrap();
@@ -189,7 +197,7 @@ async fn every_progress_notification_reaches_the_client_in_order_before_the_answ
     old_client.initialize().await;
     let new_client = Wire::new(&url, true);
     for client in [&old_client, &new_client] {
-        for tool in ["legacy__burst", "modern__burst"] {
+        for tool in ["legacy__burst", "modern__burst", "web__burst"] {
             // Enough that a race with the request's registration, or reordering, would show.
             assert_every_progress_in_order(client, tool, 200).await;
         }

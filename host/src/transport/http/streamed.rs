@@ -143,7 +143,7 @@ fn answer_to(data: &str, id: &RequestId, call: bool) -> Option<ServerJsonRpcMess
 /// Reads what follows an answer: nothing when the stream has already ended or broken, else in
 /// a task of its own, for at most [`DRAIN`], up to its end or an error. Anything after the
 /// answer is dropped, as rmcp drops it.
-fn drain(mut events: Events) {
+pub(super) fn drain(mut events: Events) {
     if let Some(None | Some(Err(_))) = events.next().now_or_never() {
         return;
     }

@@ -1,0 +1,592 @@
+//! The `tools/call` requests Tether POSTs to a Streamable HTTP server itself, past rmcp's
+//! client loop ([`PostedCalls`]).
+//!
+//! A request sent through rmcp goes over a channel to its service loop, over another to its
+//! HTTP worker, whose one task polls every POST of the session, and its answer comes back the
+//! same two ways: four hand-offs between tasks a call, and every call of a session polled by one
+//! task. A tool call is POSTed by its caller instead, through the same client rmcp's worker
+//! uses (`GuardedClient`: deadlines, OAuth signing, what a failure does to the session, a
+//! streamed answer read up to its first message), with the session's id and headers as the
+//! worker sent them last. Its answer comes back to the caller.
+//!
+//! When the answer is not the POST's first message (progress first, a question for the client,
+//! a stream that breaks), the caller reads the rest of the stream as rmcp's worker would: a
+//! message event at a time, resuming a stream that broke or ended with `Last-Event-ID` once the
+//! server gave an event id, on the session's retry schedule. What it reads goes to the gate
+//! beside the transport (`gate.rs`, [`Beside`]), so it passes the gate's checks and reaches
+//! rmcp as if rmcp had read it; the gate hands the answer back to the call, whether it came on
+//! this stream or on the session's GET stream (a server may answer `202 Accepted` and send the
+//! answer there).
+//!
+//! Only for a session of the classic generation with its handshake done: a 2026-07-28 server
+//! names the call in headers of the POST (rmcp's worker writes them), and may ask the client
+//! something only while a request rmcp itself sent is in flight.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt, stream::BoxStream};
+use http::{HeaderName, HeaderValue};
+use rmcp::RoleClient;
+use rmcp::model::{
+    CallToolRequest, ClientJsonRpcMessage, ClientRequest, GetExtensions, JsonRpcMessage,
+    RequestId, ServerJsonRpcMessage,
+};
+use rmcp::service::{InboundStreamOrigin, RxJsonRpcMessage};
+use rmcp::transport::common::client_side_sse::SseRetryPolicy;
+use rmcp::transport::streamable_http_client::{
+    SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+    StreamableHttpResponseLimits,
+};
+use sse_stream::Sse;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{GuardedClient, HttpError, StreamRetry};
+use crate::transport::gate::{Awaited, Beside};
+use crate::transport::limit;
+use crate::transport::wire::same_id;
+
+type Rejected = StreamableHttpError<HttpError>;
+type Events = BoxStream<'static, Result<Sse, SseError>>;
+
+/// The first id of a call Tether POSTs; its progress token is the same number. As on stdio
+/// (`lines/calls.rs`): far above the ids rmcp numbers its own requests with from 0.
+const FIRST_POSTED_ID: i64 = 1 << 30;
+
+/// Messages of calls' streams that may wait for the gate at once, per session.
+const BESIDE_CAPACITY: usize = 64;
+
+/// The session's id and the headers rmcp's worker sends with it, as it sent them with the
+/// handshake's last message (`notifications/initialized`).
+#[derive(Debug, Clone)]
+pub(super) struct SessionHeaders {
+    pub id: Option<Arc<str>>,
+    pub headers: HashMap<HeaderName, HeaderValue>,
+}
+
+/// Where `GuardedClient` records [`SessionHeaders`] once the handshake is done.
+pub(super) type Recorded = Arc<OnceLock<SessionHeaders>>;
+
+/// Posts one session's tool calls (see the module documentation).
+pub struct PostedCalls {
+    shared: Arc<Shared>,
+    next_id: AtomicI64,
+}
+
+/// What every call of the session POSTs with.
+struct Shared {
+    client: GuardedClient,
+    uri: Arc<str>,
+    limits: StreamableHttpResponseLimits,
+    retry: Arc<StreamRetry>,
+    beside: mpsc::Sender<RxJsonRpcMessage<RoleClient>>,
+    awaited: Arc<Awaited>,
+}
+
+/// Why a posted call got no answer.
+#[derive(Debug)]
+pub enum NotAnswered {
+    /// The POST failed, as rmcp's worker would have failed it.
+    Failed(Rejected),
+    /// The session closed first, or the answer's stream closed before the answer and could not
+    /// be resumed.
+    Closed,
+}
+
+impl PostedCalls {
+    /// Calls for the session `client` serves at `uri`, and what the session's gate takes beside
+    /// its transport for them.
+    pub(super) fn new(
+        client: GuardedClient,
+        uri: Arc<str>,
+        limits: StreamableHttpResponseLimits,
+        retry: Arc<StreamRetry>,
+    ) -> (Self, Beside) {
+        let (beside, messages) = mpsc::channel(BESIDE_CAPACITY);
+        let awaited = Arc::new(Awaited::new());
+        let shared = Shared {
+            client,
+            uri,
+            limits,
+            retry,
+            beside,
+            awaited: awaited.clone(),
+        };
+        let calls = Self {
+            shared: Arc::new(shared),
+            next_id: AtomicI64::new(FIRST_POSTED_ID),
+        };
+        (calls, Beside { messages, awaited })
+    }
+
+    /// Whether calls can be posted: the handshake is done and rmcp's worker has shown what a
+    /// POST of this session carries.
+    pub fn ready(&self) -> bool {
+        self.shared.client.session.get().is_some()
+    }
+
+    /// The id for the next call (see [`FIRST_POSTED_ID`]).
+    pub fn next_id(&self) -> RequestId {
+        RequestId::Number(self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Call `id`, to be POSTed when its answer is awaited ([`PendingPost::answer`]). Its route,
+    /// if it has one, gets its arguments back once the body is written, or at once if the
+    /// session is not ready.
+    pub fn send(&self, id: RequestId, call: CallToolRequest) -> PendingPost {
+        let message = JsonRpcMessage::request(ClientRequest::CallToolRequest(call), id.clone());
+        let post = Post {
+            shared: self.shared.clone(),
+            id: id.clone(),
+        };
+        PendingPost {
+            id,
+            answer: post.answer(message).boxed(),
+        }
+    }
+}
+
+/// A posted call: its POST goes out once its answer is awaited, and is cancelled (its
+/// connection closed) if it is dropped before.
+pub struct PendingPost {
+    id: RequestId,
+    answer: BoxFuture<'static, Result<ServerJsonRpcMessage, NotAnswered>>,
+}
+
+impl PendingPost {
+    pub fn id(&self) -> &RequestId {
+        &self.id
+    }
+
+    /// The server's answer: its response or its error.
+    pub async fn answer(self) -> Result<ServerJsonRpcMessage, NotAnswered> {
+        self.answer.await
+    }
+}
+
+/// One call's POST and the reading of its answer.
+struct Post {
+    shared: Arc<Shared>,
+    id: RequestId,
+}
+
+/// Stops waiting for the answer through the gate, however the call ends.
+struct Forget<'a>(&'a Awaited, &'a RequestId);
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.0.forget(self.1);
+    }
+}
+
+impl Post {
+    async fn answer(
+        self,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, NotAnswered> {
+        let shared = &*self.shared;
+        // Waited for before the POST leaves: the answer may come on the GET stream first.
+        let (Some(session), Some(through_gate)) = (
+            shared.client.session.get(),
+            shared.awaited.wait(self.id.clone()),
+        ) else {
+            crate::upstream::route::hand_back(message);
+            return Err(NotAnswered::Closed);
+        };
+        let _forget = Forget(&shared.awaited, &self.id);
+        let post = shared.client.post_message_with_response_limits(
+            shared.uri.clone(),
+            message,
+            session.id.clone(),
+            None,
+            session.headers.clone(),
+            shared.limits,
+        );
+        let posted = tokio::select! {
+            biased;
+            posted = post => posted.map_err(NotAnswered::Failed)?,
+            () = shared.awaited.closed() => return Err(NotAnswered::Closed),
+        };
+        match posted {
+            StreamableHttpPostResponse::Json(answer, _) => Ok(answer),
+            StreamableHttpPostResponse::Sse(events, _) => {
+                self.read_stream(session, events, through_gate).await
+            }
+            // `Accepted`: the answer comes on the session's GET stream.
+            _ => through_gate.await.map_err(|_| NotAnswered::Closed),
+        }
+    }
+
+    /// Reads the call's stream into the gate until its answer is read (see the module
+    /// documentation). A stream that ends or breaks before, and cannot be resumed, fails the
+    /// call as rmcp fails it: the transport closed before the answer.
+    async fn read_stream(
+        &self,
+        session: &SessionHeaders,
+        mut events: Events,
+        mut through_gate: oneshot::Receiver<RxJsonRpcMessage<RoleClient>>,
+    ) -> Result<ServerJsonRpcMessage, NotAnswered> {
+        let mut resume = Resume::default();
+        loop {
+            let event = tokio::select! {
+                biased;
+                answer = &mut through_gate => return answer.map_err(|_| NotAnswered::Closed),
+                event = events.next() => event,
+            };
+            let broke = match event {
+                Some(Ok(sse)) => {
+                    resume.saw(&sse);
+                    let Some(message) = message_of(sse) else {
+                        continue;
+                    };
+                    let answers = answers(&message, &self.id);
+                    self.hand_to_gate(message).await?;
+                    if answers {
+                        // The gate hands it back, after what came before it.
+                        super::streamed::drain(events);
+                        return through_gate.await.map_err(|_| NotAnswered::Closed);
+                    }
+                    continue;
+                }
+                Some(Err(_)) => true,
+                None => false,
+            };
+            if resume.last_event_id.is_none() {
+                return Err(NotAnswered::Closed);
+            }
+            events = tokio::select! {
+                biased;
+                answer = &mut through_gate => return answer.map_err(|_| NotAnswered::Closed),
+                reopened = self.reopen(session, &mut resume, broke) => match reopened {
+                    Ok(events) => events,
+                    Err(_) => return Err(NotAnswered::Closed),
+                },
+            };
+        }
+    }
+
+    /// The stream again from after the last event read, on the retry schedule of the session's
+    /// streams: at once after a break, after the server's `retry` interval (or the schedule's
+    /// first delay) after a clean end.
+    async fn reopen(
+        &self,
+        session: &SessionHeaders,
+        resume: &mut Resume,
+        broke: bool,
+    ) -> Result<Events, Rejected> {
+        let shared = &*self.shared;
+        let mut failures = 0;
+        let mut wait = match broke {
+            true => None,
+            false => resume
+                .server_retry
+                .take()
+                .or_else(|| shared.retry.retry(0)),
+        };
+        loop {
+            if let Some(wait) = wait {
+                tokio::time::sleep(wait).await;
+            }
+            let reopened = shared
+                .client
+                .get_stream_with_max_sse_event_size(
+                    shared.uri.clone(),
+                    session.id.clone(),
+                    resume.last_event_id.clone(),
+                    None,
+                    session.headers.clone(),
+                    shared.limits.max_sse_event_size,
+                )
+                .await;
+            let error = match reopened {
+                Ok(events) => return Ok(events),
+                // Asking again cannot give SSE or mend credentials.
+                Err(
+                    error @ (StreamableHttpError::ServerDoesNotSupportSse
+                    | StreamableHttpError::AuthRequired(_)
+                    | StreamableHttpError::InsufficientScope(_)),
+                ) => return Err(error),
+                Err(error) => error,
+            };
+            failures += 1;
+            let Some(delay) = shared.retry.retry(failures) else {
+                return Err(error);
+            };
+            wait = Some(resume.server_retry.map_or(delay, |server| server.max(delay)));
+        }
+    }
+
+    /// Hands a message of the call's stream to the gate; a request the server asks within the
+    /// call is marked as the call's, as rmcp's worker marks it.
+    async fn hand_to_gate(&self, mut message: ServerJsonRpcMessage) -> Result<(), NotAnswered> {
+        if let JsonRpcMessage::Request(request) = &mut message {
+            request
+                .request
+                .extensions_mut()
+                .insert(InboundStreamOrigin::OutboundRequest(self.id.clone()));
+        }
+        self.shared
+            .beside
+            .send(message)
+            .await
+            .map_err(|_| NotAnswered::Closed)
+    }
+}
+
+/// Where a stream can be picked up again.
+#[derive(Default)]
+struct Resume {
+    last_event_id: Option<String>,
+    server_retry: Option<Duration>,
+}
+
+impl Resume {
+    fn saw(&mut self, sse: &Sse) {
+        if let Some(retry) = sse.retry {
+            self.server_retry = Some(Duration::from_millis(retry));
+        }
+        if let Some(id) = &sse.id {
+            self.last_event_id = Some(id.clone());
+        }
+    }
+}
+
+/// Whether `message` is the answer to call `id`.
+fn answers(message: &ServerJsonRpcMessage, id: &RequestId) -> bool {
+    let answered = match message {
+        JsonRpcMessage::Response(response) => Some(&response.id),
+        JsonRpcMessage::Error(error) => error.id.as_ref(),
+        _ => None,
+    };
+    answered.is_some_and(|answered| same_id(id, answered))
+}
+
+/// The JSON-RPC message an event carries, as rmcp reads one: only message events (no event
+/// name, or `message`), and data that parses (anything else is skipped).
+fn message_of(sse: Sse) -> Option<ServerJsonRpcMessage> {
+    if !matches!(sse.event.as_deref(), None | Some("" | "message")) {
+        return None;
+    }
+    let data = sse.data?;
+    // What the size filter left of an event it cut off: the "too large" answer follows.
+    if data.trim().is_empty() || limit::spoiled(&data) {
+        return None;
+    }
+    match serde_json::from_str(&data) {
+        Ok(message) => Some(message),
+        Err(error) => {
+            tracing::debug!("an event of a call's stream is not JSON-RPC: {error}");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use axum::extract::State;
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::response::{IntoResponse, Response};
+    use rmcp::model::{CallToolRequestParams, ServerResult};
+    use serde_json::{Value, json};
+    use tokio::sync::broadcast;
+
+    use super::*;
+    use crate::transport::http::{HttpFlavor, HttpOptions, connect_session};
+
+    /// A server played by the test: what it was asked for, and the session's GET stream.
+    #[derive(Clone)]
+    struct Script {
+        resumed_after: Arc<Mutex<Vec<String>>>,
+        get_stream: broadcast::Sender<String>,
+    }
+
+    fn event_stream(body: String) -> Response {
+        ([("content-type", "text/event-stream")], body).into_response()
+    }
+
+    fn answer(id: &Value, text: &str) -> String {
+        json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}]}})
+            .to_string()
+    }
+
+    async fn post(State(script): State<Script>, body: String) -> Response {
+        let message: Value = serde_json::from_str(&body).unwrap();
+        let id = &message["id"];
+        let result = json!({
+            "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+            "serverInfo": {"name": "scripted", "version": "1"},
+        });
+        match (message["method"].as_str().unwrap(), message["params"]["name"].as_str()) {
+            ("initialize", _) => (
+                [("content-type", "application/json"), ("mcp-session-id", "s1")],
+                json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string(),
+            )
+                .into_response(),
+            ("tools/call", Some("json")) => (
+                [("content-type", "application/json")],
+                answer(id, "json"),
+            )
+                .into_response(),
+            // Progress three times, then the answer, in one body.
+            ("tools/call", Some("progress")) => {
+                let events: String = (1..=3)
+                    .map(|n| {
+                        let progress = json!({
+                            "jsonrpc": "2.0", "method": "notifications/progress",
+                            "params": {"progressToken": id, "progress": n},
+                        });
+                        format!("data: {progress}\n\n")
+                    })
+                    .chain([format!("data: {}\n\n", answer(id, "progress"))])
+                    .collect();
+                event_stream(events)
+            }
+            // Progress first, then the stream ends: the answer is there once resumed.
+            ("tools/call", Some("resumed")) => {
+                let token = &message["params"]["_meta"]["progressToken"];
+                let progress = json!({
+                    "jsonrpc": "2.0", "method": "notifications/progress",
+                    "params": {"progressToken": token, "progress": 1},
+                });
+                event_stream(format!("id: e1\nretry: 5\ndata: {progress}\n\n"))
+            }
+            // Progress, then the stream ends, with no event id to resume after.
+            ("tools/call", Some("cut")) => {
+                let progress = json!({
+                    "jsonrpc": "2.0", "method": "notifications/progress",
+                    "params": {"progressToken": id, "progress": 1},
+                });
+                event_stream(format!("data: {progress}\n\n"))
+            }
+            // Accepted: the answer comes on the session's GET stream.
+            ("tools/call", Some("accepted")) => {
+                let answer = answer(id, "accepted");
+                let stream = script.get_stream.clone();
+                tokio::spawn(async move {
+                    // Until the session's GET stream listens.
+                    while stream.send(answer.clone()).is_err() {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                });
+                StatusCode::ACCEPTED.into_response()
+            }
+            _ => StatusCode::ACCEPTED.into_response(),
+        }
+    }
+
+    async fn get(State(script): State<Script>, headers: HeaderMap) -> Response {
+        if let Some(last) = headers.get("last-event-id") {
+            script
+                .resumed_after
+                .lock()
+                .unwrap()
+                .push(last.to_str().unwrap().to_owned());
+            let answer = answer(&json!(FIRST_POSTED_ID), "resumed");
+            return event_stream(format!("id: e2\ndata: {answer}\n\n"));
+        }
+        let answers = script.get_stream.subscribe();
+        let events = futures::stream::unfold(answers, |mut answers| async move {
+            let answer = answers.recv().await.ok()?;
+            Some((Ok::<_, std::convert::Infallible>(format!("data: {answer}\n\n")), answers))
+        });
+        ([("content-type", "text/event-stream")], axum::body::Body::from_stream(events))
+            .into_response()
+    }
+
+    /// Counts the progress passed on.
+    #[derive(Default)]
+    struct Counted(std::sync::atomic::AtomicUsize);
+
+    impl crate::upstream::route::ProgressForward for Counted {
+        fn forward(&self, _update: rmcp::model::ProgressNotificationParam) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        fn flush(&self) -> BoxFuture<'static, ()> {
+            Box::pin(async {})
+        }
+    }
+
+    fn call(name: &str) -> CallToolRequest {
+        CallToolRequest::new(CallToolRequestParams::new(name.to_owned()))
+    }
+
+    fn text(answer: ServerJsonRpcMessage) -> String {
+        let JsonRpcMessage::Response(response) = answer else {
+            panic!("not an answer: {answer:?}");
+        };
+        let ServerResult::CallToolResult(result) = response.result else {
+            panic!("not a call's result: {:?}", response.result);
+        };
+        result.content[0].as_text().unwrap().text.clone()
+    }
+
+    /// A call answered with JSON, one whose answer follows progress on its stream, one whose
+    /// stream ends after progress and is resumed with `Last-Event-ID`, and one the server
+    /// accepts and answers on the session's GET stream: each gets its answer, past rmcp's loop,
+    /// and progress is passed on before the answer it came before. A stream that ends with
+    /// nothing to resume after fails its call. (On one thread, so an answer
+    /// handed back before the gate passed the progress on would show.)
+    #[tokio::test]
+    async fn posted_calls_get_their_answers_however_the_server_sends_them() {
+        let script = Script {
+            resumed_after: Arc::default(),
+            get_stream: broadcast::channel(4).0,
+        };
+        let routes = Arc::new(crate::upstream::route::Routes::default());
+        let app = axum::Router::new()
+            .route("/mcp", axum::routing::post(post).get(get))
+            .with_state(script.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let options = HttpOptions {
+            headers: Default::default(),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(10),
+            max_message: 1 << 20,
+            keep_connections: false,
+            lifecycle: rmcp::ClientLifecycleMode::Initialize,
+            routes: Some(routes.clone()),
+            auth: None,
+        };
+        let session = connect_session(&url, Some(HttpFlavor::Streamable), &options, || ())
+            .await
+            .expect("a session");
+        let calls = session.calls.as_ref().expect("Streamable HTTP posts its calls");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !calls.ready() {
+            assert!(tokio::time::Instant::now() < deadline, "the handshake's headers");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let within = |pending: PendingPost| {
+            tokio::time::timeout(Duration::from_secs(10), pending.answer())
+        };
+        let resumed = calls.send(calls.next_id(), call("resumed"));
+        assert_eq!(resumed.id(), &RequestId::Number(FIRST_POSTED_ID));
+        assert_eq!(text(within(resumed).await.unwrap().unwrap()), "resumed");
+        assert_eq!(*script.resumed_after.lock().unwrap(), ["e1"]);
+        let id = calls.next_id();
+        let counted = Arc::new(Counted::default());
+        let route = crate::upstream::route::CallRoute {
+            progress: Some(counted.clone()),
+            ..Default::default()
+        };
+        let token = rmcp::model::ProgressToken(id.clone());
+        routes.register(id.clone(), Some(token), Arc::new(route));
+        let progress = calls.send(id, call("progress"));
+        assert_eq!(text(within(progress).await.unwrap().unwrap()), "progress");
+        assert_eq!(counted.0.load(Ordering::SeqCst), 3, "progress before its answer");
+        let json = calls.send(calls.next_id(), call("json"));
+        assert_eq!(text(within(json).await.unwrap().unwrap()), "json");
+        // As rmcp fails it: the transport closed before the answer.
+        let cut = calls.send(calls.next_id(), call("cut"));
+        assert!(matches!(within(cut).await.unwrap(), Err(NotAnswered::Closed)));
+        let accepted = calls.send(calls.next_id(), call("accepted"));
+        assert_eq!(text(within(accepted).await.unwrap().unwrap()), "accepted");
+    }
+}
