@@ -154,8 +154,8 @@ impl StreamableHttpClient for Posting {
             let mut body = Vec::with_capacity(256);
             // Cannot fail for a message rmcp could hold (string keys, finite numbers).
             let written = wire::write_call(&request.id, call, &mut body);
-            // This copy of the call (rmcp's worker copies every message it POSTs and keeps the
-            // original) is no longer needed: its arguments go back to the call's route.
+            // The call (a copy where rmcp's worker POSTs it: the worker keeps the original) is
+            // no longer needed once written: its arguments go back to the call's route.
             let raw = route::raw_slot(&request.request).map(|slot| (request.id.clone(), slot));
             route::hand_back(message);
             written.map_err(|error| StreamableHttpError::Io(std::io::Error::other(error)))?;

@@ -197,14 +197,16 @@ impl Post {
             return Err(NotAnswered::Closed);
         };
         let _forget = Forget(&shared.awaited, &self.id);
-        let post = shared.client.post_message_with_response_limits(
+        // Boxed, as the reading of a stream below: this future is boxed and moved whole, and
+        // would otherwise carry both inline (17 KB).
+        let post = Box::pin(shared.client.post_message_with_response_limits(
             shared.uri.clone(),
             message,
             session.id.clone(),
             None,
             session.headers.clone(),
             shared.limits,
-        );
+        ));
         let posted = tokio::select! {
             biased;
             posted = post => posted.map_err(NotAnswered::Failed)?,
@@ -213,7 +215,7 @@ impl Post {
         match posted {
             StreamableHttpPostResponse::Json(answer, _) => Ok(answer),
             StreamableHttpPostResponse::Sse(events, _) => {
-                self.read_stream(session, events, through_gate).await
+                Box::pin(self.read_stream(session, events, through_gate)).await
             }
             // `Accepted`: the answer comes on the session's GET stream.
             _ => through_gate.await.map_err(|_| NotAnswered::Closed),
