@@ -88,20 +88,23 @@ impl TokenBucket {
 
 /// The calls sent past rmcp that wait for an answer the gate may see (see the module
 /// documentation), by id. Closed with the gate: nothing will be answered any more.
-#[derive(Default)]
 pub struct Awaited {
     /// `None` once closed.
     calls: Mutex<Option<HashMap<RequestId, oneshot::Sender<RxJsonRpcMessage<RoleClient>>>>>,
     closed: CancellationToken,
 }
 
-impl Awaited {
-    pub fn new() -> Self {
+impl Default for Awaited {
+    /// Open: waiting for nothing yet.
+    fn default() -> Self {
         Self {
             calls: Mutex::new(Some(HashMap::new())),
             closed: CancellationToken::new(),
         }
     }
+}
+
+impl Awaited {
 
     /// Waits for the answer to call `id`; `None` once closed.
     pub fn wait(&self, id: RequestId) -> Option<oneshot::Receiver<RxJsonRpcMessage<RoleClient>>> {
@@ -127,21 +130,18 @@ impl Awaited {
         &self,
         message: RxJsonRpcMessage<RoleClient>,
     ) -> Option<RxJsonRpcMessage<RoleClient>> {
-        let id = match &message {
-            JsonRpcMessage::Response(response) => &response.id,
-            JsonRpcMessage::Error(error) => match &error.id {
-                Some(id) => id,
-                None => return Some(message),
-            },
-            _ => return Some(message),
+        let Some(id) = super::wire::answered_id(&message) else {
+            return Some(message);
         };
         let waiting = self.lock().as_mut().and_then(|calls| {
-            if let Some(waiting) = calls.remove(id) {
-                return Some(waiting);
-            }
-            // A server may echo a number as a string.
-            let id = calls.keys().find(|awaited| super::wire::same_id(awaited, id))?.clone();
-            calls.remove(&id)
+            // A server may echo a number as a string (`wire::same_id`).
+            let number = match id {
+                RequestId::String(text) => text.parse().ok().map(RequestId::Number),
+                RequestId::Number(_) => None,
+            };
+            calls
+                .remove(id)
+                .or_else(|| calls.remove(&number?))
         });
         match waiting {
             Some(waiting) => {
@@ -371,8 +371,8 @@ async fn next_message<T: Transport<RoleClient>>(
         let Some(messages) = beside.as_mut().map(|beside| &mut beside.messages) else {
             return inner.receive().await;
         };
+        // Unbiased: a flood on the transport does not starve the calls' streams.
         tokio::select! {
-            biased;
             message = inner.receive() => return message,
             message = messages.recv() => match message {
                 Some(message) => return Some(message),
@@ -398,7 +398,7 @@ mod tests {
 
     #[test]
     fn an_answer_goes_to_the_call_waiting_for_it_even_with_its_number_as_a_string() {
-        let awaited = Awaited::new();
+        let awaited = Awaited::default();
         let mut first = awaited.wait(RequestId::Number(7)).unwrap();
         let mut second = awaited.wait(RequestId::Number(8)).unwrap();
         assert!(awaited.answer(answer(RequestId::String("7".into()))).is_none());
@@ -412,7 +412,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_closed_gate_ends_every_wait() {
-        let awaited = Awaited::new();
+        let awaited = Awaited::default();
         let waiting = awaited.wait(RequestId::Number(1)).unwrap();
         awaited.close();
         assert!(waiting.await.is_err());

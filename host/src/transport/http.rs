@@ -57,9 +57,11 @@ pub use posted::{NotAnswered, PendingPost, PostedCalls};
 /// Requests rmcp lets run at once on one session. rmcp counts a POST until its answer, or until
 /// its answer's stream opens; with a streamed answer read inside the POST up to its first
 /// message (`streamed`), a call whose first message is its answer counts until that answer, as
-/// one answered with JSON does. rmcp's default (16) would make the 17th call, and every request
+/// one answered with JSON does. rmcp's default (16) would make the 17th request, and every one
 /// after it, wait for one of them to finish: a stdio server has no such cap. Each request in
-/// flight holds a connection (or an HTTP/2 stream) either way.
+/// flight holds a connection (or an HTTP/2 stream) either way. Tool calls Tether POSTs itself
+/// (`posted`) are not counted, nor held by rmcp's ordering barriers (`initialize`,
+/// `server/discover`), which only the handshake sends on a session that posts its calls.
 const MAX_REQUESTS_IN_FLIGHT: usize = 1024;
 
 #[derive(Debug, Clone)]

@@ -13,7 +13,7 @@ use std::borrow::Cow;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, Extensions, InputResponses,
-    JsonObject, JsonRpcResponse, MetaObject, RequestId, RequestMetaObject, ServerJsonRpcMessage,
+    JsonObject, JsonRpcMessage, JsonRpcResponse, MetaObject, RequestId, RequestMetaObject, ServerJsonRpcMessage,
     ServerResult,
 };
 use serde::{Deserialize, Serialize};
@@ -174,10 +174,27 @@ fn meta<'a>(own: Option<&'a JsonObject>, extensions: &'a Extensions) -> Option<C
     Some(merged)
 }
 
+/// The first id of a tool call Tether sends past rmcp's loop (stdio: `lines/calls.rs`,
+/// Streamable HTTP: `http/posted.rs`); its progress token is the same number. rmcp numbers its
+/// own requests, and its own progress tokens, from 0 in the same session: it would take a
+/// billion of them to meet these, and a server that reads ids as 32-bit integers still reads
+/// these.
+pub(super) const FIRST_STRAIGHT_ID: i64 = 1 << 30;
+
 /// Whether an answer's id names the request; some servers echo numeric ids as strings.
 pub(super) fn same_id(request: &RequestId, answer: &RequestId) -> bool {
     request == answer
         || matches!((request, answer), (RequestId::Number(n), RequestId::String(s)) if s.parse::<i64>().ok() == Some(*n))
+}
+
+/// The request a server's message answers, if it is an answer (a response, or an error naming
+/// a request).
+pub(super) fn answered_id(message: &ServerJsonRpcMessage) -> Option<&RequestId> {
+    match message {
+        JsonRpcMessage::Response(response) => Some(&response.id),
+        JsonRpcMessage::Error(error) => error.id.as_ref(),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

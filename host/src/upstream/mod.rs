@@ -412,6 +412,27 @@ impl StraightCalls {
             StraightCalls::Posts(posts) => posts.ready(),
         }
     }
+
+    fn next_id(&self) -> RequestId {
+        match self {
+            StraightCalls::Lines(lines) => lines.next_id(),
+            StraightCalls::Posts(posts) => posts.next_id(),
+        }
+    }
+
+    /// Sends call `id`; `None` if it could not leave (the session's transport is closed).
+    fn send(&self, id: RequestId, call: CallToolRequest) -> Option<Sent> {
+        match self {
+            StraightCalls::Lines(lines) => match lines.send(id, call) {
+                Ok(pending) => Some(Sent::Straight(pending)),
+                Err(error) => {
+                    tracing::debug!("a tool call could not be written: {error}");
+                    None
+                }
+            },
+            StraightCalls::Posts(posts) => posts.send(id, call).map(Sent::Posted),
+        }
+    }
 }
 
 /// How a call failed when it did not produce a result.
@@ -1030,10 +1051,7 @@ impl Session {
         options: PeerRequestOptions,
         route: &Arc<CallRoute>,
     ) -> Result<Sent, ServiceError> {
-        let id = match calls {
-            StraightCalls::Lines(lines) => lines.next_id(),
-            StraightCalls::Posts(posts) => posts.next_id(),
-        };
+        let id = calls.next_id();
         let token = ProgressToken(id.clone());
         let meta = call.extensions.get_or_insert_default::<RequestMetaObject>();
         if let Some(caller) = options.meta {
@@ -1041,18 +1059,12 @@ impl Session {
         }
         meta.set_progress_token(token.clone());
         self.routes.register(id.clone(), Some(token), route.clone());
-        let lines = match calls {
-            StraightCalls::Lines(lines) => lines,
-            StraightCalls::Posts(posts) => return Ok(Sent::Posted(posts.send(id, call))),
-        };
-        match lines.send(id.clone(), call) {
-            Ok(pending) => Ok(Sent::Straight(pending)),
-            Err(error) => {
-                self.routes.unregister(&id);
-                tracing::debug!(server = %self.server, "a tool call could not be written: {error}");
-                Err(ServiceError::TransportClosed)
-            }
+        let sent = calls.send(id.clone(), call);
+        if sent.is_none() {
+            self.routes.unregister(&id);
         }
+        // As rmcp fails a request on a closed session: it did not leave.
+        sent.ok_or(ServiceError::TransportClosed)
     }
 
     /// Whether a request that failed with `error` provably never ran (see

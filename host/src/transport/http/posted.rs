@@ -18,6 +18,12 @@
 //! this stream or on the session's GET stream (a server may answer `202 Accepted` and send the
 //! answer there).
 //!
+//! A call whose caller gives up closes its POST at once, before Tether tells the server
+//! `notifications/cancelled` (rmcp keeps the stream open until then): the server sees the
+//! connection close first, as it always did for a call answered with JSON. A stream that cannot
+//! be picked up again within the session's retry schedule fails its call, and, as in rmcp,
+//! ends the session (`StreamRetry`).
+//!
 //! Only for a session of the classic generation with its handshake done: a 2026-07-28 server
 //! names the call in headers of the POST (rmcp's worker writes them), and may ask the client
 //! something only while a request rmcp itself sent is in flight.
@@ -47,14 +53,10 @@ use tokio::sync::{mpsc, oneshot};
 use super::{GuardedClient, HttpError, StreamRetry};
 use crate::transport::gate::{Awaited, Beside};
 use crate::transport::limit;
-use crate::transport::wire::same_id;
+use crate::transport::wire::FIRST_STRAIGHT_ID;
 
 type Rejected = StreamableHttpError<HttpError>;
 type Events = BoxStream<'static, Result<Sse, SseError>>;
-
-/// The first id of a call Tether POSTs; its progress token is the same number. As on stdio
-/// (`lines/calls.rs`): far above the ids rmcp numbers its own requests with from 0.
-const FIRST_POSTED_ID: i64 = 1 << 30;
 
 /// Messages of calls' streams that may wait for the gate at once, per session.
 const BESIDE_CAPACITY: usize = 64;
@@ -106,7 +108,7 @@ impl PostedCalls {
         retry: Arc<StreamRetry>,
     ) -> (Self, Beside) {
         let (beside, messages) = mpsc::channel(BESIDE_CAPACITY);
-        let awaited = Arc::new(Awaited::new());
+        let awaited = Arc::new(Awaited::default());
         let shared = Shared {
             client,
             uri,
@@ -117,7 +119,7 @@ impl PostedCalls {
         };
         let calls = Self {
             shared: Arc::new(shared),
-            next_id: AtomicI64::new(FIRST_POSTED_ID),
+            next_id: AtomicI64::new(FIRST_STRAIGHT_ID),
         };
         (calls, Beside { messages, awaited })
     }
@@ -128,24 +130,35 @@ impl PostedCalls {
         self.shared.client.session.get().is_some()
     }
 
-    /// The id for the next call (see [`FIRST_POSTED_ID`]).
+    /// The id for the next call (see `wire::FIRST_STRAIGHT_ID`).
     pub fn next_id(&self) -> RequestId {
         RequestId::Number(self.next_id.fetch_add(1, Ordering::Relaxed))
     }
 
-    /// Call `id`, to be POSTed when its answer is awaited ([`PendingPost::answer`]). Its route,
-    /// if it has one, gets its arguments back once the body is written, or at once if the
-    /// session is not ready.
-    pub fn send(&self, id: RequestId, call: CallToolRequest) -> PendingPost {
+    /// Call `id`, to be POSTed when its answer is awaited ([`PendingPost::answer`]); `None` if
+    /// the session is closed or its handshake not done (the call did not leave). Its route, if
+    /// it has one, gets its arguments back once the body is written, or at once if it did not
+    /// leave.
+    pub fn send(&self, id: RequestId, call: CallToolRequest) -> Option<PendingPost> {
         let message = JsonRpcMessage::request(ClientRequest::CallToolRequest(call), id.clone());
+        // Waited for before the POST leaves: the answer may come on the GET stream first.
+        let through_gate = match self.ready() {
+            true => self.shared.awaited.wait(id.clone()),
+            false => None,
+        };
+        let Some(through_gate) = through_gate else {
+            crate::upstream::route::hand_back(message);
+            return None;
+        };
         let post = Post {
             shared: self.shared.clone(),
             id: id.clone(),
+            through_gate: Some(through_gate),
         };
-        PendingPost {
+        Some(PendingPost {
             id,
             answer: post.answer(message).boxed(),
-        }
+        })
     }
 }
 
@@ -167,36 +180,32 @@ impl PendingPost {
     }
 }
 
-/// One call's POST and the reading of its answer.
+/// One call's POST and the reading of its answer. Dropped, however the call ends, it stops
+/// waiting for the answer through the gate.
 struct Post {
     shared: Arc<Shared>,
     id: RequestId,
+    through_gate: Option<oneshot::Receiver<RxJsonRpcMessage<RoleClient>>>,
 }
 
-/// Stops waiting for the answer through the gate, however the call ends.
-struct Forget<'a>(&'a Awaited, &'a RequestId);
-
-impl Drop for Forget<'_> {
+impl Drop for Post {
     fn drop(&mut self) {
-        self.0.forget(self.1);
+        self.shared.awaited.forget(&self.id);
     }
 }
 
 impl Post {
     async fn answer(
-        self,
+        mut self,
         message: ClientJsonRpcMessage,
     ) -> Result<ServerJsonRpcMessage, NotAnswered> {
-        let shared = &*self.shared;
-        // Waited for before the POST leaves: the answer may come on the GET stream first.
-        let (Some(session), Some(through_gate)) = (
-            shared.client.session.get(),
-            shared.awaited.wait(self.id.clone()),
-        ) else {
-            crate::upstream::route::hand_back(message);
+        let shared = self.shared.clone();
+        // Both set when the post was made (`PostedCalls::send`).
+        let (Some(session), Some(through_gate)) =
+            (shared.client.session.get(), self.through_gate.take())
+        else {
             return Err(NotAnswered::Closed);
         };
-        let _forget = Forget(&shared.awaited, &self.id);
         // Boxed, as the reading of a stream below: this future is boxed and moved whole, and
         // would otherwise carry both inline (17 KB).
         let post = Box::pin(shared.client.post_message_with_response_limits(
@@ -241,10 +250,9 @@ impl Post {
             let broke = match event {
                 Some(Ok(sse)) => {
                     resume.saw(&sse);
-                    let Some(message) = message_of(sse) else {
+                    let Some((message, answers)) = message_of(&sse, &self.id) else {
                         continue;
                     };
-                    let answers = answers(&message, &self.id);
                     self.hand_to_gate(message).await?;
                     if answers {
                         // The gate hands it back, after what came before it.
@@ -356,29 +364,23 @@ impl Resume {
     }
 }
 
-/// Whether `message` is the answer to call `id`.
-fn answers(message: &ServerJsonRpcMessage, id: &RequestId) -> bool {
-    let answered = match message {
-        JsonRpcMessage::Response(response) => Some(&response.id),
-        JsonRpcMessage::Error(error) => error.id.as_ref(),
-        _ => None,
-    };
-    answered.is_some_and(|answered| same_id(id, answered))
-}
-
-/// The JSON-RPC message an event carries, as rmcp reads one: only message events (no event
-/// name, or `message`), and data that parses (anything else is skipped).
-fn message_of(sse: Sse) -> Option<ServerJsonRpcMessage> {
+/// The JSON-RPC message an event carries, as rmcp reads one (only message events, no event
+/// name or `message`; data that does not parse is skipped), and whether it answers call `id`
+/// (read as a call's answer, as `streamed.rs` reads one).
+fn message_of(sse: &Sse, id: &RequestId) -> Option<(ServerJsonRpcMessage, bool)> {
     if !matches!(sse.event.as_deref(), None | Some("" | "message")) {
         return None;
     }
-    let data = sse.data?;
+    let data = sse.data.as_deref()?;
     // What the size filter left of an event it cut off: the "too large" answer follows.
-    if data.trim().is_empty() || limit::spoiled(&data) {
+    if data.trim().is_empty() || limit::spoiled(data) {
         return None;
     }
-    match serde_json::from_str(&data) {
-        Ok(message) => Some(message),
+    if let Some(answer) = super::streamed::answer_to(data, id, true) {
+        return Some((answer, true));
+    }
+    match serde_json::from_str(data) {
+        Ok(message) => Some((message, false)),
         Err(error) => {
             tracing::debug!("an event of a call's stream is not JSON-RPC: {error}");
             None
@@ -398,12 +400,14 @@ mod tests {
     use tokio::sync::broadcast;
 
     use super::*;
-    use crate::transport::http::{HttpFlavor, HttpOptions, connect_session};
+    use crate::transport::http::{HttpFlavor, HttpOptions, HttpSession, connect_session};
 
     /// A server played by the test: what it was asked for, and the session's GET stream.
     #[derive(Clone)]
     struct Script {
         resumed_after: Arc<Mutex<Vec<String>>>,
+        /// The id of the call whose stream is resumed.
+        resumed_call: Arc<Mutex<Value>>,
         get_stream: broadcast::Sender<String>,
     }
 
@@ -450,13 +454,19 @@ mod tests {
             }
             // Progress first, then the stream ends: the answer is there once resumed.
             ("tools/call", Some("resumed")) => {
-                let token = &message["params"]["_meta"]["progressToken"];
+                *script.resumed_call.lock().unwrap() = id.clone();
                 let progress = json!({
                     "jsonrpc": "2.0", "method": "notifications/progress",
-                    "params": {"progressToken": token, "progress": 1},
+                    "params": {"progressToken": id, "progress": 1},
                 });
                 event_stream(format!("id: e1\nretry: 5\ndata: {progress}\n\n"))
             }
+            ("tools/call", Some("refused")) => (
+                [("content-type", "application/json")],
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": "no"}})
+                    .to_string(),
+            )
+                .into_response(),
             // Progress, then the stream ends, with no event id to resume after.
             ("tools/call", Some("cut")) => {
                 let progress = json!({
@@ -488,7 +498,7 @@ mod tests {
                 .lock()
                 .unwrap()
                 .push(last.to_str().unwrap().to_owned());
-            let answer = answer(&json!(FIRST_POSTED_ID), "resumed");
+            let answer = answer(&script.resumed_call.lock().unwrap(), "resumed");
             return event_stream(format!("id: e2\ndata: {answer}\n\n"));
         }
         let answers = script.get_stream.subscribe();
@@ -527,19 +537,13 @@ mod tests {
         result.content[0].as_text().unwrap().text.clone()
     }
 
-    /// A call answered with JSON, one whose answer follows progress on its stream, one whose
-    /// stream ends after progress and is resumed with `Last-Event-ID`, and one the server
-    /// accepts and answers on the session's GET stream: each gets its answer, past rmcp's loop,
-    /// and progress is passed on before the answer it came before. A stream that ends with
-    /// nothing to resume after fails its call. (On one thread, so an answer
-    /// handed back before the gate passed the progress on would show.)
-    #[tokio::test]
-    async fn posted_calls_get_their_answers_however_the_server_sends_them() {
+    /// A session with the scripted server.
+    async fn scripted(routes: Option<Arc<crate::upstream::route::Routes>>) -> (Script, HttpSession<()>) {
         let script = Script {
             resumed_after: Arc::default(),
+            resumed_call: Arc::default(),
             get_stream: broadcast::channel(4).0,
         };
-        let routes = Arc::new(crate::upstream::route::Routes::default());
         let app = axum::Router::new()
             .route("/mcp", axum::routing::post(post).get(get))
             .with_state(script.clone());
@@ -553,23 +557,48 @@ mod tests {
             max_message: 1 << 20,
             keep_connections: false,
             lifecycle: rmcp::ClientLifecycleMode::Initialize,
-            routes: Some(routes.clone()),
+            routes,
             auth: None,
         };
         let session = connect_session(&url, Some(HttpFlavor::Streamable), &options, || ())
             .await
             .expect("a session");
+        (script, session)
+    }
+
+    /// A call waiting for its answer when the session closes fails as the session's end (it
+    /// may have run); one sent after does not leave.
+    #[tokio::test]
+    async fn a_closed_session_ends_the_calls_waiting_and_sends_no_more() {
+        let (_script, session) = scripted(None).await;
+        let calls = session.calls.expect("Streamable HTTP posts its calls");
+        let silent = calls.send(calls.next_id(), call("silent")).unwrap();
+        let waiting = tokio::spawn(silent.answer());
+        session.service.cancel().await.unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(10), waiting).await;
+        assert!(matches!(outcome.unwrap().unwrap(), Err(NotAnswered::Closed)));
+        assert!(calls.send(calls.next_id(), call("json")).is_none());
+    }
+
+    /// A call answered with JSON, one whose answer follows progress on its stream, one whose
+    /// stream ends after progress and is resumed with `Last-Event-ID`, and one the server
+    /// accepts and answers on the session's GET stream: each gets its answer, past rmcp's loop,
+    /// and progress is passed on before the answer it came before. A stream that ends with
+    /// nothing to resume after fails its call; an error answers as one. (On one thread, so an answer
+    /// handed back before the gate passed the progress on would show.)
+    #[tokio::test]
+    async fn posted_calls_get_their_answers_however_the_server_sends_them() {
+        let routes = Arc::new(crate::upstream::route::Routes::default());
+        let (script, session) = scripted(Some(routes.clone())).await;
         let calls = session.calls.as_ref().expect("Streamable HTTP posts its calls");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while !calls.ready() {
-            assert!(tokio::time::Instant::now() < deadline, "the handshake's headers");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        // The handshake's last POST went out before the session was handed over.
+        assert!(calls.ready(), "the session's headers are known once it is connected");
         let within = |pending: PendingPost| {
             tokio::time::timeout(Duration::from_secs(10), pending.answer())
         };
-        let resumed = calls.send(calls.next_id(), call("resumed"));
-        assert_eq!(resumed.id(), &RequestId::Number(FIRST_POSTED_ID));
+        let send = |name: &str| calls.send(calls.next_id(), call(name)).expect("a ready session");
+        let resumed = send("resumed");
+        assert_eq!(resumed.id(), &RequestId::Number(FIRST_STRAIGHT_ID));
         assert_eq!(text(within(resumed).await.unwrap().unwrap()), "resumed");
         assert_eq!(*script.resumed_after.lock().unwrap(), ["e1"]);
         let id = calls.next_id();
@@ -580,15 +609,17 @@ mod tests {
         };
         let token = rmcp::model::ProgressToken(id.clone());
         routes.register(id.clone(), Some(token), Arc::new(route));
-        let progress = calls.send(id, call("progress"));
+        let progress = calls.send(id, call("progress")).unwrap();
         assert_eq!(text(within(progress).await.unwrap().unwrap()), "progress");
         assert_eq!(counted.0.load(Ordering::SeqCst), 3, "progress before its answer");
-        let json = calls.send(calls.next_id(), call("json"));
+        let json = send("json");
         assert_eq!(text(within(json).await.unwrap().unwrap()), "json");
         // As rmcp fails it: the transport closed before the answer.
-        let cut = calls.send(calls.next_id(), call("cut"));
+        let cut = send("cut");
         assert!(matches!(within(cut).await.unwrap(), Err(NotAnswered::Closed)));
-        let accepted = calls.send(calls.next_id(), call("accepted"));
+        let accepted = send("accepted");
         assert_eq!(text(within(accepted).await.unwrap().unwrap()), "accepted");
+        let refused = within(send("refused")).await.unwrap().unwrap();
+        assert!(matches!(refused, JsonRpcMessage::Error(error) if error.error.message == "no"));
     }
 }

@@ -124,18 +124,13 @@ pub(super) async fn first_answer(
 }
 
 /// The message in `data` if it is the answer to request `id`.
-fn answer_to(data: &str, id: &RequestId, call: bool) -> Option<ServerJsonRpcMessage> {
+pub(super) fn answer_to(data: &str, id: &RequestId, call: bool) -> Option<ServerJsonRpcMessage> {
     // Only a call's answer may be read as a call result: another request's could read as one.
     let message = match call {
         true => wire::read_answer_to_call(data.as_bytes()).ok()?,
         false => serde_json::from_str(data).ok()?,
     };
-    let answered = match &message {
-        ServerJsonRpcMessage::Response(response) => Some(&response.id),
-        ServerJsonRpcMessage::Error(error) => error.id.as_ref(),
-        _ => None,
-    };
-    answered
+    wire::answered_id(&message)
         .is_some_and(|answered| same_id(id, answered))
         .then_some(message)
 }

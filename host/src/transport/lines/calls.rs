@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::raw::RawResult;
-use crate::transport::wire::same_id;
+use crate::transport::wire::{FIRST_STRAIGHT_ID, same_id};
 use crate::upstream::route;
 
 /// A call's answer: its result, or the error the server answered with.
@@ -48,11 +48,6 @@ pub enum NoAnswer {
 /// until it is answered or its caller stops waiting, whatever their number.
 const CALLS_REMEMBERED: usize = 256;
 
-/// The first id of a call sent by its caller; its progress token is the same number. rmcp
-/// numbers its own requests, and its own progress tokens, from 0 in the same session: it would
-/// take a billion of them to meet these, and a server that reads ids as 32-bit integers still
-/// reads these.
-const FIRST_STRAIGHT_ID: i64 = 1 << 30;
 
 pub(super) struct InFlight {
     id: RequestId,
