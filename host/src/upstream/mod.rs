@@ -368,13 +368,7 @@ impl Sent {
                 Ok(Ok(result)) => Ok(result),
                 Ok(Err(error)) => Err(ServiceError::McpError(error)),
                 // As rmcp words a write that failed: the call did not leave.
-                Err(NoAnswer::Unwritten(error)) => Err(ServiceError::TransportSend(
-                    DynamicTransportError::from_parts(
-                        "stdio",
-                        std::any::TypeId::of::<CallSender>(),
-                        Box::new(error),
-                    ),
-                )),
+                Err(NoAnswer::Unwritten(error)) => Err(send_failed::<CallSender>("stdio", error)),
                 Err(NoAnswer::Ended) => Err(ServiceError::TransportClosed),
             },
             // As rmcp's worker and service loop hand the answer or the failure on.
@@ -382,17 +376,26 @@ impl Sent {
                 Ok(JsonRpcMessage::Response(response)) => Ok(response.result),
                 Ok(JsonRpcMessage::Error(error)) => Err(ServiceError::McpError(error.error)),
                 Ok(_) => Err(ServiceError::UnexpectedResponse),
-                Err(NotAnswered::Failed(error)) => Err(ServiceError::TransportSend(
-                    DynamicTransportError::from_parts(
-                        "streamable-http",
-                        std::any::TypeId::of::<PostedCalls>(),
-                        Box::new(error),
-                    ),
-                )),
+                Err(NotAnswered::Failed(error)) => {
+                    Err(send_failed::<PostedCalls>("streamable-http", error))
+                }
                 Err(NotAnswered::Closed) => Err(ServiceError::TransportClosed),
             },
         }
     }
+}
+
+/// A request that failed on `transport` (sent by `T`), worded as rmcp words a transport's
+/// failure to send, so it is classified the same way.
+fn send_failed<T: 'static>(
+    transport: &'static str,
+    error: impl std::error::Error + Send + Sync + 'static,
+) -> ServiceError {
+    ServiceError::TransportSend(DynamicTransportError::from_parts(
+        transport,
+        std::any::TypeId::of::<T>(),
+        Box::new(error),
+    ))
 }
 
 /// Where a session's tool calls go past rmcp's loop.
