@@ -22,7 +22,8 @@
 //! `notifications/cancelled` (rmcp keeps the stream open until then): the server sees the
 //! connection close first, as it always did for a call answered with JSON. A stream that cannot
 //! be picked up again within the session's retry schedule fails its call, and, as in rmcp,
-//! ends the session (`StreamRetry`).
+//! ends the session (`StreamRetry`); a stream given back that ends or breaks before a new event
+//! counts as a failure too (rmcp would ask again for it until the call's deadline).
 //!
 //! Only for a session of the classic generation with its handshake done: a 2026-07-28 server
 //! names the call in headers of the POST (rmcp's worker writes them), and may ask the client
@@ -201,7 +202,7 @@ impl Post {
     ) -> Result<ServerJsonRpcMessage, NotAnswered> {
         let shared = self.shared.clone();
         // Both set when the post was made (`PostedCalls::send`).
-        let (Some(session), Some(through_gate)) =
+        let (Some(session), Some(mut through_gate)) =
             (shared.client.session.get(), self.through_gate.take())
         else {
             return Err(NotAnswered::Closed);
@@ -219,6 +220,9 @@ impl Post {
         let posted = tokio::select! {
             biased;
             posted = post => posted.map_err(NotAnswered::Failed)?,
+            // A server may answer on the session's GET stream while the POST's stream is
+            // still silent.
+            answer = &mut through_gate => return answer.map_err(|_| NotAnswered::Closed),
             () = shared.awaited.closed() => return Err(NotAnswered::Closed),
         };
         match posted {
@@ -264,37 +268,46 @@ impl Post {
                 Some(Err(_)) => true,
                 None => false,
             };
-            if resume.last_event_id.is_none() {
-                return Err(NotAnswered::Closed);
-            }
-            events = tokio::select! {
-                biased;
-                answer = &mut through_gate => return answer.map_err(|_| NotAnswered::Closed),
-                reopened = self.reopen(session, &mut resume, broke) => match reopened {
-                    Ok(events) => events,
-                    Err(_) => return Err(NotAnswered::Closed),
+            let reopened = match resume.last_event_id.is_some() {
+                true => tokio::select! {
+                    biased;
+                    answer = &mut through_gate => return answer.map_err(|_| NotAnswered::Closed),
+                    reopened = self.reopen(session, &mut resume, broke) => reopened,
                 },
+                false => None,
+            };
+            events = match reopened {
+                Some(events) => events,
+                // Unless the answer came on the session's GET stream meanwhile.
+                None => return through_gate.try_recv().map_err(|_| NotAnswered::Closed),
             };
         }
     }
 
     /// The stream again from after the last event read, on the retry schedule of the session's
     /// streams: at once after a break, after the server's `retry` interval (or the schedule's
-    /// first delay) after a clean end.
+    /// first delay) after a clean end. A reopened stream that ends or breaks before a new event
+    /// counts as a failure, as a GET that fails does, so a server that gives the stream and
+    /// drops it again and again is asked on the schedule and given up at its end. `None`:
+    /// given up.
     async fn reopen(
         &self,
         session: &SessionHeaders,
         resume: &mut Resume,
         broke: bool,
-    ) -> Result<Events, Rejected> {
+    ) -> Option<Events> {
         let shared = &*self.shared;
-        let mut failures = 0;
-        let mut wait = match broke {
-            true => None,
-            false => resume
+        match std::mem::take(&mut resume.progressed) {
+            true => resume.failures = 0,
+            false => resume.failures += 1,
+        }
+        let mut wait = match (resume.failures, broke) {
+            (0, true) => None,
+            (0, false) => resume
                 .server_retry
                 .take()
                 .or_else(|| shared.retry.retry(0)),
+            (failures, _) => Some(resume.delay(shared.retry.retry(failures)?)),
         };
         loop {
             if let Some(wait) = wait {
@@ -311,21 +324,21 @@ impl Post {
                     shared.limits.max_sse_event_size,
                 )
                 .await;
-            let error = match reopened {
-                Ok(events) => return Ok(events),
+            match reopened {
+                Ok(events) => return Some(events),
                 // Asking again cannot give SSE or mend credentials.
                 Err(
                     error @ (StreamableHttpError::ServerDoesNotSupportSse
                     | StreamableHttpError::AuthRequired(_)
                     | StreamableHttpError::InsufficientScope(_)),
-                ) => return Err(error),
-                Err(error) => error,
-            };
-            failures += 1;
-            let Some(delay) = shared.retry.retry(failures) else {
-                return Err(error);
-            };
-            wait = Some(resume.server_retry.map_or(delay, |server| server.max(delay)));
+                ) => {
+                    tracing::debug!("a call's stream cannot be picked up again: {error}");
+                    return None;
+                }
+                Err(error) => tracing::debug!("a call's stream was not picked up again: {error}"),
+            }
+            resume.failures += 1;
+            wait = Some(resume.delay(shared.retry.retry(resume.failures)?));
         }
     }
 
@@ -346,11 +359,16 @@ impl Post {
     }
 }
 
-/// Where a stream can be picked up again.
+/// Where a stream can be picked up again, and how often it failed to be since it last moved.
 #[derive(Default)]
 struct Resume {
     last_event_id: Option<String>,
     server_retry: Option<Duration>,
+    /// Whether an event with an id came since the stream was last opened.
+    progressed: bool,
+    /// Failures to pick the stream up again (a GET that failed, or a stream that gave no new
+    /// event) since an event last came.
+    failures: usize,
 }
 
 impl Resume {
@@ -360,7 +378,13 @@ impl Resume {
         }
         if let Some(id) = &sse.id {
             self.last_event_id = Some(id.clone());
+            self.progressed = true;
         }
+    }
+
+    /// The schedule's `delay`, or the server's `retry` interval if longer.
+    fn delay(&self, delay: Duration) -> Duration {
+        self.server_retry.map_or(delay, |server| server.max(delay))
     }
 }
 
@@ -461,6 +485,14 @@ mod tests {
                 });
                 event_stream(format!("id: e1\nretry: 5\ndata: {progress}\n\n"))
             }
+            // Progress, then the stream ends; picked up again, it ends at once every time.
+            ("tools/call", Some("fruitless")) => {
+                let progress = json!({
+                    "jsonrpc": "2.0", "method": "notifications/progress",
+                    "params": {"progressToken": id, "progress": 1},
+                });
+                event_stream(format!("id: f1\ndata: {progress}\n\n"))
+            }
             ("tools/call", Some("refused")) => (
                 [("content-type", "application/json")],
                 json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": "no"}})
@@ -498,6 +530,9 @@ mod tests {
                 .lock()
                 .unwrap()
                 .push(last.to_str().unwrap().to_owned());
+            if last == "f1" {
+                return event_stream(String::new());
+            }
             let answer = answer(&script.resumed_call.lock().unwrap(), "resumed");
             return event_stream(format!("id: e2\ndata: {answer}\n\n"));
         }
@@ -578,6 +613,25 @@ mod tests {
         let outcome = tokio::time::timeout(Duration::from_secs(10), waiting).await;
         assert!(matches!(outcome.unwrap().unwrap(), Err(NotAnswered::Closed)));
         assert!(calls.send(calls.next_id(), call("json")).is_none());
+    }
+
+    /// A server that gives a call's stream back on every `Last-Event-ID` and ends it at once,
+    /// never with the answer: the stream is asked for again on the session's retry schedule,
+    /// not in a loop, and the call fails when the schedule ends (the session too, as rmcp ends
+    /// it when its streams cannot be picked up again).
+    #[tokio::test]
+    async fn a_stream_given_back_empty_again_and_again_is_given_up_on_the_schedule() {
+        let (script, session) = scripted(None).await;
+        let calls = session.calls.as_ref().expect("Streamable HTTP posts its calls");
+        let started = std::time::Instant::now();
+        let fruitless = calls.send(calls.next_id(), call("fruitless")).unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(20), fruitless.answer()).await;
+        let outcome = outcome.expect("given up within the schedule");
+        assert!(matches!(outcome, Err(NotAnswered::Closed)), "{outcome:?}");
+        let asked = script.resumed_after.lock().unwrap().clone();
+        assert_eq!(asked, vec!["f1"; StreamRetry::ATTEMPTS]);
+        // 250 ms, then 500 ms, 1 s and 2 s: the schedule's delays were kept.
+        assert!(started.elapsed() >= Duration::from_millis(3500));
     }
 
     /// A call answered with JSON, one whose answer follows progress on its stream, one whose
