@@ -444,6 +444,11 @@ mod tests {
             .to_string()
     }
 
+    fn progress(token: &Value, progress: u32) -> String {
+        let params = json!({"progressToken": token, "progress": progress});
+        json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params}).to_string()
+    }
+
     async fn post(State(script): State<Script>, body: String) -> Response {
         let message: Value = serde_json::from_str(&body).unwrap();
         let id = &message["id"];
@@ -465,13 +470,7 @@ mod tests {
             // Progress three times, then the answer, in one body.
             ("tools/call", Some("progress")) => {
                 let events: String = (1..=3)
-                    .map(|n| {
-                        let progress = json!({
-                            "jsonrpc": "2.0", "method": "notifications/progress",
-                            "params": {"progressToken": id, "progress": n},
-                        });
-                        format!("data: {progress}\n\n")
-                    })
+                    .map(|n| format!("data: {}\n\n", progress(id, n)))
                     .chain([format!("data: {}\n\n", answer(id, "progress"))])
                     .collect();
                 event_stream(events)
@@ -479,18 +478,12 @@ mod tests {
             // Progress first, then the stream ends: the answer is there once resumed.
             ("tools/call", Some("resumed")) => {
                 *script.resumed_call.lock().unwrap() = id.clone();
-                let progress = json!({
-                    "jsonrpc": "2.0", "method": "notifications/progress",
-                    "params": {"progressToken": id, "progress": 1},
-                });
+                let progress = progress(id, 1);
                 event_stream(format!("id: e1\nretry: 5\ndata: {progress}\n\n"))
             }
             // Progress, then the stream ends; picked up again, it ends at once every time.
             ("tools/call", Some("fruitless")) => {
-                let progress = json!({
-                    "jsonrpc": "2.0", "method": "notifications/progress",
-                    "params": {"progressToken": id, "progress": 1},
-                });
+                let progress = progress(id, 1);
                 event_stream(format!("id: f1\ndata: {progress}\n\n"))
             }
             ("tools/call", Some("refused")) => (
@@ -501,10 +494,7 @@ mod tests {
                 .into_response(),
             // Progress, then the stream ends, with no event id to resume after.
             ("tools/call", Some("cut")) => {
-                let progress = json!({
-                    "jsonrpc": "2.0", "method": "notifications/progress",
-                    "params": {"progressToken": id, "progress": 1},
-                });
+                let progress = progress(id, 1);
                 event_stream(format!("data: {progress}\n\n"))
             }
             // Accepted: the answer comes on the session's GET stream.
