@@ -1,5 +1,6 @@
 //! The POST of a `tools/call` to a Streamable HTTP server, sent and read by Tether (over kept
-//! connections where they serve, [`super::kept`]); every other exchange is rmcp's reqwest
+//! connections where they serve, [`super::kept`]), and the GET of a stream (the session's, or a
+//! call's picked up again after its last event); every other exchange is rmcp's reqwest
 //! client's.
 //!
 //! rmcp's client checks the size of each event of a streamed answer before parsing it by looking
@@ -12,7 +13,10 @@
 //! finding line ends with `memchr` (`sse-stream`, rmcp's reader, costs 8 instructions a byte
 //! more), the bounding without copying events within the limit. An event over the limit that
 //! answers the call becomes a "too large" error for it ([`limit`]), so the call fails at once
-//! with Tether's words and nothing reconnects to fetch it again.
+//! with Tether's words and nothing reconnects to fetch it again. A GET's stream is read the
+//! same way. rmcp's reader ends a stream on an event over the limit: the session's GET stream
+//! for good (every later notification and request of the server on it lost), and a call's
+//! stream that Tether picks up again (`http/posted.rs`) began again with the same event.
 //!
 //! A JSON answer whose result the agent gets unchanged goes to the call's slot as the server
 //! wrote it, the body's buffer moved there (`lines/raw.rs`, [`raw::answer_into`]).
@@ -53,7 +57,7 @@ type Failed = StreamableHttpError<reqwest::Error>;
 /// The longest `Retry-After` value kept (rmcp's bound).
 const MAX_RETRY_AFTER: usize = 128;
 
-/// What a POST accepts (`text/event-stream`, `application/json`).
+/// What a POST or a GET accepts (`text/event-stream`, `application/json`), as rmcp's client.
 const ACCEPT: &str = "text/event-stream, application/json";
 
 /// rmcp's reqwest client, with Tether's POST for tool calls.
@@ -203,11 +207,22 @@ impl StreamableHttpClient for Posting {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, Failed> {
-        self.client
-            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
-            .await
+        self.get_stream_with_max_sse_event_size(
+            uri,
+            session_id,
+            last_event_id,
+            auth_header,
+            custom_headers,
+            StreamableHttpResponseLimits::default().max_sse_event_size,
+        )
+        .await
     }
 
+    /// The session's stream, or a call's stream picked up again after `last_event_id`, read as
+    /// a call's streamed answer is: bounded by [`BoundedEvents`], so an event over the limit is
+    /// dropped (an answer becomes its request's "too large" error) and the stream goes on, where
+    /// rmcp's reader would end the stream (see the module documentation). Statuses and content types
+    /// mean what they mean to rmcp's client.
     async fn get_stream_with_max_sse_event_size(
         &self,
         uri: Arc<str>,
@@ -217,16 +232,45 @@ impl StreamableHttpClient for Posting {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, Failed> {
-        self.client
-            .get_stream_with_max_sse_event_size(
-                uri,
-                session_id,
-                last_event_id,
-                auth_header,
-                custom_headers,
-                max_sse_event_size,
-            )
-            .await
+        let mut headers = request_headers(
+            auth_header.as_deref(),
+            &custom_headers,
+            session_id.as_deref(),
+        )?;
+        if let Some(last_event_id) = last_event_id {
+            let value = HeaderValue::try_from(last_event_id)
+                .map_err(|_| unsendable("the last event's id"))?;
+            headers.insert(HEADER_LAST_EVENT_ID, value);
+        }
+        let request = match self.endpoint(&uri) {
+            Some(endpoint) => self.client.get(endpoint.url.clone()),
+            None => self.client.get(uri.as_ref()),
+        };
+        let response = request.headers(headers).send().await?;
+        let status = response.status();
+        if status == StatusCode::METHOD_NOT_ALLOWED {
+            return Err(StreamableHttpError::ServerDoesNotSupportSse);
+        }
+        if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN)
+            && let Some(challenge) = response.headers().get(header::WWW_AUTHENTICATE)
+        {
+            return Err(refused(status, challenge)?);
+        }
+        if let Some(error) = status_error(status, response.headers()) {
+            return Err(error.into());
+        }
+        let response = response.error_for_status()?;
+        let content_type = response.headers().get(header::CONTENT_TYPE);
+        // rmcp's client takes a JSON content type here too, and reads the body as events.
+        let media = content_type.and_then(|value| media_type(value.as_bytes()));
+        let is = |expected: &str| media.is_some_and(|media| media.eq_ignore_ascii_case(expected));
+        if !is(EVENT_STREAM_MIME_TYPE) && !is(JSON_MIME_TYPE) {
+            let content_type =
+                content_type.map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
+            return Err(StreamableHttpError::UnexpectedContentType(content_type));
+        }
+        let body = BoundedEvents::new(response.bytes_stream().boxed(), max_sse_event_size);
+        Ok(event_stream::events(body))
     }
 }
 
@@ -302,31 +346,45 @@ impl Post<'_> {
     /// The headers of the POST: what MCP asks for, the token, the configured ones and the
     /// session's id.
     fn headers(&self) -> Result<http::HeaderMap, Failed> {
-        let mut headers = http::HeaderMap::with_capacity(4 + self.custom_headers.len());
-        headers.insert(header::ACCEPT, HeaderValue::from_static(ACCEPT));
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(JSON_MIME_TYPE),
-        );
-        if let Some(token) = &self.auth_header {
-            let mut value = HeaderValue::try_from(format!("Bearer {token}"))
-                .map_err(|_| unsendable("the access token"))?;
-            value.set_sensitive(true);
-            headers.insert(header::AUTHORIZATION, value);
-        }
-        for (name, value) in &self.custom_headers {
-            if reserved(name) {
-                return Err(StreamableHttpError::ReservedHeaderConflict(name.to_string()));
-            }
-            headers.append(name, value.clone());
-        }
-        if let Some(session_id) = self.session_id {
-            let value =
-                HeaderValue::from_str(session_id).map_err(|_| unsendable("the session id"))?;
-            headers.insert(HEADER_SESSION_ID, value);
-        }
+        let mut headers = request_headers(
+            self.auth_header.as_deref(),
+            &self.custom_headers,
+            self.session_id,
+        )?;
+        // A configured one is kept, as rmcp's client keeps it for the other requests.
+        headers
+            .entry(header::CONTENT_TYPE)
+            .or_insert(HeaderValue::from_static(JSON_MIME_TYPE));
         Ok(headers)
     }
+}
+
+/// The headers of a POST or GET: what it accepts, the token, the configured ones and the
+/// session's id.
+fn request_headers(
+    auth_header: Option<&str>,
+    custom_headers: &HashMap<HeaderName, HeaderValue>,
+    session_id: Option<&str>,
+) -> Result<http::HeaderMap, Failed> {
+    let mut headers = http::HeaderMap::with_capacity(5 + custom_headers.len());
+    headers.insert(header::ACCEPT, HeaderValue::from_static(ACCEPT));
+    if let Some(token) = auth_header {
+        let mut value = HeaderValue::try_from(format!("Bearer {token}"))
+            .map_err(|_| unsendable("the access token"))?;
+        value.set_sensitive(true);
+        headers.insert(header::AUTHORIZATION, value);
+    }
+    for (name, value) in custom_headers {
+        if reserved(name) {
+            return Err(StreamableHttpError::ReservedHeaderConflict(name.to_string()));
+        }
+        headers.append(name, value.clone());
+    }
+    if let Some(session_id) = session_id {
+        let value = HeaderValue::from_str(session_id).map_err(|_| unsendable("the session id"))?;
+        headers.insert(HEADER_SESSION_ID, value);
+    }
+    Ok(headers)
 }
 
 /// `what` has characters a header cannot carry (`http.rs` reads the kind).
@@ -357,6 +415,44 @@ fn scope(challenge: &str) -> Option<String> {
     (!scope.is_empty()).then(|| scope.to_string())
 }
 
+/// A 401 or 403 `status` with its `WWW-Authenticate` challenge, as rmcp's client reads it:
+/// authorization required, or a scope missing (`Err` if the challenge is not text).
+fn refused(status: StatusCode, challenge: &HeaderValue) -> Result<Failed, Failed> {
+    let challenge = challenge.to_str().map_err(|_| {
+        StreamableHttpError::UnexpectedServerResponse(Cow::Borrowed(
+            "invalid www-authenticate header value",
+        ))
+    })?;
+    Ok(match status {
+        StatusCode::UNAUTHORIZED => {
+            StreamableHttpError::AuthRequired(AuthRequiredError::new(challenge.to_string()))
+        }
+        _ => StreamableHttpError::InsufficientScope(InsufficientScopeError::new(
+            challenge.to_string(),
+            scope(challenge),
+        )),
+    })
+}
+
+/// A failure status a client may retry after (429 and 5xx), with a bounded `Retry-After`.
+fn status_error(status: StatusCode, headers: &http::HeaderMap) -> Option<HttpStatusError> {
+    if status != StatusCode::TOO_MANY_REQUESTS && !status.is_server_error() {
+        return None;
+    }
+    let retry_after = headers
+        .get(header::RETRY_AFTER)
+        .filter(|value| value.len() <= MAX_RETRY_AFTER)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_string);
+    Some(HttpStatusError::new(status.as_u16(), retry_after))
+}
+
+/// A `Content-Type` as rmcp reads it: the part before any `;`, without spaces and tabs around it.
+fn media_type(content_type: &[u8]) -> Option<&str> {
+    let essence = content_type.split(|byte| *byte == b';').next()?;
+    Some(std::str::from_utf8(essence).ok()?.trim_matches([' ', '\t']))
+}
+
 /// What the server's answer to a tool call's POST means.
 async fn answer(
     response: reqwest::Response,
@@ -366,23 +462,10 @@ async fn answer(
 ) -> Result<StreamableHttpPostResponse, Failed> {
     let status = response.status();
     let headers = response.headers();
-    if let Some(challenge) = headers.get(header::WWW_AUTHENTICATE)
-        && matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN)
+    if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN)
+        && let Some(challenge) = headers.get(header::WWW_AUTHENTICATE)
     {
-        let challenge = challenge.to_str().map_err(|_| {
-            StreamableHttpError::UnexpectedServerResponse(Cow::Borrowed(
-                "invalid www-authenticate header value",
-            ))
-        })?;
-        return Err(match status {
-            StatusCode::UNAUTHORIZED => {
-                StreamableHttpError::AuthRequired(AuthRequiredError::new(challenge.to_string()))
-            }
-            _ => StreamableHttpError::InsufficientScope(InsufficientScopeError::new(
-                challenge.to_string(),
-                scope(challenge),
-            )),
-        });
+        return Err(refused(status, challenge)?);
     }
     if matches!(status, StatusCode::ACCEPTED | StatusCode::NO_CONTENT) {
         return Ok(StreamableHttpPostResponse::Accepted);
@@ -390,27 +473,16 @@ async fn answer(
     if status == StatusCode::NOT_FOUND && on_session {
         return Err(StreamableHttpError::SessionExpired);
     }
-    let content_type = headers.get(header::CONTENT_TYPE);
-    // As rmcp reads it: the part before any `;`, without spaces and tabs around it.
-    let media_type = content_type
-        .and_then(|value| value.as_bytes().split(|byte| *byte == b';').next())
-        .and_then(|essence| std::str::from_utf8(essence).ok())
-        .map(|essence| essence.trim_matches([' ', '\t']));
+    let media_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| media_type(value.as_bytes()));
     let is = |expected: &str| media_type.is_some_and(|media| media.eq_ignore_ascii_case(expected));
     let (json, events) = (is(JSON_MIME_TYPE), is(EVENT_STREAM_MIME_TYPE));
     let session = headers
         .get(HEADER_SESSION_ID)
         .and_then(|value| value.to_str().ok())
         .map(str::to_string);
-    let status_error = (status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error())
-        .then(|| {
-            let retry_after = headers
-                .get(header::RETRY_AFTER)
-                .filter(|value| value.len() <= MAX_RETRY_AFTER)
-                .and_then(|value| value.to_str().ok())
-                .map(str::to_string);
-            HttpStatusError::new(status.as_u16(), retry_after)
-        });
+    let status_error = status_error(status, headers);
     if !status.is_success() {
         // A JSON-RPC error in a failure's JSON body is the call's answer; anything else, the
         // status.
@@ -654,6 +726,57 @@ mod tests {
             } else {
                 assert_eq!(kept, reqwests, "case {number} kept: {:?}", case(number));
             }
+        }
+    }
+
+    /// Tether's GET of a stream decides as rmcp's reqwest client does (statuses, challenges,
+    /// content types, redirects), sends what it sends, and reads the same events.
+    #[tokio::test]
+    async fn a_stream_is_asked_for_and_its_answer_read_as_rmcp_does() {
+        let seen = Seen::default();
+        let app = axum::Router::new()
+            .route("/case/{number}", axum::routing::get(respond))
+            .with_state(seen.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let headers = HashMap::from([(
+            HeaderName::from_static("mcp-protocol-version"),
+            HeaderValue::from_static("2025-11-25"),
+        )]);
+        for number in 0..CASES {
+            let uri: Arc<str> = format!("http://{address}/case/{number}").into();
+            let get = |ours: bool| {
+                let (uri, headers, seen) = (uri.clone(), headers.clone(), seen.clone());
+                async move {
+                    let (session, last, token) =
+                        (Some("s1".into()), Some("e7".to_string()), Some("token".to_string()));
+                    let opened = match ours {
+                        true => Posting::new(reqwest::Client::new())
+                            .get_stream_with_max_sse_event_size(
+                                uri, session, last, token, headers, 1 << 20,
+                            )
+                            .await,
+                        false => reqwest::Client::new()
+                            .get_stream_with_max_sse_event_size(
+                                uri, session, last, token, headers, 1 << 20,
+                            )
+                            .await,
+                    };
+                    let outcome = match opened {
+                        Ok(events) => {
+                            let events: Vec<_> =
+                                events.map(|event| format!("{:?}", event.ok())).collect().await;
+                            format!("events {events:?}")
+                        }
+                        Err(error) => describe(Err(error)).await,
+                    };
+                    (outcome, std::mem::take(&mut *seen.lock().unwrap()))
+                }
+            };
+            let theirs = get(false).await;
+            let ours = get(true).await;
+            assert_eq!(ours, theirs, "case {number}: {:?}", case(number));
         }
     }
 

@@ -426,6 +426,9 @@ mod tests {
     use super::*;
     use crate::transport::http::{HttpFlavor, HttpOptions, HttpSession, connect_session};
 
+    /// The largest message the test's sessions take.
+    const MAX_MESSAGE: usize = 1 << 20;
+
     /// A server played by the test: what it was asked for, and the session's GET stream.
     #[derive(Clone)]
     struct Script {
@@ -433,6 +436,8 @@ mod tests {
         /// The id of the call whose stream is resumed.
         resumed_call: Arc<Mutex<Value>>,
         get_stream: broadcast::Sender<String>,
+        /// The session's GET streams opened (not picked up again after an event).
+        gets: Arc<std::sync::atomic::AtomicUsize>,
     }
 
     fn event_stream(body: String) -> Response {
@@ -486,6 +491,12 @@ mod tests {
                 let progress = progress(id, 1);
                 event_stream(format!("id: f1\ndata: {progress}\n\n"))
             }
+            // Progress, then the stream ends; picked up again, the answer is over the limit.
+            ("tools/call", Some("huge")) => {
+                *script.resumed_call.lock().unwrap() = id.clone();
+                let progress = progress(id, 1);
+                event_stream(format!("id: h1\ndata: {progress}\n\n"))
+            }
             ("tools/call", Some("refused")) => (
                 [("content-type", "application/json")],
                 json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": "no"}})
@@ -497,14 +508,24 @@ mod tests {
                 let progress = progress(id, 1);
                 event_stream(format!("data: {progress}\n\n"))
             }
-            // Accepted: the answer comes on the session's GET stream.
-            ("tools/call", Some("accepted")) => {
-                let answer = answer(id, "accepted");
+            // Accepted: the answer comes on the session's GET stream (after a log message over
+            // the session's limit, when asked for).
+            ("tools/call", Some(name @ ("accepted" | "accepted-after-huge"))) => {
+                let mut messages = vec![answer(id, "accepted")];
+                if name == "accepted-after-huge" {
+                    let data = "x".repeat(MAX_MESSAGE + 1);
+                    let params = json!({"level": "info", "data": data});
+                    let huge = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": params});
+                    messages.insert(0, huge.to_string());
+                }
                 let stream = script.get_stream.clone();
                 tokio::spawn(async move {
                     // Until the session's GET stream listens.
-                    while stream.send(answer.clone()).is_err() {
+                    while stream.receiver_count() == 0 {
                         tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    for message in messages {
+                        let _ = stream.send(message);
                     }
                 });
                 StatusCode::ACCEPTED.into_response()
@@ -523,9 +544,15 @@ mod tests {
             if last == "f1" {
                 return event_stream(String::new());
             }
-            let answer = answer(&script.resumed_call.lock().unwrap(), "resumed");
+            let resumed = script.resumed_call.lock().unwrap().clone();
+            if last == "h1" {
+                let answer = answer(&resumed, &"x".repeat(MAX_MESSAGE + 1));
+                return event_stream(format!("id: h2\ndata: {answer}\n\n"));
+            }
+            let answer = answer(&resumed, "resumed");
             return event_stream(format!("id: e2\ndata: {answer}\n\n"));
         }
+        script.gets.fetch_add(1, Ordering::SeqCst);
         let answers = script.get_stream.subscribe();
         let events = futures::stream::unfold(answers, |mut answers| async move {
             let answer = answers.recv().await.ok()?;
@@ -568,6 +595,7 @@ mod tests {
             resumed_after: Arc::default(),
             resumed_call: Arc::default(),
             get_stream: broadcast::channel(4).0,
+            gets: Arc::default(),
         };
         let app = axum::Router::new()
             .route("/mcp", axum::routing::post(post).get(get))
@@ -579,7 +607,7 @@ mod tests {
             headers: Default::default(),
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(10),
-            max_message: 1 << 20,
+            max_message: MAX_MESSAGE,
             keep_connections: false,
             lifecycle: rmcp::ClientLifecycleMode::Initialize,
             routes,
@@ -622,6 +650,46 @@ mod tests {
         assert_eq!(asked, vec!["f1"; StreamRetry::ATTEMPTS]);
         // 250 ms, then 500 ms, 1 s and 2 s: the schedule's delays were kept.
         assert!(started.elapsed() >= Duration::from_millis(3500));
+    }
+
+    /// A call whose stream, picked up again after its last event, brings an answer over the
+    /// session's limit: the call fails at once, saying so, and the stream is not asked for
+    /// again (rmcp's reader broke the stream on such an event, and the stream picked up again
+    /// after the last event began with it again, until the retry schedule ended the session).
+    #[tokio::test]
+    async fn an_answer_over_the_limit_on_a_stream_picked_up_again_fails_its_call_as_too_large() {
+        let (script, session) = scripted(None).await;
+        let calls = session.calls.as_ref().expect("Streamable HTTP posts its calls");
+        let huge = calls.send(calls.next_id(), call("huge")).unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(10), huge.answer()).await;
+        let answer = outcome.expect("answered within its deadline").unwrap();
+        let JsonRpcMessage::Error(error) = answer else {
+            panic!("not an error: {answer:?}");
+        };
+        let (size, limit) = limit::too_large(error.error.code.0, error.error.data.as_ref())
+            .expect("Tether's too-large error");
+        assert_eq!(limit, MAX_MESSAGE as u64);
+        // 0: answered as soon as the id was read, before the event's end.
+        assert!(size == 0 || size > limit, "{size}");
+        assert_eq!(*script.resumed_after.lock().unwrap(), ["h1"]);
+        assert!(!session.service.is_closed(), "the session stays");
+    }
+
+    /// A message over the session's limit on the session's GET stream is dropped and the
+    /// stream goes on: the answer after it arrives, on the stream opened once. (rmcp's reader
+    /// ended the session's stream for good on such a message: the answer was lost.)
+    #[tokio::test]
+    async fn a_message_over_the_limit_on_the_sessions_stream_is_dropped_and_the_stream_goes_on() {
+        let (script, session) = scripted(None).await;
+        let calls = session.calls.as_ref().expect("Streamable HTTP posts its calls");
+        let (_, dropped_before) = limit::oversized_counts();
+        let accepted = calls.send(calls.next_id(), call("accepted-after-huge")).unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(10), accepted.answer()).await;
+        assert_eq!(text(outcome.expect("answered").unwrap()), "accepted");
+        // Dropped by Tether's bound (other tests may drop more meanwhile).
+        assert!(limit::oversized_counts().1 > dropped_before);
+        assert_eq!(script.gets.load(Ordering::SeqCst), 1, "the stream was opened once");
+        assert!(!session.service.is_closed(), "the session stays");
     }
 
     /// A call answered with JSON, one whose answer follows progress on its stream, one whose
