@@ -116,17 +116,22 @@ impl Gateway {
                         Err(RecvError::Closed) => return,
                     },
                     change = catalog.recv() => match change {
-                                                Ok(change) => {
+                        Ok(change) => {
                             announcer.downstream.catalog_changed(change);
                             // A server with resources but no tools changes no tool list.
                             announcer.resubscribe_owners();
                         }
-                        Err(RecvError::Lagged(_)) => announcer.downstream.catalog_changed(CatalogChange { prompts: true, resources: true }),
+                        Err(RecvError::Lagged(_)) => {
+                            let both = CatalogChange { prompts: true, resources: true };
+                            announcer.downstream.catalog_changed(both);
+                        }
                         Err(RecvError::Closed) => return,
                     },
                     event = events.recv() => match event {
                         Ok(event) => announcer.pass_on(event),
-                        Err(RecvError::Lagged(missed)) => tracing::debug!("{missed} upstream notifications dropped on the way to clients"),
+                        Err(RecvError::Lagged(missed)) => {
+                            tracing::debug!("{missed} upstream notifications dropped on the way to clients");
+                        }
                         Err(RecvError::Closed) => return,
                     },
                 }
