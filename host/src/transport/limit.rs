@@ -10,7 +10,8 @@
 //! in those bytes), the filter puts in its place a JSON-RPC error for that id that says "too
 //! large" ([`TOO_LARGE`]), so the one call waiting for it fails at once with a clear message
 //! instead of waiting for its deadline. Oversized notifications and requests from the server
-//! are dropped and counted.
+//! are dropped and counted. An oversized event's own `id` and `retry` lines (written after its
+//! data by rmcp's servers) still reach the reader, so a stream picked up again starts after it.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -261,24 +262,37 @@ impl FrameLimiter {
     /// Ends the current frame; true when it was within the limit (nothing to add).
     fn end_frame(&mut self, out: &mut Vec<u8>) -> bool {
         let within = self.tail.is_none();
-        if let Some(tail) = self.tail.take()
-            && !std::mem::take(&mut self.answered)
-        {
-            let id = match read_head(&self.head) {
-                Head::Answer(Some(id)) => Some(id),
-                Head::Answer(None) => id_at_end(&tail),
-                Head::FromServer => None,
+        if let Some(tail) = self.tail.take() {
+            let (message_end, fields) = match self.framing {
+                Framing::Lines => (tail.len(), Vec::new()),
+                Framing::SseEvents => event_tail(&tail),
             };
-            match id {
-                Some(id) => self.answer_too_large(id, self.frame_len, out),
-                None => {
-                    OVERSIZED_DROPPED.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(
-                        size = self.frame_len,
-                        limit = self.limit,
-                        "dropped a message larger than max_message that answers no request"
-                    );
+            if !std::mem::take(&mut self.answered) {
+                let id = match read_head(&self.head) {
+                    Head::Answer(Some(id)) => Some(id),
+                    Head::Answer(None) => id_at_end(&tail[..message_end]),
+                    Head::FromServer => None,
+                };
+                match id {
+                    Some(id) => self.answer_too_large(id, self.frame_len, out),
+                    None => {
+                        OVERSIZED_DROPPED.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(
+                            size = self.frame_len,
+                            limit = self.limit,
+                            "dropped a message larger than max_message that answers no request"
+                        );
+                    }
                 }
+            }
+            // The event's own id (and retry interval) still reach the reader, in an event of
+            // their own: a stream picked up again then starts after this event, not with it.
+            if !fields.is_empty() {
+                for line in fields {
+                    out.extend_from_slice(line);
+                    out.push(b'\n');
+                }
+                out.push(b'\n');
             }
         }
         self.frame_len = 0;
@@ -373,6 +387,28 @@ fn id_at_end(tail: &[u8]) -> Option<serde_json::Value> {
         .filter(|b| !b.is_ascii_whitespace())
         .eq(*b"}"))
     .then_some(id)
+}
+
+/// In the kept end of an oversized event: where its message ends (after its last data line),
+/// and its `id` and `retry` lines after that, in order. The tail's first line may be cut, so it
+/// counts as data.
+fn event_tail(tail: &[u8]) -> (usize, Vec<&[u8]>) {
+    let is_line_end = |byte: &u8| matches!(byte, b'\r' | b'\n');
+    let mut fields = Vec::new();
+    let mut end = tail.len();
+    loop {
+        let line_end = tail[..end].iter().rposition(|b| !is_line_end(b)).map_or(0, |i| i + 1);
+        let start = tail[..line_end].iter().rposition(is_line_end).map_or(0, |i| i + 1);
+        let line = &tail[start..line_end];
+        if start == 0 || line.starts_with(b"data:") || line == b"data" {
+            fields.reverse();
+            return (line_end, fields);
+        }
+        if line.starts_with(b"id:") || line.starts_with(b"retry:") {
+            fields.push(line);
+        }
+        end = start;
+    }
 }
 
 /// `: 7` or `: "abc"` at the start of `text`: the id and what follows it.
@@ -704,6 +740,44 @@ mod tests {
         assert_eq!(out.len(), 2);
         assert_eq!(out[0].as_ptr(), chunk.as_ptr(), "the same bytes, not a copy");
         assert_eq!(out[0], chunk);
+    }
+
+    /// As servers on rmcp's `sse-stream` write an event: the data, then its id. The answer's
+    /// JSON-RPC id written last is still found, and the event's own id and retry interval
+    /// reach the reader (a stream picked up again after it must not start with it again).
+    #[tokio::test]
+    async fn an_oversized_events_own_id_still_reaches_the_reader() {
+        use futures::StreamExt;
+        let answer = format!(
+            "data: {{\"jsonrpc\":\"2.0\",\"result\":\"{}\",\"id\":7}}\nid: e43\nretry: 5\n\n",
+            big(3000)
+        );
+        let notice = format!(
+            "data: {{\"jsonrpc\":\"2.0\",\"method\":\"n\",\"params\":\"{}\"}}\r\nid: e44\r\n\r\n",
+            big(3000)
+        );
+        let small = "data: {\"id\":1}\nid: e45\n\n";
+        let text = format!("{answer}{notice}{small}");
+        let chunks: Vec<Bytes> = text
+            .as_bytes()
+            .chunks(700)
+            .map(Bytes::copy_from_slice)
+            .collect();
+        let body = BoundedEvents::new(futures::stream::iter(chunks.into_iter().map(Ok::<_, std::io::Error>)), 1000);
+        let events: Vec<_> = crate::transport::event_stream::events(body)
+            .map(|event| event.unwrap())
+            .collect()
+            .await;
+        let ids: Vec<_> = events.iter().map(|event| event.id.as_deref()).collect();
+        let error = events
+            .iter()
+            .filter_map(|event| serde_json::from_str::<serde_json::Value>(event.data.as_deref()?).ok())
+            .find(|message| message["error"]["code"] == TOO_LARGE)
+            .expect("a too-large answer");
+        assert_eq!(error["id"], 7);
+        assert_eq!(ids.iter().flatten().copied().collect::<Vec<_>>(), ["e43", "e44", "e45"]);
+        assert!(events.iter().any(|event| event.retry == Some(5)));
+        assert_eq!(events.last().unwrap().data.as_deref(), Some("{\"id\":1}"));
     }
 
     #[tokio::test]
