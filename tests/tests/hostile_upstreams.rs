@@ -365,6 +365,29 @@ async fn sampling_requests_with_no_client_to_ask_are_refused_with_an_error() {
     );
 }
 
+/// A server's request over `max_message` is dropped unread, and the server is told so at once
+/// (it used to wait for an answer that never came).
+#[tokio::test]
+async fn a_servers_request_over_the_limit_is_answered_with_why_it_was_dropped() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let host = Host::fast();
+    host.supervisor
+        .add_server(hostile("asker", &["sampling", "3000000"]))
+        .unwrap();
+    healthy(&host, "asker").await;
+    let (words, failed, took) = call(&host, "asker__big", serde_json::json!({})).await;
+    assert!(!failed, "{words}");
+    assert!(
+        words.starts_with("sampling refused: Tether dropped this request unread")
+            && words.contains("MiB) is larger than Tether's limit of 1 MiB")
+            && words.contains("max_message"),
+        "{words}"
+    );
+    // The server gives up waiting after 10 s; it was told well before.
+    assert!(took < Duration::from_secs(8), "{took:?}");
+    assert_eq!(host.view("asker").state, ServerState::Healthy);
+}
+
 /// A legacy SSE server whose first event never ends: Tether's memory stays bounded and the
 /// connect attempt fails within its deadline.
 #[tokio::test]

@@ -2,16 +2,18 @@
 //! an upstream may make Tether buffer.
 //!
 //! [`FrameLimiter`] is a sans-IO filter over the bytes a server sends, framed as lines (stdio,
-//! fed by the line transport as it reads) or as server-sent events (legacy SSE, and a tool
-//! call's streamed answer on Streamable HTTP). Frames within
-//! the limit pass unchanged. An oversized frame is cut off where it crosses the limit (what
-//! already passed is made unparsable, so the reader skips it) and dropped to its end; only its
-//! first and last bytes are kept. If it was the answer to one of our requests (its id is found
-//! in those bytes), the filter puts in its place a JSON-RPC error for that id that says "too
-//! large" ([`TOO_LARGE`]), so the one call waiting for it fails at once with a clear message
-//! instead of waiting for its deadline. Oversized notifications and requests from the server
-//! are dropped and counted. An oversized event's own `id` and `retry` lines (written after its
-//! data by rmcp's servers) still reach the reader, so a stream picked up again starts after it.
+//! fed by the line transport as it reads) or as server-sent events (legacy SSE; on Streamable
+//! HTTP a tool call's streamed answer and the GET streams). Frames within the limit pass
+//! unchanged. An oversized frame is cut off where it crosses the limit (what already passed is
+//! made unparsable, so the reader skips it) and dropped to its end; only its first and last
+//! bytes are kept. If it was the answer to one of our requests (its id is found in those
+//! bytes), the filter puts in its place a JSON-RPC error for that id that says "too large"
+//! ([`TOO_LARGE`]), so the one call waiting for it fails at once with a clear message instead
+//! of waiting for its deadline. A request from the server is replaced by a small one of the
+//! same id ([`TOO_LARGE_REQUEST`]), which the upstream's handler answers with a "too large"
+//! error: the server is not left waiting. Oversized notifications are dropped; everything
+//! dropped is counted. An oversized event's own `id` and `retry` lines (written after its data
+//! by rmcp's servers) still reach the reader, so a stream picked up again starts after it.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +25,10 @@ use futures::Stream;
 /// The JSON-RPC error code of a synthesized "answer too large" error (implementation-defined
 /// server error range). Its `data` carries `{"tetherTooLarge": {"size": N, "limit": L}}`.
 pub const TOO_LARGE: i32 = -32099;
+
+/// The method of the request that stands in for a server's request over the limit; the
+/// upstream's handler answers it with a [`TOO_LARGE`] error. Its params: `{"size", "limit"}`.
+pub const TOO_LARGE_REQUEST: &str = "tether/requestTooLarge";
 
 /// How much of an oversized frame's start and end is kept to find its id.
 const KEEP: usize = 512;
@@ -268,14 +274,23 @@ impl FrameLimiter {
                 Framing::SseEvents => event_tail(&tail),
             };
             if !std::mem::take(&mut self.answered) {
-                let id = match read_head(&self.head) {
-                    Head::Answer(Some(id)) => Some(id),
-                    Head::Answer(None) => id_at_end(&tail[..message_end]),
-                    Head::FromServer => None,
+                let (from_server, id) = match read_head(&self.head) {
+                    Head::Answer(id) => (false, id),
+                    Head::FromServer(id) => (true, id),
                 };
-                match id {
-                    Some(id) => self.answer_too_large(id, self.frame_len, out),
-                    None => {
+                let id = id.or_else(|| id_at_end(&tail[..message_end]));
+                match (from_server, id) {
+                    (false, Some(id)) => self.answer_too_large(id, self.frame_len, out),
+                    (true, Some(id)) => {
+                        OVERSIZED_DROPPED.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(
+                            size = self.frame_len,
+                            limit = self.limit,
+                            "dropped a request of the server larger than max_message; the server is told"
+                        );
+                        self.request_too_large(id, self.frame_len, out);
+                    }
+                    (_, None) => {
                         OVERSIZED_DROPPED.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(
                             size = self.frame_len,
@@ -300,6 +315,19 @@ impl FrameLimiter {
         within
     }
 
+    /// Puts in the output, in place of the server's request `id` that was too large, a request
+    /// of the same id that the upstream's handler answers with a "too large" error
+    /// ([`TOO_LARGE_REQUEST`]): the server hears why, instead of waiting for an answer.
+    fn request_too_large(&self, id: serde_json::Value, size: usize, out: &mut Vec<u8>) {
+        let request = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": TOO_LARGE_REQUEST,
+            "params": {"size": size, "limit": self.limit},
+        });
+        self.put(&request.to_string(), out);
+    }
+
     /// Puts a "too large" error for `id` in the output; `size` 0: not known yet.
     fn answer_too_large(&self, id: serde_json::Value, size: usize, out: &mut Vec<u8>) {
         OVERSIZED_ANSWERS.fetch_add(1, Ordering::Relaxed);
@@ -317,7 +345,11 @@ impl FrameLimiter {
                 "data": {"tetherTooLarge": {"size": size, "limit": self.limit}},
             }
         });
-        let json = error.to_string();
+        self.put(&error.to_string(), out);
+    }
+
+    /// Puts one JSON-RPC message in the output, framed.
+    fn put(&self, json: &str, out: &mut Vec<u8>) {
         match self.framing {
             Framing::Lines => {
                 out.extend_from_slice(json.as_bytes());
@@ -346,8 +378,9 @@ fn keep_tail(tail: &mut Vec<u8>, piece: &[u8]) {
 
 /// What the start of an oversized frame says about it.
 enum Head {
-    /// A top-level `method`: a request or notification from the server, not an answer.
-    FromServer,
+    /// A top-level `method`: a request or notification from the server, not an answer; a
+    /// request's id when the start names it.
+    FromServer(Option<serde_json::Value>),
     /// An answer; its id when the start names it.
     Answer(Option<serde_json::Value>),
 }
@@ -365,14 +398,13 @@ fn read_head(head: &[u8]) -> Head {
         .position(|&b| b == b'{' || b == b'[')
         .unwrap_or(top.len());
     let top_level = &top[..nested];
-    if find(top_level, b"\"method\"").is_some() {
-        return Head::FromServer;
+    let id = find(top_level, b"\"id\"")
+        .and_then(|key| id_value(&top_level[key + 4..]))
+        .map(|(id, _)| id);
+    match find(top_level, b"\"method\"") {
+        Some(_) => Head::FromServer(id),
+        None => Head::Answer(id),
     }
-    Head::Answer(
-        find(top_level, b"\"id\"")
-            .and_then(|key| id_value(&top_level[key + 4..]))
-            .map(|(id, _)| id),
-    )
 }
 
 /// The top-level id written last, just before the closing brace.
@@ -510,6 +542,8 @@ where
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn run(framing: Framing, limit: usize, chunks: &[&[u8]]) -> String {
@@ -740,6 +774,37 @@ mod tests {
         assert_eq!(out.len(), 2);
         assert_eq!(out[0].as_ptr(), chunk.as_ptr(), "the same bytes, not a copy");
         assert_eq!(out[0], chunk);
+    }
+
+    /// A request of the server's over the limit is replaced by the stand-in of the same id
+    /// (id first or last, in lines or events); a notification is only dropped.
+    #[test]
+    fn an_oversized_request_from_the_server_becomes_a_stand_in_of_the_same_id() {
+        let params = format!("{{\"text\":\"{}\"}}", big(2000));
+        let first = format!("{{\"jsonrpc\":\"2.0\",\"id\":\"s-1\",\"method\":\"sampling/createMessage\",\"params\":{params}}}");
+        let last = format!("{{\"method\":\"elicitation/create\",\"params\":{params},\"jsonrpc\":\"2.0\",\"id\":9}}");
+        let notice = format!("{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{params}}}");
+        for (message, id) in [(&first, Some(json!("s-1"))), (&last, Some(json!(9))), (&notice, None)] {
+            let line = format!("{message}\n");
+            let event = format!("data: {message}\nid: 3\n\n");
+            for (framing, text) in [(Framing::Lines, line), (Framing::SseEvents, event)] {
+                let out = run(framing, 500, &[&text.as_bytes()[..300], &text.as_bytes()[300..]]);
+                let stand_in = out
+                    .split(['\n'])
+                    .map(|line| line.strip_prefix("data: ").unwrap_or(line))
+                    .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+                    .find(|message| message["method"] == TOO_LARGE_REQUEST);
+                match &id {
+                    Some(id) => {
+                        let stand_in = stand_in.unwrap_or_else(|| panic!("{framing:?}: {out:?}"));
+                        assert_eq!(&stand_in["id"], id);
+                        assert_eq!(stand_in["params"]["limit"], 500);
+                        assert!(stand_in["params"]["size"].as_u64().unwrap() > 2000);
+                    }
+                    None => assert!(stand_in.is_none(), "{framing:?}: {out:?}"),
+                }
+            }
+        }
     }
 
     /// As servers on rmcp's `sse-stream` write an event: the data, then its id. The answer's

@@ -289,6 +289,34 @@ impl ClientHandler for UpstreamHandler {
         }
     }
 
+    /// A request of the server's that was over `max_message` arrives as the small stand-in the
+    /// size filter put in its place (`transport/limit.rs`): the server is told why it gets no
+    /// answer. Other methods are unknown to Tether's clients, as rmcp's handler says.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        if request.method != crate::transport::limit::TOO_LARGE_REQUEST {
+            return Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, request.method, None));
+        }
+        let params = request.params.unwrap_or_default();
+        let size = |key: &str| params.get(key).and_then(serde_json::Value::as_u64).unwrap_or(0);
+        let (size, limit) = (size("size"), size("limit"));
+        let message = format!(
+            "Tether dropped this request unread: it ({}) is larger than Tether's limit of {} for \
+             this server (max_message)",
+            crate::transport::limit::describe_size(size),
+            crate::transport::limit::describe_size(limit),
+        );
+        let data = serde_json::json!({"tetherTooLarge": {"size": size, "limit": limit}});
+        Err(ErrorData::new(
+            ErrorCode(crate::transport::limit::TOO_LARGE),
+            message,
+            Some(data),
+        ))
+    }
+
     fn get_info(&self) -> rmcp::model::ClientConfig {
         let mut info = rmcp::model::ClientConfig::default();
         info.client_info = Implementation::new("tether", env!("CARGO_PKG_VERSION"));

@@ -14,8 +14,9 @@
 //! - `log-flood N BYTES`: after `initialized`, N `notifications/message` of BYTES each.
 //! - `verbatim`: the `big` tool answers with JSON a writer would not write back the same way
 //!   ([`VERBATIM`]; with the argument `error: true`, an error result alike).
-//! - `sampling`: the `big` tool asks the client for `sampling/createMessage` and answers with
-//!   what the client said (its error message, or its result).
+//! - `sampling [BYTES]`: the `big` tool asks the client for `sampling/createMessage` (a message
+//!   of BYTES of text, if given) and answers with what the client said (its error message, or
+//!   its result).
 //!
 //! Every mode also offers the `echo` tool (returns its `text`).
 
@@ -191,11 +192,15 @@ fn main() {
                     "sampling" => {
                         let out = out.clone();
                         let answers = answers.clone();
+                        let text = match number(1) {
+                            0 => "hi".to_string(),
+                            bytes => "z".repeat(bytes),
+                        };
                         std::thread::spawn(move || {
                             send(
                                 &out,
                                 &json!({"jsonrpc": "2.0", "id": "sample-1", "method": "sampling/createMessage",
-                                        "params": {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+                                        "params": {"messages": [{"role": "user", "content": {"type": "text", "text": text}}],
                                                    "maxTokens": 10}}),
                             );
                             let deadline =
