@@ -242,7 +242,9 @@ impl FrameLimiter {
                     // A line's end first only where the passed part stops inside a line: an
                     // empty line there would end the event early.
                     Framing::SseEvents if self.passed_line_end => b"data: \0\n\n",
-                    Framing::SseEvents => b"\ndata: \0\n\n",
+                    // The cut line ends with a NUL too: readers ignore an `id:` or `retry:`
+                    // holding one (it would name the wrong event), and cut data stays spoiled.
+                    Framing::SseEvents => b"\0\ndata: \0\n\n",
                 });
             }
             let mut tail = Vec::new();
@@ -252,7 +254,7 @@ impl FrameLimiter {
             // With the id at its start, the waiting call fails now, not when (if ever) it ends.
             if let Head::Answer(Some(id)) = read_head(&self.head) {
                 self.answered = true;
-                self.answer_too_large(id, 0, out);
+                self.answer_too_large(id, 0, None, out);
             }
         } else {
             if copy_passed {
@@ -271,8 +273,14 @@ impl FrameLimiter {
         if let Some(tail) = self.tail.take() {
             let (message_end, fields) = match self.framing {
                 Framing::Lines => (tail.len(), Vec::new()),
-                Framing::SseEvents => event_tail(&tail),
+                Framing::SseEvents => {
+                    let (message_end, after) = event_tail(&tail);
+                    let mut fields: Vec<Vec<u8>> = event_head(&self.head);
+                    fields.extend(after.into_iter().map(<[u8]>::to_vec));
+                    (message_end, fields)
+                }
             };
+            let mut fields = Some(fields).filter(|fields| !fields.is_empty());
             if !std::mem::take(&mut self.answered) {
                 let (from_server, id) = match read_head(&self.head) {
                     Head::Answer(id) => (false, id),
@@ -280,7 +288,9 @@ impl FrameLimiter {
                 };
                 let id = id.or_else(|| id_at_end(&tail[..message_end]));
                 match (from_server, id) {
-                    (false, Some(id)) => self.answer_too_large(id, self.frame_len, out),
+                    (false, Some(id)) => {
+                        self.answer_too_large(id, self.frame_len, fields.take(), out);
+                    }
                     (true, Some(id)) => {
                         OVERSIZED_DROPPED.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(
@@ -288,7 +298,7 @@ impl FrameLimiter {
                             limit = self.limit,
                             "dropped a request of the server larger than max_message; the server is told"
                         );
-                        self.request_too_large(id, self.frame_len, out);
+                        self.request_too_large(id, self.frame_len, fields.take(), out);
                     }
                     (_, None) => {
                         OVERSIZED_DROPPED.fetch_add(1, Ordering::Relaxed);
@@ -300,13 +310,11 @@ impl FrameLimiter {
                     }
                 }
             }
-            // The event's own id (and retry interval) still reach the reader, in an event of
-            // their own: a stream picked up again then starts after this event, not with it.
-            if !fields.is_empty() {
-                for line in fields {
-                    out.extend_from_slice(line);
-                    out.push(b'\n');
-                }
+            // The event's own id (and retry interval) still reach the reader: in the event that
+            // replaced it, or else in one of their own. A stream picked up again then starts
+            // after this event, not with it.
+            if let Some(fields) = fields {
+                put_fields(&fields, out);
                 out.push(b'\n');
             }
         }
@@ -318,18 +326,30 @@ impl FrameLimiter {
     /// Puts in the output, in place of the server's request `id` that was too large, a request
     /// of the same id that the upstream's handler answers with a "too large" error
     /// ([`TOO_LARGE_REQUEST`]): the server hears why, instead of waiting for an answer.
-    fn request_too_large(&self, id: serde_json::Value, size: usize, out: &mut Vec<u8>) {
+    fn request_too_large(
+        &self,
+        id: serde_json::Value,
+        size: usize,
+        fields: Option<Vec<Vec<u8>>>,
+        out: &mut Vec<u8>,
+    ) {
         let request = serde_json::json!({
             "jsonrpc": "2.0",
             "id": id,
             "method": TOO_LARGE_REQUEST,
             "params": {"size": size, "limit": self.limit},
         });
-        self.put(&request.to_string(), out);
+        self.put(&request.to_string(), fields, out);
     }
 
     /// Puts a "too large" error for `id` in the output; `size` 0: not known yet.
-    fn answer_too_large(&self, id: serde_json::Value, size: usize, out: &mut Vec<u8>) {
+    fn answer_too_large(
+        &self,
+        id: serde_json::Value,
+        size: usize,
+        fields: Option<Vec<Vec<u8>>>,
+        out: &mut Vec<u8>,
+    ) {
         OVERSIZED_ANSWERS.fetch_add(1, Ordering::Relaxed);
         let what = if size > 0 {
             format!("the answer ({})", describe_size(size as u64))
@@ -345,18 +365,21 @@ impl FrameLimiter {
                 "data": {"tetherTooLarge": {"size": size, "limit": self.limit}},
             }
         });
-        self.put(&error.to_string(), out);
+        self.put(&error.to_string(), fields, out);
     }
 
-    /// Puts one JSON-RPC message in the output, framed.
-    fn put(&self, json: &str, out: &mut Vec<u8>) {
+    /// Puts one JSON-RPC message in the output, framed; an event carries `fields` (the `id:`
+    /// and `retry:` lines of the event it replaces).
+    fn put(&self, json: &str, fields: Option<Vec<Vec<u8>>>, out: &mut Vec<u8>) {
         match self.framing {
             Framing::Lines => {
                 out.extend_from_slice(json.as_bytes());
                 out.push(b'\n');
             }
             Framing::SseEvents => {
-                out.extend_from_slice(b"event: message\ndata: ");
+                out.extend_from_slice(b"event: message\n");
+                put_fields(fields.as_deref().unwrap_or_default(), out);
+                out.extend_from_slice(b"data: ");
                 out.extend_from_slice(json.as_bytes());
                 out.extend_from_slice(b"\n\n");
             }
@@ -401,9 +424,13 @@ fn read_head(head: &[u8]) -> Head {
     let id = find(top_level, b"\"id\"")
         .and_then(|key| id_value(&top_level[key + 4..]))
         .map(|(id, _)| id);
-    match find(top_level, b"\"method\"") {
-        Some(_) => Head::FromServer(id),
-        None => Head::Answer(id),
+    // Only requests and notifications have `method` and `params`: a server that writes its
+    // params first names neither before the first nested value opens.
+    let from_server = find(top_level, b"\"method\"").is_some()
+        || top_level.trim_ascii_start().starts_with(b"\"params\"");
+    match from_server {
+        true => Head::FromServer(id),
+        false => Head::Answer(id),
     }
 }
 
@@ -419,6 +446,33 @@ fn id_at_end(tail: &[u8]) -> Option<serde_json::Value> {
         .filter(|b| !b.is_ascii_whitespace())
         .eq(*b"}"))
     .then_some(id)
+}
+
+/// The `id:` and `retry:` lines of an oversized event before its first data line (as the
+/// TypeScript SDK writes them), from its kept start.
+fn event_head(head: &[u8]) -> Vec<Vec<u8>> {
+    let mut fields = Vec::new();
+    // The last line may be cut off where the kept start ends: only whole lines count.
+    let whole = head
+        .iter()
+        .rposition(|b| matches!(b, b'\r' | b'\n'))
+        .map_or(&head[..0], |end| &head[..end]);
+    for line in whole.split(|b| matches!(b, b'\r' | b'\n')) {
+        if line.starts_with(b"data:") || line == b"data" {
+            break;
+        }
+        if line.starts_with(b"id:") || line.starts_with(b"retry:") {
+            fields.push(line.to_vec());
+        }
+    }
+    fields
+}
+
+fn put_fields(fields: &[Vec<u8>], out: &mut Vec<u8>) {
+    for line in fields {
+        out.extend_from_slice(line);
+        out.push(b'\n');
+    }
 }
 
 /// In the kept end of an oversized event: where its message ends (after its last data line),
@@ -457,8 +511,13 @@ fn id_value(text: &[u8]) -> Option<(serde_json::Value, &[u8])> {
         .iter()
         .position(|b| !(b.is_ascii_digit() || *b == b'-'))
         .unwrap_or(text.len());
+    // `1.5` or `1e3` is no id of ours: read as 1, it could fail another call.
+    let rest = &text[end..];
+    if !matches!(rest.first(), None | Some(b',' | b'}') | Some(b' ' | b'\t' | b'\r' | b'\n')) {
+        return None;
+    }
     let number: i64 = std::str::from_utf8(&text[..end]).ok()?.parse().ok()?;
-    Some((number.into(), &text[end..]))
+    Some((number.into(), rest))
 }
 
 fn trim_start(text: &[u8]) -> &[u8] {
@@ -784,7 +843,15 @@ mod tests {
         let first = format!("{{\"jsonrpc\":\"2.0\",\"id\":\"s-1\",\"method\":\"sampling/createMessage\",\"params\":{params}}}");
         let last = format!("{{\"method\":\"elicitation/create\",\"params\":{params},\"jsonrpc\":\"2.0\",\"id\":9}}");
         let notice = format!("{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{params}}}");
-        for (message, id) in [(&first, Some(json!("s-1"))), (&last, Some(json!(9))), (&notice, None)] {
+        // Params first: nothing names the method before the first nested value.
+        let params_first = format!("{{\"params\":{params},\"method\":\"roots/list\",\"jsonrpc\":\"2.0\",\"id\":4}}");
+        let cases = [
+            (&first, Some(json!("s-1"))),
+            (&last, Some(json!(9))),
+            (&params_first, Some(json!(4))),
+            (&notice, None),
+        ];
+        for (message, id) in cases {
             let line = format!("{message}\n");
             let event = format!("data: {message}\nid: 3\n\n");
             for (framing, text) in [(Framing::Lines, line), (Framing::SseEvents, event)] {
@@ -794,6 +861,8 @@ mod tests {
                     .map(|line| line.strip_prefix("data: ").unwrap_or(line))
                     .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
                     .find(|message| message["method"] == TOO_LARGE_REQUEST);
+                // Never a "too large" answer: that would fail a call of Tether's with the id.
+                assert!(!out.contains(&TOO_LARGE.to_string()), "{framing:?}: {out:?}");
                 match &id {
                     Some(id) => {
                         let stand_in = stand_in.unwrap_or_else(|| panic!("{framing:?}: {out:?}"));
@@ -843,6 +912,45 @@ mod tests {
         assert_eq!(ids.iter().flatten().copied().collect::<Vec<_>>(), ["e43", "e44", "e45"]);
         assert!(events.iter().any(|event| event.retry == Some(5)));
         assert_eq!(events.last().unwrap().data.as_deref(), Some("{\"id\":1}"));
+    }
+
+    /// The events a reader makes of `text` bounded to `limit`, fed in chunks of `chunk` bytes.
+    async fn read_bounded(text: &str, chunk: usize, limit: usize) -> Vec<sse_stream::Sse> {
+        use futures::StreamExt;
+        let chunks: Vec<_> = text
+            .as_bytes()
+            .chunks(chunk)
+            .map(|piece| Ok::<_, std::io::Error>(Bytes::copy_from_slice(piece)))
+            .collect();
+        let body = BoundedEvents::new(futures::stream::iter(chunks), limit);
+        crate::transport::event_stream::events(body)
+            .map(|event| event.unwrap())
+            .collect()
+            .await
+    }
+
+    /// The TypeScript SDK writes an event's id before its data: when the event's first bytes
+    /// already cross the limit, that id still reaches the reader. An `id:` line cut where the
+    /// limit was crossed reaches no reader as an id (it would name another event), and a
+    /// number id that is not an integer fails no call.
+    #[tokio::test]
+    async fn an_oversized_events_id_before_its_data_is_kept_and_a_cut_one_is_not_taken() {
+        let notice = format!(
+            "event: message\nid: ts-7\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"n\",\"params\":\"{}\"}}\n\n",
+            big(3000)
+        );
+        let events = read_bounded(&format!("{notice}data: {{\"id\":1}}\n\n"), 4096, 1000).await;
+        let ids: Vec<_> = events.iter().filter_map(|event| event.id.as_deref()).collect();
+        assert_eq!(ids, ["ts-7"], "{events:?}");
+        assert_eq!(events.last().unwrap().data.as_deref(), Some("{\"id\":1}"));
+        // Crossed inside the id line: the part that passed is `id: abc`, not the event's id.
+        let long_id = format!("data: {{\"jsonrpc\":\"2.0\",\"method\":\"n\"}}\nid: abc{}\n\n", big(3000));
+        let events = read_bounded(&long_id, 500, 1000).await;
+        assert!(events.iter().all(|event| event.id.is_none()), "{events:?}");
+        // An id of 1.5 is not read as 1.
+        let decimal = format!("data: {{\"jsonrpc\":\"2.0\",\"id\":1.5,\"result\":\"{}\"}}\n\n", big(3000));
+        let out = run(Framing::SseEvents, 1000, &[decimal.as_bytes()]);
+        assert!(!out.contains(&TOO_LARGE.to_string()), "{out:?}");
     }
 
     #[tokio::test]
