@@ -254,7 +254,7 @@ impl FrameLimiter {
             // With the id at its start, the waiting call fails now, not when (if ever) it ends.
             if let Head::Answer(Some(id)) = read_head(&self.head) {
                 self.answered = true;
-                self.answer_too_large(id, 0, None, out);
+                self.answer_too_large(id, 0, &mut Vec::new(), out);
             }
         } else {
             if copy_passed {
@@ -271,50 +271,39 @@ impl FrameLimiter {
     fn end_frame(&mut self, out: &mut Vec<u8>) -> bool {
         let within = self.tail.is_none();
         if let Some(tail) = self.tail.take() {
-            let (message_end, fields) = match self.framing {
+            // An event's own `id:` and `retry:` lines, written as they came (one per line).
+            let (message_end, mut fields) = match self.framing {
                 Framing::Lines => (tail.len(), Vec::new()),
-                Framing::SseEvents => {
-                    let (message_end, after) = event_tail(&tail);
-                    let mut fields: Vec<Vec<u8>> = event_head(&self.head);
-                    fields.extend(after.into_iter().map(<[u8]>::to_vec));
-                    (message_end, fields)
-                }
+                Framing::SseEvents => event_fields(&self.head, &tail),
             };
-            let mut fields = Some(fields).filter(|fields| !fields.is_empty());
             if !std::mem::take(&mut self.answered) {
                 let (from_server, id) = match read_head(&self.head) {
                     Head::Answer(id) => (false, id),
                     Head::FromServer(id) => (true, id),
                 };
-                let id = id.or_else(|| id_at_end(&tail[..message_end]));
-                match (from_server, id) {
+                match (from_server, id.or_else(|| id_at_end(&tail[..message_end]))) {
                     (false, Some(id)) => {
-                        self.answer_too_large(id, self.frame_len, fields.take(), out);
+                        self.answer_too_large(id, self.frame_len, &mut fields, out);
                     }
-                    (true, Some(id)) => {
+                    (from_server, request) => {
                         OVERSIZED_DROPPED.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(
                             size = self.frame_len,
                             limit = self.limit,
-                            "dropped a request of the server larger than max_message; the server is told"
-                        );
-                        self.request_too_large(id, self.frame_len, fields.take(), out);
-                    }
-                    (_, None) => {
-                        OVERSIZED_DROPPED.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(
-                            size = self.frame_len,
-                            limit = self.limit,
+                            from_server,
                             "dropped a message larger than max_message that answers no request"
                         );
+                        // A request of the server's: it is told why no answer comes.
+                        if let Some(id) = request {
+                            self.request_too_large(id, self.frame_len, &mut fields, out);
+                        }
                     }
                 }
             }
-            // The event's own id (and retry interval) still reach the reader: in the event that
-            // replaced it, or else in one of their own. A stream picked up again then starts
-            // after this event, not with it.
-            if let Some(fields) = fields {
-                put_fields(&fields, out);
+            // Not carried by an event that replaced this one: an event of their own. A stream
+            // picked up again then starts after this event, not with it.
+            if !fields.is_empty() {
+                out.extend_from_slice(&fields);
                 out.push(b'\n');
             }
         }
@@ -330,7 +319,7 @@ impl FrameLimiter {
         &self,
         id: serde_json::Value,
         size: usize,
-        fields: Option<Vec<Vec<u8>>>,
+        fields: &mut Vec<u8>,
         out: &mut Vec<u8>,
     ) {
         let request = serde_json::json!({
@@ -347,7 +336,7 @@ impl FrameLimiter {
         &self,
         id: serde_json::Value,
         size: usize,
-        fields: Option<Vec<Vec<u8>>>,
+        fields: &mut Vec<u8>,
         out: &mut Vec<u8>,
     ) {
         OVERSIZED_ANSWERS.fetch_add(1, Ordering::Relaxed);
@@ -368,9 +357,9 @@ impl FrameLimiter {
         self.put(&error.to_string(), fields, out);
     }
 
-    /// Puts one JSON-RPC message in the output, framed; an event carries `fields` (the `id:`
-    /// and `retry:` lines of the event it replaces).
-    fn put(&self, json: &str, fields: Option<Vec<Vec<u8>>>, out: &mut Vec<u8>) {
+    /// Puts one JSON-RPC message in the output, framed; an event takes `fields` (the `id:` and
+    /// `retry:` lines of the event it replaces).
+    fn put(&self, json: &str, fields: &mut Vec<u8>, out: &mut Vec<u8>) {
         match self.framing {
             Framing::Lines => {
                 out.extend_from_slice(json.as_bytes());
@@ -378,7 +367,7 @@ impl FrameLimiter {
             }
             Framing::SseEvents => {
                 out.extend_from_slice(b"event: message\n");
-                put_fields(fields.as_deref().unwrap_or_default(), out);
+                out.append(fields);
                 out.extend_from_slice(b"data: ");
                 out.extend_from_slice(json.as_bytes());
                 out.extend_from_slice(b"\n\n");
@@ -448,53 +437,60 @@ fn id_at_end(tail: &[u8]) -> Option<serde_json::Value> {
     .then_some(id)
 }
 
-/// The `id:` and `retry:` lines of an oversized event before its first data line (as the
-/// TypeScript SDK writes them), from its kept start.
-fn event_head(head: &[u8]) -> Vec<Vec<u8>> {
-    let mut fields = Vec::new();
-    // The last line may be cut off where the kept start ends: only whole lines count.
-    let whole = head
-        .iter()
-        .rposition(|b| matches!(b, b'\r' | b'\n'))
-        .map_or(&head[..0], |end| &head[..end]);
-    for line in whole.split(|b| matches!(b, b'\r' | b'\n')) {
-        if line.starts_with(b"data:") || line == b"data" {
-            break;
-        }
-        if line.starts_with(b"id:") || line.starts_with(b"retry:") {
-            fields.push(line.to_vec());
-        }
-    }
-    fields
+/// What a line of an event is to [`event_fields`].
+enum EventLine {
+    Data,
+    /// `id:` or `retry:`: passed on even when the event is dropped.
+    Kept,
+    Other,
 }
 
-fn put_fields(fields: &[Vec<u8>], out: &mut Vec<u8>) {
-    for line in fields {
-        out.extend_from_slice(line);
-        out.push(b'\n');
+fn event_line(line: &[u8]) -> EventLine {
+    if line.starts_with(b"data:") || line == b"data" {
+        EventLine::Data
+    } else if line.starts_with(b"id:") || line.starts_with(b"retry:") {
+        EventLine::Kept
+    } else {
+        EventLine::Other
     }
 }
 
-/// In the kept end of an oversized event: where its message ends (after its last data line),
-/// and its `id` and `retry` lines after that, in order. The tail's first line may be cut, so it
-/// counts as data.
-fn event_tail(tail: &[u8]) -> (usize, Vec<&[u8]>) {
+/// Of an oversized event, from its kept start and end: where its message ends in `tail` (after
+/// its last data line, where a JSON-RPC id written last is), and its `id:` and `retry:` lines
+/// before its first data line (as the TypeScript SDK writes them) and after its last (as rmcp's
+/// `sse-stream` writes them), each ending with a line feed. A line cut off where the kept bytes
+/// end is not read: the last of `head`, the first of `tail` (which counts as data).
+fn event_fields(head: &[u8], tail: &[u8]) -> (usize, Vec<u8>) {
     let is_line_end = |byte: &u8| matches!(byte, b'\r' | b'\n');
     let mut fields = Vec::new();
+    let whole = head.iter().rposition(is_line_end).map_or(&head[..0], |end| &head[..end]);
+    for line in whole.split(is_line_end) {
+        match event_line(line) {
+            EventLine::Data => break,
+            EventLine::Kept => fields.extend_from_slice(line),
+            EventLine::Other => continue,
+        }
+        fields.push(b'\n');
+    }
+    // From the end back to the last data line.
+    let mut after = Vec::new();
     let mut end = tail.len();
-    loop {
+    let message_end = loop {
         let line_end = tail[..end].iter().rposition(|b| !is_line_end(b)).map_or(0, |i| i + 1);
         let start = tail[..line_end].iter().rposition(is_line_end).map_or(0, |i| i + 1);
         let line = &tail[start..line_end];
-        if start == 0 || line.starts_with(b"data:") || line == b"data" {
-            fields.reverse();
-            return (line_end, fields);
-        }
-        if line.starts_with(b"id:") || line.starts_with(b"retry:") {
-            fields.push(line);
+        match (start, event_line(line)) {
+            (0, _) | (_, EventLine::Data) => break line_end,
+            (_, EventLine::Kept) => after.push(line),
+            (_, EventLine::Other) => {}
         }
         end = start;
+    };
+    for line in after.iter().rev() {
+        fields.extend_from_slice(line);
+        fields.push(b'\n');
     }
+    (message_end, fields)
 }
 
 /// `: 7` or `: "abc"` at the start of `text`: the id and what follows it.
@@ -513,7 +509,10 @@ fn id_value(text: &[u8]) -> Option<(serde_json::Value, &[u8])> {
         .unwrap_or(text.len());
     // `1.5` or `1e3` is no id of ours: read as 1, it could fail another call.
     let rest = &text[end..];
-    if !matches!(rest.first(), None | Some(b',' | b'}') | Some(b' ' | b'\t' | b'\r' | b'\n')) {
+    if !rest
+        .first()
+        .is_none_or(|b| matches!(b, b',' | b'}') || b.is_ascii_whitespace())
+    {
         return None;
     }
     let number: i64 = std::str::from_utf8(&text[..end]).ok()?.parse().ok()?;
@@ -881,7 +880,6 @@ mod tests {
     /// reach the reader (a stream picked up again after it must not start with it again).
     #[tokio::test]
     async fn an_oversized_events_own_id_still_reaches_the_reader() {
-        use futures::StreamExt;
         let answer = format!(
             "data: {{\"jsonrpc\":\"2.0\",\"result\":\"{}\",\"id\":7}}\nid: e43\nretry: 5\n\n",
             big(3000)
@@ -891,17 +889,7 @@ mod tests {
             big(3000)
         );
         let small = "data: {\"id\":1}\nid: e45\n\n";
-        let text = format!("{answer}{notice}{small}");
-        let chunks: Vec<Bytes> = text
-            .as_bytes()
-            .chunks(700)
-            .map(Bytes::copy_from_slice)
-            .collect();
-        let body = BoundedEvents::new(futures::stream::iter(chunks.into_iter().map(Ok::<_, std::io::Error>)), 1000);
-        let events: Vec<_> = crate::transport::event_stream::events(body)
-            .map(|event| event.unwrap())
-            .collect()
-            .await;
+        let events = read_bounded(&format!("{answer}{notice}{small}"), 700, 1000).await;
         let ids: Vec<_> = events.iter().map(|event| event.id.as_deref()).collect();
         let error = events
             .iter()

@@ -269,8 +269,7 @@ impl StreamableHttpClient for Posting {
                 content_type.map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
             return Err(StreamableHttpError::UnexpectedContentType(content_type));
         }
-        let body = BoundedEvents::new(response.bytes_stream().boxed(), max_sse_event_size);
-        Ok(event_stream::events(body))
+        Ok(events(response, max_sse_event_size))
     }
 }
 
@@ -453,6 +452,11 @@ fn media_type(content_type: &[u8]) -> Option<&str> {
     Some(std::str::from_utf8(essence).ok()?.trim_matches([' ', '\t']))
 }
 
+/// The events of a streamed body, each bounded to `max` bytes (see the module documentation).
+fn events(response: reqwest::Response, max: usize) -> BoxStream<'static, Result<Sse, SseError>> {
+    event_stream::events(BoundedEvents::new(response.bytes_stream().boxed(), max))
+}
+
 /// What the server's answer to a tool call's POST means.
 async fn answer(
     response: reqwest::Response,
@@ -514,11 +518,8 @@ async fn answer(
         });
     }
     if events {
-        let body = BoundedEvents::new(response.bytes_stream().boxed(), limits.max_sse_event_size);
-        return Ok(StreamableHttpPostResponse::Sse(
-            event_stream::events(body),
-            session,
-        ));
+        let events = self::events(response, limits.max_sse_event_size);
+        return Ok(StreamableHttpPostResponse::Sse(events, session));
     }
     if !json {
         let content_type = (response.headers().get(header::CONTENT_TYPE))
