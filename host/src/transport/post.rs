@@ -262,9 +262,7 @@ impl StreamableHttpClient for Posting {
         let response = response.error_for_status()?;
         let content_type = response.headers().get(header::CONTENT_TYPE);
         // rmcp's client takes a JSON content type here too, and reads the body as events.
-        let media = content_type.and_then(|value| media_type(value.as_bytes()));
-        let is = |expected: &str| media.is_some_and(|media| media.eq_ignore_ascii_case(expected));
-        if !is(EVENT_STREAM_MIME_TYPE) && !is(JSON_MIME_TYPE) {
+        if Media::of(content_type) == Media::Other {
             let content_type =
                 content_type.map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
             return Err(StreamableHttpError::UnexpectedContentType(content_type));
@@ -446,10 +444,30 @@ fn status_error(status: StatusCode, headers: &http::HeaderMap) -> Option<HttpSta
     Some(HttpStatusError::new(status.as_u16(), retry_after))
 }
 
-/// A `Content-Type` as rmcp reads it: the part before any `;`, without spaces and tabs around it.
-fn media_type(content_type: &[u8]) -> Option<&str> {
-    let essence = content_type.split(|byte| *byte == b';').next()?;
-    Some(std::str::from_utf8(essence).ok()?.trim_matches([' ', '\t']))
+/// What a `Content-Type` announces, read as rmcp reads it: the part before any `;`, without
+/// spaces and tabs around it, in any case.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Media {
+    Json,
+    Events,
+    Other,
+}
+
+impl Media {
+    fn of(content_type: Option<&HeaderValue>) -> Self {
+        let essence = content_type
+            .and_then(|value| value.as_bytes().split(|byte| *byte == b';').next())
+            .and_then(|essence| std::str::from_utf8(essence).ok())
+            .map(|essence| essence.trim_matches([' ', '\t']));
+        let is = |expected: &str| essence.is_some_and(|media| media.eq_ignore_ascii_case(expected));
+        if is(JSON_MIME_TYPE) {
+            Self::Json
+        } else if is(EVENT_STREAM_MIME_TYPE) {
+            Self::Events
+        } else {
+            Self::Other
+        }
+    }
 }
 
 /// The events of a streamed body, each bounded to `max` bytes (see the module documentation).
@@ -477,11 +495,8 @@ async fn answer(
     if status == StatusCode::NOT_FOUND && on_session {
         return Err(StreamableHttpError::SessionExpired);
     }
-    let media_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|value| media_type(value.as_bytes()));
-    let is = |expected: &str| media_type.is_some_and(|media| media.eq_ignore_ascii_case(expected));
-    let (json, events) = (is(JSON_MIME_TYPE), is(EVENT_STREAM_MIME_TYPE));
+    let media = Media::of(headers.get(header::CONTENT_TYPE));
+    let (json, events) = (media == Media::Json, media == Media::Events);
     let session = headers
         .get(HEADER_SESSION_ID)
         .and_then(|value| value.to_str().ok())

@@ -520,8 +520,13 @@ mod tests {
                 }
                 let stream = script.get_stream.clone();
                 tokio::spawn(async move {
-                    // Until the session's GET stream listens.
+                    // Until the session's GET stream listens (the test fails at its own
+                    // deadline if it never does).
+                    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
                     while stream.receiver_count() == 0 {
+                        if tokio::time::Instant::now() > deadline {
+                            return;
+                        }
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }
                     for message in messages {
@@ -648,8 +653,8 @@ mod tests {
         assert!(matches!(outcome, Err(NotAnswered::Closed)), "{outcome:?}");
         let asked = script.resumed_after.lock().unwrap().clone();
         assert_eq!(asked, vec!["f1"; StreamRetry::ATTEMPTS]);
-        // 250 ms, then 500 ms, 1 s and 2 s: the schedule's delays were kept.
-        assert!(started.elapsed() >= Duration::from_millis(3500));
+        // The schedule's four delays (1, 2, 4 and 8 times the first) were kept.
+        assert!(started.elapsed() >= StreamRetry::FIRST_DELAY * 14);
     }
 
     /// A call whose stream, picked up again after its last event, brings an answer over the
