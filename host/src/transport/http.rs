@@ -598,10 +598,11 @@ struct StreamRetry {
 
 impl StreamRetry {
     const ATTEMPTS: usize = 4;
-    /// 250 ms, doubled for each failure up to 2 s; the unit tests that run the schedule
-    /// against a server run it a hundred times faster.
-    const FIRST_DELAY: Duration = Duration::from_micros(if cfg!(test) { 2_500 } else { 250_000 });
-    const MAX_DELAY: Duration = Duration::from_micros(if cfg!(test) { 20_000 } else { 2_000_000 });
+    /// The library's unit tests run the schedule a hundred times faster.
+    const SPEED_UP: u64 = if cfg!(test) { 100 } else { 1 };
+    /// 250 ms, doubled for each failure up to 2 s.
+    const FIRST_DELAY: Duration = Duration::from_micros(250_000 / Self::SPEED_UP);
+    const MAX_DELAY: Duration = Duration::from_micros(2_000_000 / Self::SPEED_UP);
 }
 
 impl SseRetryPolicy for StreamRetry {
@@ -1080,6 +1081,10 @@ mod tests {
             .collect();
         let first = StreamRetry::FIRST_DELAY;
         assert_eq!(delays, [first, first * 2, first * 4, StreamRetry::MAX_DELAY]);
+        // In real time: 250 ms to 2 s, 3.75 s in all.
+        let speed_up = StreamRetry::SPEED_UP as u32;
+        assert_eq!(first * speed_up, Duration::from_millis(250));
+        assert_eq!(StreamRetry::MAX_DELAY * speed_up, Duration::from_secs(2));
         assert!(end.fault().is_none());
         assert_eq!(retry.retry(StreamRetry::ATTEMPTS), None);
         assert!(matches!(end.fault(), Some(Fault::TransportClosed(_))));

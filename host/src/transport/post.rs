@@ -580,6 +580,21 @@ mod tests {
 
     use super::*;
 
+    /// A content type is read as rmcp reads it: its parameters, the spaces and tabs around it
+    /// and its case do not matter; anything unreadable is neither JSON nor events.
+    #[test]
+    fn a_content_type_is_read_for_its_media_type_alone() {
+        let of = |value: &[u8]| Media::of(Some(&HeaderValue::from_bytes(value).unwrap()));
+        assert_eq!(Media::of(None), Media::Other);
+        assert_eq!(of(b"application/json"), Media::Json);
+        assert_eq!(of(b" Application/JSON ; charset=utf-8"), Media::Json);
+        assert_eq!(of(b"\ttext/event-stream;x=y"), Media::Events);
+        assert_eq!(of(b"TEXT/EVENT-STREAM"), Media::Events);
+        assert_eq!(of(b"application/jsonx"), Media::Other);
+        assert_eq!(of(b"text/plain"), Media::Other);
+        assert_eq!(of(b"application/json\xff"), Media::Other);
+    }
+
     /// What a server answers in each case: status, headers, body.
     fn case(number: usize) -> (u16, Vec<(&'static str, &'static str)>, String) {
         let error = r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"no"}}"#;

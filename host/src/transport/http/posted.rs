@@ -433,6 +433,8 @@ mod tests {
     #[derive(Clone)]
     struct Script {
         resumed_after: Arc<Mutex<Vec<String>>>,
+        /// When each of those was asked for.
+        resumed_at: Arc<Mutex<Vec<std::time::Instant>>>,
         /// The id of the call whose stream is resumed.
         resumed_call: Arc<Mutex<Value>>,
         get_stream: broadcast::Sender<String>,
@@ -541,6 +543,7 @@ mod tests {
 
     async fn get(State(script): State<Script>, headers: HeaderMap) -> Response {
         if let Some(last) = headers.get("last-event-id") {
+            script.resumed_at.lock().unwrap().push(std::time::Instant::now());
             script
                 .resumed_after
                 .lock()
@@ -598,6 +601,7 @@ mod tests {
     async fn scripted(routes: Option<Arc<crate::upstream::route::Routes>>) -> (Script, HttpSession<()>) {
         let script = Script {
             resumed_after: Arc::default(),
+            resumed_at: Arc::default(),
             resumed_call: Arc::default(),
             get_stream: broadcast::channel(4).0,
             gets: Arc::default(),
@@ -653,8 +657,15 @@ mod tests {
         assert!(matches!(outcome, Err(NotAnswered::Closed)), "{outcome:?}");
         let asked = script.resumed_after.lock().unwrap().clone();
         assert_eq!(asked, vec!["f1"; StreamRetry::ATTEMPTS]);
-        // The schedule's four delays (1, 2, 4 and 8 times the first) were kept.
-        assert!(started.elapsed() >= StreamRetry::FIRST_DELAY * 14);
+        // The schedule's delays were kept: the first before the first time the stream was
+        // asked for again, then twice, four and eight times it between the next ones.
+        let at = script.resumed_at.lock().unwrap().clone();
+        let first = StreamRetry::FIRST_DELAY;
+        assert!(at[0] - started >= first);
+        let gaps: Vec<Duration> = at.windows(2).map(|pair| pair[1] - pair[0]).collect();
+        for (gap, times) in gaps.iter().zip([2, 4, 8]) {
+            assert!(*gap >= first * times, "{gaps:?}");
+        }
     }
 
     /// A call whose stream, picked up again after its last event, brings an answer over the
