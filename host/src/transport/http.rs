@@ -905,15 +905,7 @@ fn uncorrelated(
 
 /// The "too large" error (see [`limit::TOO_LARGE`]) answering `request`.
 fn too_large_answer(request: Option<&RequestId>, limit_bytes: usize) -> StreamableHttpPostResponse {
-    let error = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": request,
-        "error": {
-            "code": limit::TOO_LARGE,
-            "message": format!("the answer is larger than the limit ({})", limit::describe_size(limit_bytes as u64)),
-            "data": {"tetherTooLarge": {"size": 0, "limit": limit_bytes}},
-        }
-    });
+    let error = limit::too_large_error(request, 0, limit_bytes as u64);
     let message = serde_json::from_value(error).expect("a JSON-RPC error");
     StreamableHttpPostResponse::Json(message, None)
 }

@@ -55,6 +55,28 @@ pub fn too_large(code: i32, data: Option<&serde_json::Value>) -> Option<(u64, u6
     Some((info.get("size")?.as_u64()?, info.get("limit")?.as_u64()?))
 }
 
+/// The `data` of a "too large" error, as [`too_large`] reads it.
+pub fn too_large_data(size: u64, limit: u64) -> serde_json::Value {
+    serde_json::json!({"tetherTooLarge": {"size": size, "limit": limit}})
+}
+
+/// The "too large" error answering the request `id`; `size` 0: not known.
+pub fn too_large_error(id: impl serde::Serialize, size: u64, limit: u64) -> serde_json::Value {
+    let what = match size {
+        0 => "the answer".to_string(),
+        size => format!("the answer ({})", describe_size(size)),
+    };
+    serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {
+            "code": TOO_LARGE,
+            "message": format!("{what} is larger than the limit ({})", describe_size(limit)),
+            "data": too_large_data(size, limit),
+        }
+    })
+}
+
 /// Sizes in words: "16 MiB", "512 KiB", "2.9 MiB".
 pub fn describe_size(bytes: u64) -> String {
     match bytes {
@@ -340,20 +362,7 @@ impl FrameLimiter {
         out: &mut Vec<u8>,
     ) {
         OVERSIZED_ANSWERS.fetch_add(1, Ordering::Relaxed);
-        let what = if size > 0 {
-            format!("the answer ({})", describe_size(size as u64))
-        } else {
-            "the answer".to_string()
-        };
-        let error = serde_json::json!({
-            "jsonrpc": "2.0",
-            "id": id,
-            "error": {
-                "code": TOO_LARGE,
-                "message": format!("{what} is larger than the limit ({})", describe_size(self.limit as u64)),
-                "data": {"tetherTooLarge": {"size": size, "limit": self.limit}},
-            }
-        });
+        let error = too_large_error(id, size as u64, self.limit as u64);
         self.put(&error.to_string(), fields, out);
     }
 

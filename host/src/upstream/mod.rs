@@ -309,7 +309,7 @@ impl ClientHandler for UpstreamHandler {
             crate::transport::limit::describe_size(size),
             crate::transport::limit::describe_size(limit),
         );
-        let data = serde_json::json!({"tetherTooLarge": {"size": size, "limit": limit}});
+        let data = crate::transport::limit::too_large_data(size, limit);
         Err(ErrorData::new(
             ErrorCode(crate::transport::limit::TOO_LARGE),
             message,
