@@ -3,7 +3,7 @@
 # build"): `tether` built instrumented, trained on the benchmarks' forwarding workloads (stdio and
 # Streamable HTTP, 100 B and 100 KB results, 1 and 16 clients, both protocol generations), then
 # built again with what the training counted. Needs rustup's llvm-tools (added when missing),
-# Debian's socat and procps; two cold builds of the gateway, about 40 minutes on two cores.
+# Debian's socat and procps; two cold builds of the gateway, about 35 minutes on two cores.
 #   tests/bench/pgo-build.sh
 # Prints the binary's path: ${CARGO_TARGET_DIR:-target}/pgo/release/tether. A target directory
 # of its own, since every crate is compiled with other flags. The `release` profile: a
