@@ -143,8 +143,11 @@ async def one_round(
         for name, front in processes.items():
             idle_secs, idle_front, idle_behind = start[name].since(idle_start[name])
             secs, busy_front, busy_behind = Snapshot(front).since(start[name])
-            per_call = lambda busy, idle: max(0.0, busy - idle / idle_secs * secs) / calls * 1e6  # noqa: E731
-            cpu[name] = (per_call(busy_front, idle_front), per_call(busy_behind, idle_behind))
+
+            def per_call_us(busy: float, idle: float) -> float:
+                return max(0.0, busy - idle / idle_secs * secs) / calls * 1e6
+
+            cpu[name] = (per_call_us(busy_front, idle_front), per_call_us(busy_behind, idle_behind))
         return times, cpu
 
 

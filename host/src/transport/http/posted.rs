@@ -432,14 +432,21 @@ mod tests {
     /// A server played by the test: what it was asked for, and the session's GET stream.
     #[derive(Clone)]
     struct Script {
-        resumed_after: Arc<Mutex<Vec<String>>>,
-        /// When each of those was asked for.
-        resumed_at: Arc<Mutex<Vec<std::time::Instant>>>,
+        /// The `Last-Event-ID` of each request to pick a stream up again, and when it came.
+        resumed_after: Arc<Mutex<Vec<(String, std::time::Instant)>>>,
         /// The id of the call whose stream is resumed.
         resumed_call: Arc<Mutex<Value>>,
         get_stream: broadcast::Sender<String>,
         /// The session's GET streams opened (not picked up again after an event).
         gets: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Script {
+        /// The `Last-Event-ID`s the streams were picked up again after.
+        fn resumed_after(&self) -> Vec<String> {
+            let resumed = self.resumed_after.lock().unwrap();
+            resumed.iter().map(|(after, _)| after.clone()).collect()
+        }
     }
 
     fn event_stream(body: String) -> Response {
@@ -543,12 +550,11 @@ mod tests {
 
     async fn get(State(script): State<Script>, headers: HeaderMap) -> Response {
         if let Some(last) = headers.get("last-event-id") {
-            script.resumed_at.lock().unwrap().push(std::time::Instant::now());
             script
                 .resumed_after
                 .lock()
                 .unwrap()
-                .push(last.to_str().unwrap().to_owned());
+                .push((last.to_str().unwrap().to_owned(), std::time::Instant::now()));
             if last == "f1" {
                 return event_stream(String::new());
             }
@@ -601,7 +607,6 @@ mod tests {
     async fn scripted(routes: Option<Arc<crate::upstream::route::Routes>>) -> (Script, HttpSession<()>) {
         let script = Script {
             resumed_after: Arc::default(),
-            resumed_at: Arc::default(),
             resumed_call: Arc::default(),
             get_stream: broadcast::channel(4).0,
             gets: Arc::default(),
@@ -655,11 +660,11 @@ mod tests {
         let outcome = tokio::time::timeout(Duration::from_secs(20), fruitless.answer()).await;
         let outcome = outcome.expect("given up within the schedule");
         assert!(matches!(outcome, Err(NotAnswered::Closed)), "{outcome:?}");
-        let asked = script.resumed_after.lock().unwrap().clone();
-        assert_eq!(asked, vec!["f1"; StreamRetry::ATTEMPTS]);
+        let at: Vec<std::time::Instant> =
+            script.resumed_after.lock().unwrap().iter().map(|(_, at)| *at).collect();
+        assert_eq!(script.resumed_after(), vec!["f1"; StreamRetry::ATTEMPTS]);
         // The schedule's delays were kept: the first before the first time the stream was
         // asked for again, then twice, four and eight times it between the next ones.
-        let at = script.resumed_at.lock().unwrap().clone();
         let first = StreamRetry::FIRST_DELAY;
         assert!(at[0] - started >= first);
         let gaps: Vec<Duration> = at.windows(2).map(|pair| pair[1] - pair[0]).collect();
@@ -687,7 +692,7 @@ mod tests {
         assert_eq!(limit, MAX_MESSAGE as u64);
         // 0: answered as soon as the id was read, before the event's end.
         assert!(size == 0 || size > limit, "{size}");
-        assert_eq!(*script.resumed_after.lock().unwrap(), ["h1"]);
+        assert_eq!(script.resumed_after(), ["h1"]);
         assert!(!session.service.is_closed(), "the session stays");
     }
 
@@ -728,7 +733,7 @@ mod tests {
         let resumed = send("resumed");
         assert_eq!(resumed.id(), &RequestId::Number(FIRST_STRAIGHT_ID));
         assert_eq!(text(within(resumed).await.unwrap().unwrap()), "resumed");
-        assert_eq!(*script.resumed_after.lock().unwrap(), ["e1"]);
+        assert_eq!(script.resumed_after(), ["e1"]);
         let id = calls.next_id();
         let counted = Arc::new(Counted::default());
         let route = crate::upstream::route::CallRoute {
