@@ -209,6 +209,95 @@ async fn a_program_embeds_tether_mounts_its_mcp_endpoint_and_shuts_it_down() {
     );
 }
 
+/// An HTTP session whose tool calls are all served past rmcp's session machinery
+/// (`gateway/http/calls.rs`) lives as long as it is used: rmcp, which ends a session it has not
+/// heard from for `session_idle`, is told it is in use. Unused, it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_session_used_only_for_tool_calls_lives_while_used_and_ends_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let alpha = StateDir(dir.path().join("alpha"));
+    std::fs::create_dir_all(&alpha.0).unwrap();
+    let tether = Tether::builder()
+        .server(stdio_fixture("alpha", &alpha, &[]))
+        .policy_settings(FAST_POLICY)
+        .log_dir(dir.path().join("logs"))
+        .start()
+        .await
+        .expect("Tether starts");
+    wait_healthy(&tether, "alpha").await;
+    let idle = Duration::from_millis(400);
+    let options = tether::gateway::HttpOptions {
+        session_idle: Some(idle),
+        ..Default::default()
+    };
+    let addr = tether
+        .serve_http("127.0.0.1:0".parse().unwrap(), options)
+        .await
+        .unwrap();
+    let url = format!("http://{addr}/mcp");
+    let http = reqwest::Client::new();
+    let post = |message: serde_json::Value, session: Option<String>| {
+        let mut request = http
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25");
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        let sent = request.json(&message).send();
+        async move {
+            let response = sent.await.expect("the gateway answers");
+            let status = response.status();
+            let headers = response.headers().clone();
+            (status, headers, response.text().await.unwrap_or_default())
+        }
+    };
+    let (_, headers, _) = post(
+        serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "caller", "version": "1"}}}),
+        None,
+    )
+    .await;
+    let session = headers["mcp-session-id"].to_str().unwrap().to_string();
+    let initialized = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    post(initialized, Some(session.clone())).await;
+
+    // Calls for three times the idle time, none of them seen by rmcp.
+    let started = std::time::Instant::now();
+    let mut id = 1;
+    while started.elapsed() < idle * 3 {
+        id += 1;
+        let call = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "alpha__echo", "arguments": {"text": "still here"}}});
+        let (status, _, body) = post(call, Some(session.clone())).await;
+        assert!(status.is_success(), "{status}: {body}");
+        assert!(body.contains("id: t"), "served past rmcp: {body}");
+        assert!(body.contains("still here"), "{body}");
+        tokio::time::sleep(idle / 8).await;
+    }
+    let list = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let (status, _, body) = post(list.clone(), Some(session.clone())).await;
+    assert!(
+        status.is_success() && body.contains("alpha__echo"),
+        "the session lives: {status} {body}"
+    );
+
+    tokio::time::sleep(idle * 3).await;
+    let (status, _, body) = post(list, Some(session)).await;
+    assert_eq!(
+        status,
+        reqwest::StatusCode::NOT_FOUND,
+        "the unused session ended: {body}"
+    );
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        tether.shutdown(Duration::from_secs(5)),
+    )
+    .await
+    .expect("shutdown completes");
+}
+
 #[tokio::test]
 async fn a_bad_config_is_an_error_naming_the_file_and_nothing_starts() {
     let dir = tempfile::tempdir().unwrap();

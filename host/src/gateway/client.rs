@@ -43,7 +43,7 @@ pub(super) fn modern_client(context: &RequestContext<RoleServer>) -> bool {
 }
 
 /// Where a 2026-07-28 request names its protocol version in its `_meta`.
-const PROTOCOL_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
+pub(super) const PROTOCOL_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 
 /// What a forwarded request takes along from the client's request: its cancellation,
 /// progress, log level (`log_level`: a 2026-07-28 request's own, else what the client's session
@@ -62,7 +62,12 @@ pub(super) fn call_context(
     };
     CallContext {
         cancel: context.ct.clone(),
-        progress: Forwarder::for_request(context),
+        // A Streamable HTTP call served past rmcp writes its progress to its own stream.
+        progress: context
+            .extensions
+            .get::<super::http::calls::ProgressTo>()
+            .map(|to| to.0.clone())
+            .or_else(|| Forwarder::for_request(context)),
         input_responses: None,
         request_state: None,
         log_level,

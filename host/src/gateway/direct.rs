@@ -7,7 +7,8 @@
 //! very handler the loop would (`Service::handle_request`, so everything rmcp checks of a
 //! call is checked) and writes the answer itself. As in rmcp's loop, a call is cancelled by
 //! `notifications/cancelled` (and then not answered) or by the end of the session.
-//! Everything else, and a call that arrives before the session is up, takes the loop.
+//! Everything else, and a call that arrives before the session is up, takes the loop. An HTTP
+//! agent's calls are served the same way (`http/calls.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -51,6 +52,11 @@ impl Direct {
     /// The session is up: calls are taken from now on.
     pub(super) fn serving(&self, peer: Peer<RoleServer>) {
         let _ = self.peer.set(peer);
+    }
+
+    /// Whether the session's service has ended (its peer can send nothing more).
+    pub(super) fn peer_closed(&self) -> bool {
+        self.peer.get().is_some_and(Peer::is_transport_closed)
     }
 }
 

@@ -16,6 +16,7 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use sha2::{Digest, Sha256};
@@ -25,6 +26,7 @@ use tokio::task::JoinHandle;
 
 use super::Gateway;
 
+pub(super) mod calls;
 pub(super) mod results;
 
 impl Gateway {
@@ -67,7 +69,7 @@ impl Gateway {
     /// The Streamable HTTP endpoint as a router serving `/mcp`, for mounting in an embedder's
     /// own axum stack (`Router::merge`), with the [`McpEndpoint`] that closes its sessions.
     /// Requests must be addressed to a loopback host name unless `options.hosts` says any.
-    pub(crate) fn http_router(self, options: HttpOptions) -> (axum::Router, McpEndpoint) {
+    pub(crate) fn http_router(mut self, options: HttpOptions) -> (axum::Router, McpEndpoint) {
         // rmcp checks Origin (scheme, host, port per RFC 6454; no Origin passes) before any
         // session handling, and answers 403.
         let mut config = StreamableHttpServerConfig::default().with_allowed_origins(
@@ -80,14 +82,25 @@ impl Gateway {
             config = config.disable_allowed_hosts();
         }
         let sessions = config.cancellation_token.clone();
-        let service = StreamableHttpService::new(
-            move || Ok(self.clone()),
-            Arc::new(LocalSessionManager::default()),
-            config,
-        );
+        let mut manager = LocalSessionManager::default();
+        if let Some(idle) = options.session_idle {
+            manager.session_config.keep_alive = Some(idle);
+        }
+        let manager = Arc::new(manager);
+        let calls = Arc::new(calls::HttpCalls::new(
+            manager.clone(),
+            options.hosts,
+            config.max_request_body_bytes,
+        ));
+        self.http_calls = Some(Arc::downgrade(&calls));
+        let service = StreamableHttpService::new(move || Ok(self.clone()), manager, config);
         let answering = Arc::new(Answering::default());
+        let shared = Shared {
+            service: Arc::new(service),
+            calls: calls.clone(),
+        };
         let mut app = axum::Router::new()
-            .nest_service("/mcp", Shared(Arc::new(service)))
+            .nest_service("/mcp", shared)
             .layer(middleware::from_fn_with_state(
                 answering.clone(),
                 track_answers,
@@ -105,6 +118,7 @@ impl Gateway {
             McpEndpoint {
                 sessions,
                 answering,
+                calls,
             },
         )
     }
@@ -112,12 +126,19 @@ impl Gateway {
 
 /// rmcp's service behind an `Arc`. axum clones a route's service for every request (three times),
 /// and rmcp's clones its whole configuration (the allowed hosts and origins, strings each):
-/// ~39 k instructions a request, 7 % of forwarding a call over HTTP (docs/BENCHMARKS.md).
-struct Shared<S>(Arc<S>);
+/// ~39 k instructions a request, 7 % of forwarding a call over HTTP (docs/BENCHMARKS.md). Tool
+/// calls it need not see are served beside it (`calls.rs`).
+struct Shared<S> {
+    service: Arc<S>,
+    calls: Arc<calls::HttpCalls>,
+}
 
 impl<S> Clone for Shared<S> {
     fn clone(&self) -> Self {
-        Self(self.0.clone())
+        Self {
+            service: self.service.clone(),
+            calls: self.calls.clone(),
+        }
     }
 }
 
@@ -137,16 +158,29 @@ where
         std::task::Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, mut request: Request) -> Self::Future {
-        let service = self.0.clone();
-        let watching = results::Posted::give(&mut request);
-        Box::pin(async move {
-            let response = service.handle(request).await.map(Body::new);
-            Ok(match watching {
-                Some(watching) => watching.watch(response),
-                None => response,
+    fn call(&mut self, request: Request) -> Self::Future {
+        let service = self.service.clone();
+        let rmcp = move |mut request: Request| -> BoxFuture<'static, Response> {
+            let watching = results::Posted::give(&mut request);
+            Box::pin(async move {
+                let response = service.handle(request).await.map(Body::new);
+                match watching {
+                    Some(watching) => watching.watch(response),
+                    None => response,
+                }
             })
-        })
+        };
+        match self.calls.take(&request) {
+            calls::Taken::Post(session) => {
+                let calls = self.calls.clone();
+                Box::pin(async move { Ok(calls.serve_post(session, request, rmcp).await) })
+            }
+            calls::Taken::Resume(session, stream) => {
+                let response = self.calls.resume(&session, stream);
+                Box::pin(std::future::ready(Ok(response)))
+            }
+            calls::Taken::Rmcp => Box::pin(async move { Ok(rmcp(request).await) }),
+        }
     }
 }
 
@@ -154,6 +188,7 @@ where
 pub struct McpEndpoint {
     sessions: tokio_util::sync::CancellationToken,
     answering: Arc<Answering>,
+    calls: Arc<calls::HttpCalls>,
 }
 
 impl McpEndpoint {
@@ -166,6 +201,7 @@ impl McpEndpoint {
                 self.answering.count.load(Ordering::SeqCst)
             );
         }
+        self.calls.close();
         self.sessions.cancel();
     }
 }
@@ -191,6 +227,9 @@ pub struct HttpOptions {
     pub hosts: Hosts,
     /// The bearer token every request must carry, if any.
     pub token: Option<McpToken>,
+    /// How long a session may go without a request before it ends (its client must then
+    /// start a new one); `None`: 5 minutes.
+    pub session_idle: Option<Duration>,
 }
 
 /// Which `Host` names the MCP endpoint answers (a guard against DNS rebinding: a page of another

@@ -63,6 +63,9 @@ pub struct Gateway {
     resubscribed: Arc<std::sync::Mutex<HashMap<String, Weak<Session>>>>,
     /// Calls of 2026-07-28 clients waiting for answers to an older server's requests.
     parking: Arc<asking::Parking>,
+    /// For a Streamable HTTP endpoint's sessions: where their tool calls are served (held
+    /// weakly: it holds the sessions it serves).
+    http_calls: Option<Weak<http::calls::HttpCalls>>,
 }
 
 impl Clone for Gateway {
@@ -85,6 +88,7 @@ impl Gateway {
             session: self.session,
             resubscribed: self.resubscribed.clone(),
             parking: self.parking.clone(),
+            http_calls: self.http_calls.clone(),
         }
     }
 
@@ -102,6 +106,7 @@ impl Gateway {
             session: 0,
             resubscribed: Arc::default(),
             parking: Arc::default(),
+            http_calls: None,
         };
         let announcer = gateway.clone();
         let others = async move {
@@ -647,6 +652,9 @@ impl ServerHandler for Gateway {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if let Some(calls) = self.http_calls.as_ref().and_then(Weak::upgrade) {
+            calls.register(self.same_session(), &context);
+        }
         self.downstream.register(self.session, context.peer);
     }
 

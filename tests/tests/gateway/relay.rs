@@ -22,6 +22,8 @@ struct Wire {
     /// The legacy session, once initialized.
     session: Option<String>,
     modern: bool,
+    /// What `initialize` declares.
+    capabilities: Value,
 }
 
 impl Wire {
@@ -31,6 +33,7 @@ impl Wire {
             url: url.to_string(),
             session: None,
             modern,
+            capabilities: json!({}),
         }
     }
 
@@ -39,7 +42,7 @@ impl Wire {
         let (headers, _) = self
             .post(
                 json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                    "protocolVersion": "2025-11-25", "capabilities": {},
+                    "protocolVersion": "2025-11-25", "capabilities": self.capabilities,
                     "clientInfo": {"name": "wire", "version": "1"},
                 }}),
             )
@@ -76,6 +79,55 @@ impl Wire {
         let name = names.find(|name| name.ends_with(suffix));
         name.unwrap_or_else(|| panic!("no tool ending {suffix:?} in {tools}"))
             .to_string()
+    }
+
+    /// A 2025-11-25 session, and the name the gateway lists the tool ending `suffix` under.
+    async fn session_with(url: &str, suffix: &str) -> (Self, String) {
+        let mut wire = Self::new(url, false);
+        wire.initialize().await;
+        let tool = wire.tool_ending(suffix).await;
+        (wire, tool)
+    }
+
+    /// The first chunk of `response`'s body (an event stream's priming event), as text.
+    async fn first_chunk(response: &mut reqwest::Response) -> String {
+        let first = tokio::time::timeout(PATIENCE, response.chunk())
+            .await
+            .expect("the first event in time")
+            .expect("the stream")
+            .expect("an event");
+        String::from_utf8(first.to_vec()).unwrap()
+    }
+
+    /// POSTs `message` on the 2025-11-25 session: the response, its body still to read.
+    async fn open(&self, message: Value) -> reqwest::Response {
+        let session = self.session.as_deref().expect("a session");
+        self.http
+            .post(&self.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .header("mcp-session-id", session)
+            .json(&message)
+            .send()
+            .await
+            .expect("the POST")
+    }
+
+    /// Picks a stream of the 2025-11-25 session up again after event `last_event_id`.
+    async fn pick_up(&self, last_event_id: &str) -> reqwest::Response {
+        let session = self.session.as_deref().expect("a session");
+        let response = self
+            .http
+            .get(&self.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .header("mcp-session-id", session)
+            .header("last-event-id", last_event_id)
+            .send()
+            .await
+            .expect("the stream picked up again");
+        assert!(response.status().is_success(), "{}", response.status());
+        response
     }
 
     /// POSTs `message` and reads the answer's body to its end, as it came.
@@ -120,6 +172,13 @@ impl Wire {
             .expect("the answer's body");
         (headers, body)
     }
+}
+
+/// The ids of the events of an event stream's `body`, in order.
+fn event_ids(body: &str) -> Vec<&str> {
+    body.lines()
+        .filter_map(|line| line.strip_prefix("id: "))
+        .collect()
 }
 
 /// Calls `tool` with a progress token and checks what came back: `n` progress notifications
@@ -631,47 +690,19 @@ async fn a_result_reaches_an_http_agent_as_the_server_wrote_it() {
 async fn a_result_reaches_an_http_agent_that_resumed_its_stream() {
     let (dir, _state, config) = one_upstream();
     let (tether, url) = serve_http(dir.path(), &config).await;
-    let mut wire = Wire::new(&url, false);
-    wire.initialize().await;
-    let session = wire.session.clone().expect("a session");
-    let slow = wire.tool_ending("slow").await;
+    let (wire, slow) = Wire::session_with(&url, "slow").await;
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": slow, "arguments": {"ms": 1500}}});
-    let mut response = wire
-        .http
-        .post(&url)
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .header("mcp-session-id", &session)
-        .json(&call)
-        .send()
-        .await
-        .expect("the POST");
+    let mut response = wire.open(call).await;
     // The stream's first event (its priming event) names where to pick it up again.
-    let first = tokio::time::timeout(PATIENCE, response.chunk())
-        .await
-        .expect("the first event in time")
-        .expect("the stream")
-        .expect("an event");
-    let first = String::from_utf8(first.to_vec()).unwrap();
+    let first = Wire::first_chunk(&mut response).await;
     let last_event = first
         .lines()
         .find_map(|line| line.strip_prefix("id:"))
         .map(|id| id.trim().to_string())
         .unwrap_or_else(|| panic!("an event id in {first:?}"));
     drop(response);
-    let resumed = wire
-        .http
-        .get(&url)
-        .header("accept", "text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .header("mcp-session-id", &session)
-        .header("last-event-id", &last_event)
-        .send()
-        .await
-        .expect("the stream picked up again");
-    assert!(resumed.status().is_success(), "{}", resumed.status());
-    let mut resumed = resumed;
+    let mut resumed = wire.pick_up(&last_event).await;
     let mut read = String::new();
     let answer = tokio::time::timeout(PATIENCE, async {
         loop {
@@ -700,6 +731,104 @@ async fn a_result_reaches_an_http_agent_that_resumed_its_stream() {
     );
     assert_ne!(answer["result"]["isError"], json!(true), "{answer}");
     let _ = terminate(tether).await;
+}
+
+/// A 2025-11-25 agent on Streamable HTTP that declared nothing a server may ask it has its tool
+/// calls served past rmcp's session machinery (`gateway/http/calls.rs`), with all rmcp would
+/// give them: a priming event naming where to pick the stream up, the call's progress on its
+/// own stream before the answer, and a cancellation that reaches the server and ends the
+/// stream unanswered. An agent that declared sampling has its calls served by rmcp.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_agents_tool_calls_are_served_past_rmcp_with_all_it_gives() {
+    let (dir, state, config) = one_upstream();
+    let (tether, url) = serve_http(dir.path(), &config).await;
+    let (wire, slow) = Wire::session_with(&url, "slow").await;
+
+    let (_, body) = wire
+        .post_text(
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": slow, "arguments": {"ms": 400}, "_meta": {"progressToken": "p"}}}),
+        )
+        .await;
+    let ids = event_ids(&body);
+    assert!(
+        ids.first().is_some_and(|id| id.starts_with('t')),
+        "the stream is Tether's own: {body}"
+    );
+    let messages: Vec<Value> = body
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str(data.trim()).ok())
+        .collect();
+    let answer_at = messages
+        .iter()
+        .position(|m| m["id"] == 2)
+        .expect("the answer");
+    assert_eq!(
+        answer_at,
+        messages.len() - 1,
+        "the answer comes last: {body}"
+    );
+    assert!(answer_at >= 1, "progress before the answer: {body}");
+    assert!(messages[..answer_at].iter().all(|m| m["method"] == "notifications/progress"
+        && m["params"]["progressToken"] == "p"));
+    // Picked up again after the answer went out: the progress again, and in the answer's place
+    // words that say no copy of the result is kept (as rmcp's streams give).
+    let again = wire.pick_up(ids[0]).await;
+    let again = tokio::time::timeout(PATIENCE, again.text())
+        .await
+        .expect("it ends in time")
+        .expect("its body");
+    assert!(again.contains("notifications/progress"), "{again}");
+    assert!(
+        again.contains("keeps no copy") && again.contains("\"id\":2"),
+        "{again}"
+    );
+
+    // Cancelled while it runs: the server hears of it, and the POST's stream ends unanswered.
+    let mut running = wire
+        .open(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": slow, "arguments": {"ms": 20000}}}))
+        .await;
+    let priming = Wire::first_chunk(&mut running).await;
+    assert!(priming.contains("id: t"), "{priming:?}");
+    wait_until("the slow call reached the server", || {
+        state.calls_of("slow") == 2
+    })
+    .await;
+    wire.post(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 3, "reason": "changed my mind"}}),
+    )
+    .await;
+    wait_until("the server heard of the cancellation", || {
+        state.cancelled() == 1
+    })
+    .await;
+    let rest = tokio::time::timeout(PATIENCE, running.text())
+        .await
+        .expect("the stream ends in time")
+        .expect("its body");
+    assert!(
+        !rest.contains("\"id\":3"),
+        "a cancelled call is not answered: {rest}"
+    );
+
+    // A client that may be asked things mid-call is served by rmcp, which routes them.
+    let mut asked = Wire::new(&url, false);
+    asked.capabilities = json!({"sampling": {}});
+    asked.initialize().await;
+    let (_, body) = asked
+        .post_text(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+            "params": {"name": slow, "arguments": {"ms": 10}}}))
+        .await;
+    let ids = event_ids(&body);
+    assert!(
+        !ids.is_empty() && ids.iter().all(|id| !id.starts_with('t')),
+        "rmcp's stream: {body}"
+    );
+    assert!(body.contains("\"id\":4"), "answered: {body}");
+    assert!(terminate(tether).await.success());
 }
 
 /// A 2026-07-28 agent on stdio whose call an older server asks something during: the agent gets

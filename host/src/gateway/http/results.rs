@@ -31,7 +31,7 @@ const PASSED_ON: &str = "The tool answered, but Tether could not deliver its res
 stream and keeps no copy. Check the tool's effect before calling it again.";
 
 /// The stand-in, for an agent of either generation (with `resultType` for a 2026-07-28 one).
-fn stand_in_result(complete: bool) -> CallToolResult {
+pub(in crate::gateway) fn stand_in_result(complete: bool) -> CallToolResult {
     let mut passed = CallToolResult::error(vec![ContentBlock::text(PASSED_ON)]);
     passed.result_type = complete.then_some(ResultType::COMPLETE);
     passed
