@@ -87,11 +87,13 @@ impl Gateway {
             manager.session_config.keep_alive = Some(idle);
         }
         let manager = Arc::new(manager);
-        let calls = Arc::new(calls::HttpCalls::new(
-            manager.clone(),
-            options.hosts,
-            config.max_request_body_bytes,
-        ));
+        let settings = calls::Settings {
+            hosts: options.hosts,
+            max_body: config.max_request_body_bytes,
+            sse_retry: manager.session_config.sse_retry,
+            sse_keep_alive: config.sse_keep_alive,
+        };
+        let calls = Arc::new(calls::HttpCalls::new(manager.clone(), settings));
         self.http_calls = Some(Arc::downgrade(&calls));
         let service = StreamableHttpService::new(move || Ok(self.clone()), manager, config);
         let answering = Arc::new(Answering::default());
@@ -174,6 +176,14 @@ where
             calls::Taken::Post(session) => {
                 let calls = self.calls.clone();
                 Box::pin(async move { Ok(calls.serve_post(session, request, rmcp).await) })
+            }
+            calls::Taken::Other(session) => {
+                let calls = self.calls.clone();
+                Box::pin(async move { Ok(calls.serve_other(session, request, rmcp).await) })
+            }
+            calls::Taken::Delete(session) => {
+                let calls = self.calls.clone();
+                Box::pin(async move { Ok(calls.serve_delete(session, request, rmcp).await) })
             }
             calls::Taken::Resume(session, stream) => {
                 let response = self.calls.resume(&session, stream);

@@ -99,18 +99,39 @@ impl Wire {
         String::from_utf8(first.to_vec()).unwrap()
     }
 
+    /// Calls `slow` for `ms` as request `id`: the response, and its first chunk.
+    async fn sleep_on(&self, slow: &str, id: u64, ms: u64) -> (reqwest::Response, String) {
+        let mut response = self
+            .open(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": slow, "arguments": {"ms": ms}}}))
+            .await;
+        let first = Self::first_chunk(&mut response).await;
+        (response, first)
+    }
+
     /// POSTs `message` on the 2025-11-25 session: the response, its body still to read.
     async fn open(&self, message: Value) -> reqwest::Response {
+        self.open_with(message, &[]).await
+    }
+
+    /// As [`Wire::open`], with `headers` added or in place of the usual ones.
+    async fn open_with(&self, message: Value, headers: &[(&str, &str)]) -> reqwest::Response {
         let session = self.session.as_deref().expect("a session");
-        self.http
-            .post(&self.url)
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25")
-            .header("mcp-session-id", session)
-            .json(&message)
-            .send()
-            .await
-            .expect("the POST")
+        let usual = [
+            ("accept", "application/json, text/event-stream"),
+            ("mcp-protocol-version", "2025-11-25"),
+            ("mcp-session-id", session),
+        ];
+        let mut request = self.http.post(&self.url).json(&message);
+        for (name, value) in usual {
+            if !headers.iter().any(|(given, _)| *given == name) {
+                request = request.header(name, value);
+            }
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.send().await.expect("the POST")
     }
 
     /// Picks a stream of the 2025-11-25 session up again after event `last_event_id`.
@@ -786,11 +807,7 @@ async fn an_http_agents_tool_calls_are_served_past_rmcp_with_all_it_gives() {
     );
 
     // Cancelled while it runs: the server hears of it, and the POST's stream ends unanswered.
-    let mut running = wire
-        .open(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-            "params": {"name": slow, "arguments": {"ms": 20000}}}))
-        .await;
-    let priming = Wire::first_chunk(&mut running).await;
+    let (running, priming) = wire.sleep_on(&slow, 3, 20000).await;
     assert!(priming.contains("id: t"), "{priming:?}");
     wait_until("the slow call reached the server", || {
         state.calls_of("slow") == 2
@@ -813,6 +830,54 @@ async fn an_http_agents_tool_calls_are_served_past_rmcp_with_all_it_gives() {
         !rest.contains("\"id\":3"),
         "a cancelled call is not answered: {rest}"
     );
+
+    // Picked up while its POST is still open: the new reader takes the stream over, as in
+    // rmcp, and gets the answer; the POST's stream ends without it.
+    let (first, priming) = wire.sleep_on(&slow, 5, 800).await;
+    let priming_id = event_ids(&priming)[0].to_string();
+    let taken_over = wire.pick_up(&priming_id).await;
+    let (taken_over, left) = tokio::join!(
+        tokio::time::timeout(PATIENCE, taken_over.text()),
+        tokio::time::timeout(PATIENCE, first.text()),
+    );
+    let (taken_over, left) = (taken_over.unwrap().unwrap(), left.unwrap().unwrap());
+    assert!(
+        taken_over.contains("slept 800 ms"),
+        "the new reader: {taken_over}"
+    );
+    assert!(!left.contains("\"id\":5"), "the old reader: {left}");
+
+    // A request rmcp refuses is refused as before, and its call never runs.
+    let echoes = state.calls_of("echo");
+    let echo = wire.tool_ending("echo").await;
+    let call = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+        "params": {"name": echo, "arguments": {"text": "refused"}}});
+    for (headers, refusal) in [
+        (vec![("origin", "http://evil.example")], Some(403)),
+        (vec![("host", "evil.example")], Some(403)),
+        (vec![("accept", "application/json")], None),
+    ] {
+        let response = wire.open_with(call.clone(), &headers).await;
+        let status = response.status();
+        let body = response.text().await.unwrap_or_default();
+        assert!(!status.is_success(), "{headers:?}: {status} {body}");
+        if let Some(refusal) = refusal {
+            assert_eq!(status.as_u16(), refusal, "{headers:?}: {body}");
+        }
+    }
+    assert_eq!(state.calls_of("echo"), echoes, "no refused call ran");
+    // Another protocol version than the session's: rmcp's to judge (it serves this one).
+    let other = wire
+        .open_with(call.clone(), &[("mcp-protocol-version", "2025-06-18")])
+        .await;
+    let body = other.text().await.unwrap_or_default();
+    assert!(
+        event_ids(&body).iter().all(|id| !id.starts_with('t')),
+        "{body}"
+    );
+    // An unknown stream picked up: an empty stream, not "no such session".
+    let unknown = wire.pick_up("t999999/0").await;
+    assert!(unknown.text().await.unwrap().is_empty());
 
     // A client that may be asked things mid-call is served by rmcp, which routes them.
     let mut asked = Wire::new(&url, false);

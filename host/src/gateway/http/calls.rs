@@ -9,25 +9,28 @@
 //! loop would, its answer written as an event of the POST's own stream.
 //!
 //! What rmcp would give such a call, it gets here too: a priming event that names where to
-//! pick the stream up again (a GET with `Last-Event-ID`, answered here for these streams, the
-//! answer kept as long as rmcp keeps one), keep-alive comments while it runs, cancellation by
-//! `notifications/cancelled` (then no answer, and the stream ends), the session's end. A call
-//! is taken only when nothing could need rmcp's routing: a session of a 2025 protocol version
-//! whose client declared nothing a server may ask it (sampling, elicitation, roots), a call
-//! without a progress token, and a request whose headers rmcp would accept as they are (no
-//! `Origin`, a loopback `Host` where only loopback names are served, the session's protocol
-//! version, a JSON body of known length within rmcp's limit). Everything else goes to rmcp,
-//! unchanged. rmcp ends a session its worker has not heard from for its keep-alive; calls
-//! served here tell it the session is in use (a no-op event) a few times a keep-alive.
+//! pick the stream up again (a GET with `Last-Event-ID`, answered here for these streams: the
+//! newest reader takes the stream over, as in rmcp), keep-alive comments while it runs, its
+//! progress on its stream before the answer, cancellation by `notifications/cancelled` (then no
+//! answer, and the stream ends), the session's end. A call is taken only when nothing could need
+//! rmcp's routing: a session of a 2025 protocol version whose client declared nothing a server
+//! may ask it (sampling, elicitation, roots), and a request whose headers rmcp would accept as
+//! they are (no `Origin`, a loopback `Host` where only loopback names are served, the session's
+//! protocol version, a JSON body of known length within rmcp's limit). Everything else goes to
+//! rmcp, unchanged. rmcp ends a session its worker has not heard from for its keep-alive: a
+//! task tends the sessions served here a few times a keep-alive, telling rmcp's worker of the
+//! ones in use (a no-op event), ending the calls of the ones rmcp has ended, and dropping the
+//! streams kept long enough.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use futures::StreamExt;
@@ -41,7 +44,7 @@ use rmcp::model::{
 };
 use rmcp::service::NotificationContext;
 use rmcp::service::TxJsonRpcMessage;
-use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use tokio::sync::watch;
 
 use super::super::Gateway;
@@ -52,12 +55,16 @@ use crate::transport::lines::{Answer, Answers, DirectCalls};
 use crate::transport::wire;
 use crate::upstream::route::ProgressForward;
 
-/// How often, as a share of rmcp's keep-alive (5 minutes by default), a session whose calls
-/// are served here tells rmcp's worker it is in use.
-const TOUCHES_PER_KEEP_ALIVE: u32 = 4;
+/// How often, as a share of rmcp's keep-alive (5 minutes by default) and of how long answers
+/// are kept (1 minute), the sessions served here are tended.
+const TENDS_PER_PERIOD: u32 = 4;
 
-/// An SSE comment while a call runs, as rmcp sends one: proxies keep the stream open.
-const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
+/// The events a stream keeps once read, for a reader picking it up again (rmcp keeps 16).
+const KEPT_EVENTS: usize = 64;
+
+/// The progress a stream holds for a reader too slow to take it (as `client::Forwarder`
+/// holds for an rmcp stream): past it, a slow reader misses some; the answer always comes.
+const UNREAD_EVENTS: usize = 4096;
 
 /// Where this module's streams are named in their event ids: rmcp's are `<index>/<number>`,
 /// which never starts with this.
@@ -67,16 +74,27 @@ const OURS: &str = "t";
 pub(in crate::gateway) struct HttpCalls {
     sessions: Mutex<HashMap<String, Arc<CallSession>, foldhash::fast::RandomState>>,
     manager: Arc<LocalSessionManager>,
-    hosts: Hosts,
-    /// rmcp's limit on a request's body.
-    max_body: usize,
+    settings: Settings,
     next_stream: AtomicU64,
     /// What the ages below count from.
     epoch: Instant,
-    /// How long an answer is kept for a stream picked up again (rmcp's figure).
-    keep_answers: Duration,
-    /// How often a session in use here is said to be in use to rmcp's worker, in ms.
-    touch_every_ms: u64,
+    /// How long an answer is kept for a stream picked up again (rmcp's figure), in ms.
+    keep_answers_ms: u64,
+    /// How often the sessions are tended.
+    tend_every: Duration,
+    /// Whether the task that tends them runs.
+    tending: AtomicBool,
+}
+
+/// What rmcp's endpoint is configured with that this module must match.
+pub(in crate::gateway) struct Settings {
+    pub hosts: Hosts,
+    /// rmcp's limit on a request's body.
+    pub max_body: usize,
+    /// The `retry` of a priming event.
+    pub sse_retry: Option<Duration>,
+    /// How often a comment keeps a quiet stream open.
+    pub sse_keep_alive: Option<Duration>,
 }
 
 /// A session whose calls are served here.
@@ -86,9 +104,9 @@ pub(in crate::gateway) struct CallSession {
     version: HeaderValue,
     /// Its streams' answers, for picking a stream up again.
     streams: Mutex<HashMap<u64, Arc<Stream>, foldhash::fast::RandomState>>,
-    /// When `streams` was last rid of the ones kept long enough, in ms from `epoch`.
-    swept_ms: AtomicU64,
-    /// When rmcp's worker last heard that the session is in use, in ms from `epoch`.
+    /// When a call was last served here, and when rmcp's worker last heard that the session
+    /// is in use, in ms from `epoch`.
+    used_ms: AtomicU64,
     touched_ms: AtomicU64,
 }
 
@@ -104,11 +122,25 @@ struct Stream {
 
 #[derive(Default)]
 struct Events {
-    /// Event `i + 1` of the stream (0 is the priming event).
-    sent: Vec<Arc<[Bytes]>>,
+    /// Events `dropped + 1` onwards (0 is the priming event).
+    sent: VecDeque<Arc<[Bytes]>>,
+    /// The oldest events no longer kept.
+    dropped: usize,
+    /// The last event the current reader has taken.
+    read: usize,
     ended: bool,
-    /// Where the answer is in `sent`, and what takes its place once it has gone out.
+    /// The answer's event number, and what takes its place once it has gone out.
     answer: Option<(usize, Arc<[Bytes]>)>,
+    /// The reader the stream is read by (each pick-up takes it over).
+    reader: u64,
+}
+
+/// What a reader of a stream takes at once.
+struct Read {
+    events: Vec<Arc<[Bytes]>>,
+    /// The number of the last event read so far.
+    last: usize,
+    ended: bool,
 }
 
 /// What a request to the endpoint is, for this module.
@@ -117,25 +149,28 @@ pub(in crate::gateway) enum Taken {
     Post(Arc<CallSession>),
     /// A GET that picks one of this module's streams up again: which, after which event.
     Resume(Arc<CallSession>, (u64, usize)),
+    /// Another POST of a session served here (it may cancel a call served here).
+    Other(Arc<CallSession>),
+    /// The client ends a session served here.
+    Delete(Arc<CallSession>),
     /// rmcp's.
     Rmcp,
 }
 
 impl HttpCalls {
-    pub(in crate::gateway) fn new(
-        manager: Arc<LocalSessionManager>,
-        hosts: Hosts,
-        max_body: usize,
-    ) -> Self {
+    pub(in crate::gateway) fn new(manager: Arc<LocalSessionManager>, settings: Settings) -> Self {
+        let config = &manager.session_config;
+        let keep_answers = config.completed_cache_ttl;
+        let period = config
+            .keep_alive
+            .map_or(keep_answers, |idle| idle.min(keep_answers));
         Self {
             sessions: Mutex::default(),
-            keep_answers: manager.session_config.completed_cache_ttl,
-            touch_every_ms: manager.session_config.keep_alive.map_or(u64::MAX, |idle| {
-                (idle / TOUCHES_PER_KEEP_ALIVE).as_millis() as u64
-            }),
+            keep_answers_ms: keep_answers.as_millis() as u64,
+            tend_every: (period / TENDS_PER_PERIOD).max(Duration::from_millis(1)),
+            tending: AtomicBool::new(false),
             manager,
-            hosts,
-            max_body,
+            settings,
             next_stream: AtomicU64::new(1),
             epoch: Instant::now(),
         }
@@ -148,11 +183,11 @@ impl HttpCalls {
     /// A session is up (`notifications/initialized`): its calls are served here from now on,
     /// if nothing in them could need rmcp's routing.
     pub(in crate::gateway) fn register(
-        &self,
+        self: &Arc<Self>,
         gateway: Gateway,
         context: &NotificationContext<RoleServer>,
     ) {
-        let Some(parts) = context.extensions.get::<axum::http::request::Parts>() else {
+        let Some(parts) = context.extensions.get::<Parts>() else {
             return;
         };
         let Some(id) = parts
@@ -179,23 +214,18 @@ impl HttpCalls {
         };
         let direct = Direct::new(gateway);
         direct.serving(context.peer.clone());
+        let now = self.now_ms();
         let session = Arc::new(CallSession {
             direct,
             version,
             streams: Mutex::default(),
-            swept_ms: AtomicU64::new(0),
-            touched_ms: AtomicU64::new(self.now_ms()),
+            used_ms: AtomicU64::new(now),
+            touched_ms: AtomicU64::new(now),
         });
-        let mut sessions = lock(&self.sessions);
-        // Sessions rmcp has ended since (idle, or closed by their client) go.
-        sessions.retain(|_, session| {
-            let live = !session.direct.peer_closed();
-            if !live {
-                session.direct.closed();
-            }
-            live
-        });
-        sessions.insert(id.to_string(), session);
+        lock(&self.sessions).insert(id.to_string(), session);
+        if !self.tending.swap(true, Ordering::Relaxed) {
+            tokio::spawn(tend(Arc::downgrade(self)));
+        }
     }
 
     /// Whether `request` is one this module serves, by its headers.
@@ -203,50 +233,50 @@ impl HttpCalls {
         let headers = request.headers();
         let method = request.method();
         if method == Method::DELETE {
-            self.forget(headers);
-            return Taken::Rmcp;
+            return match self.session(headers) {
+                Some(session) => Taken::Delete(session),
+                None => Taken::Rmcp,
+            };
         }
-        if (method != Method::POST && method != Method::GET)
-            || headers.contains_key(header::ORIGIN)
-            || !self.host_is_served(headers)
-        {
+        if method != Method::POST && method != Method::GET {
             return Taken::Rmcp;
         }
         let Some(session) = self.session(headers) else {
             return Taken::Rmcp;
         };
-        if headers.get("mcp-protocol-version") != Some(&session.version) {
-            return Taken::Rmcp;
-        }
-        let accepts = |media: &str| {
-            headers
-                .get_all(header::ACCEPT)
-                .iter()
-                .filter_map(|value| value.to_str().ok())
-                .any(|value| value.contains(media) && !value.contains("q=0"))
-        };
+        let length = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|length| length.to_str().ok()?.parse::<usize>().ok())
+            .filter(|length| *length <= self.settings.max_body);
+        let as_rmcp_takes = !headers.contains_key(header::ORIGIN)
+            && self.host_is_served(headers)
+            && headers.get("mcp-protocol-version") == Some(&session.version);
         if method == Method::GET {
             let stream = headers
                 .get("last-event-id")
                 .and_then(|id| id.to_str().ok())
                 .and_then(our_stream);
             return match stream {
-                Some(stream) if accepts("text/event-stream") => Taken::Resume(session, stream),
+                Some(stream) if as_rmcp_takes && accepts(headers, "text/event-stream") => {
+                    Taken::Resume(session, stream)
+                }
                 _ => Taken::Rmcp,
             };
         }
         let json = headers
             .get(header::CONTENT_TYPE)
-            .is_some_and(|media| media.as_bytes().starts_with(b"application/json"));
-        let length = headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|length| length.to_str().ok()?.parse::<usize>().ok());
-        if json
-            && length.is_some_and(|length| length <= self.max_body)
-            && accepts("application/json")
-            && accepts("text/event-stream")
+            .and_then(|media| media.to_str().ok())
+            .is_some_and(|media| essence(media).eq_ignore_ascii_case("application/json"));
+        if as_rmcp_takes
+            && json
+            && length.is_some()
+            && accepts(headers, "application/json")
+            && accepts(headers, "text/event-stream")
         {
             Taken::Post(session)
+        } else if length.is_some() {
+            // It may cancel a call served here.
+            Taken::Other(session)
         } else {
             Taken::Rmcp
         }
@@ -265,14 +295,20 @@ impl HttpCalls {
         Some(session.clone())
     }
 
-    /// The client closed its session: calls still running here are cancelled.
-    fn forget(&self, headers: &HeaderMap) {
-        let id = headers
-            .get("mcp-session-id")
-            .and_then(|id| id.to_str().ok());
-        if let Some(session) = id.and_then(|id| lock(&self.sessions).remove(id)) {
+    /// Serves a DELETE `Taken::Delete` chose, through `rmcp`: once rmcp has closed the
+    /// session, calls still running here are cancelled.
+    pub(in crate::gateway) async fn serve_delete(
+        self: Arc<Self>,
+        session: Arc<CallSession>,
+        request: Request,
+        rmcp: impl FnOnce(Request) -> BoxFuture<'static, Response>,
+    ) -> Response {
+        let response = rmcp(request).await;
+        if response.status().is_success() {
+            lock(&self.sessions).retain(|_, kept| !Arc::ptr_eq(kept, &session));
             session.direct.closed();
         }
+        response
     }
 
     /// The endpoint closes: every call still running here is cancelled.
@@ -285,19 +321,19 @@ impl HttpCalls {
     /// rmcp checks `Host` against the names served before anything else (DNS rebinding):
     /// a request this module takes must pass that check as it stands.
     fn host_is_served(&self, headers: &HeaderMap) -> bool {
-        if self.hosts == Hosts::Any {
-            return true;
-        }
         let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
             return false;
         };
-        let name = match host.rsplit_once(':') {
-            Some((name, port)) if !port.contains(']') => name,
-            _ => host,
+        let Ok(authority) = host.parse::<axum::http::uri::Authority>() else {
+            return false;
         };
-        ["localhost", "127.0.0.1", "[::1]"]
-            .iter()
-            .any(|served| name.eq_ignore_ascii_case(served))
+        if authority.as_str().contains('@') {
+            return false;
+        }
+        self.settings.hosts == Hosts::Any
+            || ["localhost", "127.0.0.1", "[::1]"]
+                .iter()
+                .any(|served| authority.host().eq_ignore_ascii_case(served))
     }
 
     /// Serves a POST `Taken::Post` chose: a tool call it can take here, or (told of a
@@ -308,24 +344,18 @@ impl HttpCalls {
         request: Request,
         rmcp: impl FnOnce(Request) -> BoxFuture<'static, Response>,
     ) -> Response {
-        let (parts, body) = request.into_parts();
-        let body = match axum::body::to_bytes(body, self.max_body).await {
-            Ok(body) => body,
-            Err(error) => {
-                tracing::debug!("an MCP POST's body could not be read: {error}");
-                return status(StatusCode::BAD_REQUEST);
-            }
+        let (parts, body) = match self.read(request).await {
+            Ok(read) => read,
+            Err(refused) => return refused,
         };
         static TOOLS_CALL: LazyLock<memmem::Finder<'static>> =
             LazyLock::new(|| memmem::Finder::new(b"\"tools/call\""));
-        static CANCELLED: LazyLock<memmem::Finder<'static>> =
-            LazyLock::new(|| memmem::Finder::new(b"\"notifications/cancelled\""));
         if TOOLS_CALL.find(&body).is_some()
             && let Some((id, call)) = wire::Shallow::new(&body).and_then(wire::read_call)
             && needs_no_routing(&call)
         {
             let number = self.next_stream.fetch_add(1, Ordering::Relaxed);
-            let stream = session.open(number, &self);
+            let stream = session.open(number);
             let mut call = call;
             let token = call
                 .extensions
@@ -344,47 +374,83 @@ impl HttpCalls {
             match session.direct.call(id, call, &answers) {
                 None => {
                     drop(answers);
-                    self.touch(&session, &parts.headers);
-                    return event_stream(number, stream, None);
+                    session.used_ms.store(self.now_ms(), Ordering::Relaxed);
+                    return event_stream(number, stream, None, &self.settings);
                 }
                 // Not taken (the session is ending): rmcp answers as it would.
                 Some(_) => lock(&session.streams).remove(&number),
             };
-        } else if CANCELLED.find(&body).is_some()
-            && let Some(id) = cancelled_request(&body)
-        {
-            // rmcp is told too: it ignores a request it never saw.
-            session.direct.cancelled(&id);
         }
-        rmcp(Request::from_parts(parts, Body::from(body))).await
+        pass_on(&session, parts, body, rmcp).await
     }
 
-    /// Tells rmcp's worker the session is in use, a few times a keep-alive at most: a request
-    /// to close a stream that does not exist, which resets its keep-alive and does nothing.
-    fn touch(&self, session: &CallSession, headers: &HeaderMap) {
-        let now = self.now_ms();
-        let touched = session.touched_ms.load(Ordering::Relaxed);
-        if now.saturating_sub(touched) < self.touch_every_ms
-            || session
-                .touched_ms
-                .compare_exchange(touched, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            return;
+    /// Serves, through `rmcp`, a POST of a session served here that is not a call taken
+    /// here: a cancellation that rmcp accepts cancels the call here too (rmcp ignores one of
+    /// a request it never saw).
+    pub(in crate::gateway) async fn serve_other(
+        self: Arc<Self>,
+        session: Arc<CallSession>,
+        request: Request,
+        rmcp: impl FnOnce(Request) -> BoxFuture<'static, Response>,
+    ) -> Response {
+        match self.read(request).await {
+            Ok((parts, body)) => pass_on(&session, parts, body, rmcp).await,
+            Err(refused) => refused,
         }
-        let Some(id) = headers
-            .get("mcp-session-id")
-            .and_then(|id| id.to_str().ok())
-        else {
-            return;
-        };
-        let (manager, id) = (self.manager.clone(), Arc::<str>::from(id));
-        tokio::spawn(async move {
-            let handle = manager.sessions.read().await.get(&*id).cloned();
-            if let Some(handle) = handle {
-                let _ = handle.close_request_wise_channel(u64::MAX).await;
+    }
+
+    /// A POST's head and whole body (within rmcp's limit), or what answers it.
+    async fn read(&self, request: Request) -> Result<(Parts, Bytes), Response> {
+        let (parts, body) = request.into_parts();
+        match axum::body::to_bytes(body, self.settings.max_body).await {
+            Ok(body) => Ok((parts, body)),
+            Err(error) => {
+                tracing::debug!("an MCP POST's body could not be read: {error}");
+                Err(status(StatusCode::BAD_REQUEST))
             }
-        });
+        }
+    }
+
+    /// Tends the sessions: the calls of a session rmcp has ended are cancelled and it goes;
+    /// rmcp's worker hears of a session in use here since it last heard, or with a call still
+    /// running (a request to close a stream that does not exist, which resets its keep-alive
+    /// and does nothing else); streams that ended longer ago than answers are kept go.
+    async fn tend_once(&self) {
+        let live: Vec<(String, Arc<CallSession>)> = {
+            let mut sessions = lock(&self.sessions);
+            sessions.retain(|_, session| {
+                let ended = session.direct.peer_closed();
+                if ended {
+                    session.direct.closed();
+                }
+                !ended
+            });
+            let sessions = sessions.iter();
+            sessions
+                .map(|(id, session)| (id.clone(), session.clone()))
+                .collect()
+        };
+        let now = self.now_ms();
+        for (id, session) in live {
+            let running = {
+                let mut streams = lock(&session.streams);
+                streams.retain(|_, stream| {
+                    let ended = stream.ended_ms.load(Ordering::Relaxed);
+                    ended == 0 || now.saturating_sub(ended) < self.keep_answers_ms
+                });
+                streams
+                    .values()
+                    .any(|stream| stream.ended_ms.load(Ordering::Relaxed) == 0)
+            };
+            let used = session.used_ms.load(Ordering::Relaxed);
+            if running || used > session.touched_ms.load(Ordering::Relaxed) {
+                session.touched_ms.store(now, Ordering::Relaxed);
+                let handle = self.manager.sessions.read().await.get(id.as_str()).cloned();
+                if let Some(handle) = handle {
+                    let _ = handle.close_request_wise_channel(u64::MAX).await;
+                }
+            }
+        }
     }
 
     /// Serves a GET `Taken::Resume` chose: the stream's answer, once there.
@@ -393,50 +459,84 @@ impl HttpCalls {
         session: &CallSession,
         (number, seen): (u64, usize),
     ) -> Response {
-        match lock(&session.streams).get(&number) {
-            Some(stream) => event_stream(number, stream.clone(), Some(seen)),
-            None => status(StatusCode::NOT_FOUND),
+        let stream = lock(&session.streams).get(&number).cloned();
+        match stream {
+            Some(stream) => event_stream(number, stream, Some(seen), &self.settings),
+            // Gone, or never there: an empty stream, as rmcp answers (a 404 would say the
+            // session is gone).
+            None => event_stream(number, Arc::new(Stream::ended()), Some(0), &self.settings),
         }
     }
 }
 
 impl CallSession {
-    /// A new stream, numbered `number`; streams that ended longer ago than answers are kept go.
-    fn open(&self, number: u64, calls: &HttpCalls) -> Arc<Stream> {
+    /// A new stream, numbered `number`.
+    fn open(&self, number: u64) -> Arc<Stream> {
         let stream = Arc::new(Stream {
             events: Mutex::default(),
             changed: watch::Sender::new(()),
             ended_ms: AtomicU64::new(0),
         });
-        let now = calls.now_ms();
-        let keep = calls.keep_answers.as_millis() as u64;
-        let mut streams = lock(&self.streams);
-        // Swept a few times a keep: a pass over every stream kept is not paid by every call.
-        if now.saturating_sub(self.swept_ms.load(Ordering::Relaxed)) >= keep / 4 {
-            self.swept_ms.store(now, Ordering::Relaxed);
-            streams.retain(|_, stream| {
-                let ended = stream.ended_ms.load(Ordering::Relaxed);
-                ended == 0 || now.saturating_sub(ended) < keep
-            });
-        }
-        streams.insert(number, stream.clone());
+        lock(&self.streams).insert(number, stream.clone());
         stream
     }
 }
 
 impl Stream {
-    /// Adds the event `event` makes of its number (from 1), unless the stream has ended.
-    fn push(&self, event: impl FnOnce(usize) -> Vec<Bytes>) {
+    /// A stream that has ended with nothing in it.
+    fn ended() -> Self {
+        let events = Events {
+            ended: true,
+            ..Events::default()
+        };
+        Self {
+            events: Mutex::new(events),
+            changed: watch::Sender::new(()),
+            ended_ms: AtomicU64::new(1),
+        }
+    }
+
+    /// Adds the event `event` makes of its number (from 1), unless the stream has ended (or,
+    /// unless it is the answer, `answer`, its reader is too far behind); the number, if it was
+    /// added. Events read are kept up to [`KEPT_EVENTS`], the oldest going first.
+    fn push(&self, answer: bool, event: impl FnOnce(usize) -> Vec<Bytes>) -> Option<usize> {
         let mut events = lock(&self.events);
         if events.ended {
-            return;
+            return None;
         }
-        let pieces = event(events.sent.len() + 1);
-        if !pieces.is_empty() {
-            events.sent.push(pieces.into());
-            drop(events);
-            self.changed.send_replace(());
+        while events.sent.len() >= KEPT_EVENTS && events.dropped < events.read {
+            events.sent.pop_front();
+            events.dropped += 1;
         }
+        if !answer && events.sent.len() >= UNREAD_EVENTS {
+            return None;
+        }
+        let number = events.dropped + events.sent.len() + 1;
+        let pieces = event(number);
+        if pieces.is_empty() {
+            return None;
+        }
+        events.sent.push_back(pieces.into());
+        drop(events);
+        self.changed.send_replace(());
+        Some(number)
+    }
+
+    /// Adds the answer, which `event` makes of its number, and what takes its place once it
+    /// has gone out (`stand_in`, of the same number), and ends the stream.
+    fn answer(
+        &self,
+        event: impl FnOnce(usize) -> Vec<Bytes>,
+        stand_in: impl FnOnce(usize) -> Vec<Bytes>,
+        calls: &HttpCalls,
+    ) {
+        if let Some(number) = self.push(true, event) {
+            let stand_in = stand_in(number);
+            if !stand_in.is_empty() {
+                lock(&self.events).answer = Some((number, stand_in.into()));
+            }
+        }
+        self.end(calls);
     }
 
     fn end(&self, calls: &HttpCalls) {
@@ -452,45 +552,42 @@ impl Stream {
         self.changed.send_replace(());
     }
 
-    /// Adds the answer, which `event` makes of its number, and what takes its place once it
-    /// has gone out (`stand_in`, of the same number), and ends the stream.
-    fn answer(
-        &self,
-        event: impl FnOnce(usize) -> Vec<Bytes>,
-        stand_in: impl FnOnce(usize) -> Vec<Bytes>,
-        calls: &HttpCalls,
-    ) {
+    /// A reader picks the stream up: the one before stops reading it.
+    fn take_over(&self) -> u64 {
         let mut events = lock(&self.events);
-        if !events.ended {
-            let index = events.sent.len() + 1;
-            let pieces = event(index);
-            if !pieces.is_empty() {
-                events.sent.push(pieces.into());
-                let stand_in = stand_in(index);
-                if !stand_in.is_empty() {
-                    events.answer = Some((index - 1, stand_in.into()));
-                }
-            }
-        }
+        events.reader += 1;
+        let reader = events.reader;
         drop(events);
-        self.end(calls);
+        self.changed.send_replace(());
+        reader
     }
 
-    /// The events after the first `seen`, and whether the stream has ended. The answer, once
-    /// read, is not kept: a stream picked up again after it gets the stand-in in its place (as
-    /// from rmcp's streams, whose answers carry a result's bytes only on their way out).
-    fn after(&self, seen: usize) -> (Vec<Arc<[Bytes]>>, bool) {
+    /// For `reader`, the events after event `seen` (those still kept), the last one's number,
+    /// and whether the stream has ended; `None` once another reader has taken the stream over. The answer, once read, is not
+    /// kept: a stream picked up again after it gets the stand-in in its place (as from rmcp,
+    /// whose answers get a result's bytes only on their way out).
+    fn after(&self, seen: usize, reader: u64) -> Option<Read> {
         let mut events = lock(&self.events);
-        let read = events.sent.get(seen..).unwrap_or_default().to_vec();
-        if events
-            .answer
-            .as_ref()
-            .is_some_and(|(at, _)| *at >= seen && *at < events.sent.len())
+        if events.reader != reader {
+            return None;
+        }
+        let skip = seen.saturating_sub(events.dropped);
+        let read: Vec<_> = events.sent.iter().skip(skip).cloned().collect();
+        let last = events.dropped + events.sent.len();
+        if let Some((at, _)) = events.answer
+            && at > seen
+            && at <= last
             && let Some((at, stand_in)) = events.answer.take()
         {
-            events.sent[at] = stand_in;
+            let slot = at - events.dropped - 1;
+            events.sent[slot] = stand_in;
         }
-        (read, events.ended)
+        events.read = events.read.max(last);
+        Some(Read {
+            events: read,
+            last: last.max(seen),
+            ended: events.ended,
+        })
     }
 }
 
@@ -610,13 +707,26 @@ fn data_lines(bytes: &[u8]) -> Vec<u8> {
 }
 
 /// Stream `number` as an event stream from after event `seen`: its priming event (on the POST
-/// that opened it), then its events as they come, with keep-alive comments while its call
-/// runs, until it ends.
-fn event_stream(number: u64, stream: Arc<Stream>, seen: Option<usize>) -> Response {
-    let retry = SessionConfig::DEFAULT_SSE_RETRY.as_millis();
-    let priming = seen
-        .is_none()
-        .then(|| Bytes::from(format!("id: {OURS}{number}/0\nretry: {retry}\ndata: \n\n")));
+/// that opened it, `seen` `None`), then its events as they come, with keep-alive comments while
+/// its call runs, until it ends or another reader picks it up.
+fn event_stream(
+    number: u64,
+    stream: Arc<Stream>,
+    seen: Option<usize>,
+    settings: &Settings,
+) -> Response {
+    let priming = seen.is_none().then(|| {
+        let retry = settings
+            .sse_retry
+            .map(|retry| format!("retry: {}\n", retry.as_millis()))
+            .unwrap_or_default();
+        Bytes::from(format!("id: {OURS}{number}/0\n{retry}data: \n\n"))
+    });
+    let reader = match seen {
+        Some(_) => stream.take_over(),
+        None => 0,
+    };
+    let keep_alive = settings.sse_keep_alive;
     let changed = stream.changed.subscribe();
     let events = futures::stream::unfold((seen.unwrap_or(0), false), move |(seen, ended)| {
         let stream = stream.clone();
@@ -625,13 +735,22 @@ fn event_stream(number: u64, stream: Arc<Stream>, seen: Option<usize>) -> Respon
             if ended {
                 return None;
             }
-            let keep_alive = tokio::time::sleep(KEEP_ALIVE_EVERY);
-            tokio::pin!(keep_alive);
+            let quiet = async move {
+                match keep_alive {
+                    Some(every) => tokio::time::sleep(every).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::pin!(quiet);
             loop {
                 changed.mark_unchanged();
-                let (events, ended) = stream.after(seen);
+                let Read {
+                    events,
+                    last,
+                    ended,
+                } = stream.after(seen, reader)?;
                 if !events.is_empty() || ended {
-                    let seen = seen + events.len();
+                    let seen = last;
                     let pieces: Vec<Bytes> = events
                         .iter()
                         .flat_map(|event| event.iter().cloned())
@@ -640,7 +759,7 @@ fn event_stream(number: u64, stream: Arc<Stream>, seen: Option<usize>) -> Respon
                 }
                 tokio::select! {
                     _ = changed.changed() => {}
-                    _ = &mut keep_alive => {
+                    _ = &mut quiet => {
                         return Some((vec![Bytes::from_static(b":\n\n")], (seen, false)));
                     }
                 }
@@ -656,6 +775,61 @@ fn event_stream(number: u64, stream: Arc<Stream>, seen: Option<usize>) -> Respon
         .header("x-accel-buffering", "no")
         .body(Body::from_stream(body))
         .unwrap_or_else(|_| status(StatusCode::INTERNAL_SERVER_ERROR))
+}
+
+/// The POST `parts` with `body`, through `rmcp`; a cancellation rmcp accepts cancels the call
+/// here too (rmcp ignores one of a request it never saw).
+async fn pass_on(
+    session: &CallSession,
+    parts: Parts,
+    body: Bytes,
+    rmcp: impl FnOnce(Request) -> BoxFuture<'static, Response>,
+) -> Response {
+    static CANCELLED: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(b"\"notifications/cancelled\""));
+    let cancelled = CANCELLED.find(&body).and_then(|_| cancelled_request(&body));
+    let response = rmcp(Request::from_parts(parts, Body::from(body))).await;
+    if let Some(id) = cancelled
+        && response.status().is_success()
+    {
+        session.direct.cancelled(&id);
+    }
+    response
+}
+
+/// Keeps the sessions of `calls` tended while it is there.
+async fn tend(calls: Weak<HttpCalls>) {
+    loop {
+        let Some(every) = calls.upgrade().map(|calls| calls.tend_every) else {
+            return;
+        };
+        tokio::time::sleep(every).await;
+        let Some(calls) = calls.upgrade() else {
+            return;
+        };
+        calls.tend_once().await;
+    }
+}
+
+/// The media type of a `Content-Type` or `Accept` entry, without its parameters.
+fn essence(media: &str) -> &str {
+    media.split(';').next().unwrap_or_default().trim()
+}
+
+/// Whether `Accept` takes `media` exactly, with a weight above 0.
+fn accepts(headers: &HeaderMap, media: &str) -> bool {
+    let values = headers.get_all(header::ACCEPT).iter();
+    let mut entries = values
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','));
+    entries.any(|entry| {
+        let weighted_out = entry.split(';').skip(1).any(|parameter| {
+            let (name, value) = parameter.split_once('=').unwrap_or((parameter, ""));
+            name.trim().eq_ignore_ascii_case("q")
+                && value.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)
+        });
+        essence(entry).eq_ignore_ascii_case(media) && !weighted_out
+    })
 }
 
 fn status(code: StatusCode) -> Response {
@@ -707,7 +881,7 @@ impl ProgressForward for StreamProgress {
                     update,
                 )),
             });
-        self.stream.push(|index| {
+        self.stream.push(false, |index| {
             let mut event = format!("id: {OURS}{}/{index}\ndata: ", self.number).into_bytes();
             match sonic_rs::to_writer(&mut event, &message) {
                 Ok(()) => {
@@ -765,6 +939,40 @@ mod tests {
         assert_eq!(our_stream("0/17"), None);
         assert_eq!(our_stream("17"), None);
         assert_eq!(our_stream("t/1"), None);
+    }
+
+    #[test]
+    fn a_reader_gets_every_event_once_in_order_and_only_read_ones_are_let_go() {
+        let stream = Stream {
+            events: Mutex::default(),
+            changed: watch::Sender::new(()),
+            ended_ms: AtomicU64::new(0),
+        };
+        let (mut seen, mut got) = (0, Vec::new());
+        for i in 1..=300 {
+            stream.push(false, |n| vec![Bytes::from(n.to_string())]);
+            // A slow reader: 100 events come between its reads, more than are kept once read.
+            if i % 100 == 0 {
+                let read = stream.after(seen, 0).unwrap();
+                got.extend(read.events.iter().map(|event| event[0].clone()));
+                seen = read.last;
+            }
+        }
+        let expected: Vec<Bytes> = (1..=300)
+            .map(|n: usize| Bytes::from(n.to_string()))
+            .collect();
+        assert_eq!(got, expected);
+        stream.push(false, |n| vec![Bytes::from(n.to_string())]);
+        assert_eq!(lock(&stream.events).sent.len(), KEPT_EVENTS);
+        // Picked up from the start: what is still kept, from event 238 on.
+        let reader = stream.take_over();
+        let again = stream.after(0, reader).unwrap();
+        assert_eq!(
+            again.events.first().map(|e| e[0].clone()),
+            Some(Bytes::from("238"))
+        );
+        assert_eq!(again.last, 301);
+        assert!(stream.after(0, 0).is_none(), "the reader before stops");
     }
 
     #[test]
