@@ -636,8 +636,9 @@ fn answering(stream: Arc<Stream>, number: u64, calls: Arc<HttpCalls>) -> Answers
 
 /// The answer as one SSE event, `id: t<number>/<index>`, in pieces.
 fn answer_event(number: u64, index: usize, answer: Answer) -> Vec<Bytes> {
-    let head = format!("id: {OURS}{number}/{index}\ndata: ");
     match answer {
+        // The result's bytes hold no line break (`raw.rs` passes none), so they go on the
+        // event's one `data` line as they are.
         Answer::Raw {
             id,
             result,
@@ -646,30 +647,11 @@ fn answer_event(number: u64, index: usize, answer: Answer) -> Vec<Bytes> {
             // The head as the line writer makes it (the result's own `{` is replaced by one
             // that opens `resultType` first when `complete`).
             let (start, _, _) = raw::answer_line(&id, b"{", complete);
-            let skip = usize::from(complete);
-            let result = result.into_bytes().slice(skip..);
-            let mut pieces = vec![Bytes::from([head.as_bytes(), &start].concat())];
-            // A line break inside the result (JSON allows one between tokens) would end the
-            // event's data: each line goes on a `data:` line of its own, which SSE joins again
-            // with a line break.
-            if memchr::memchr2(b'\n', b'\r', &result).is_some() {
-                pieces.push(Bytes::from(data_lines(&result)));
-            } else {
-                pieces.push(result);
-            }
-            pieces.push(Bytes::from_static(b"}\n\n"));
-            pieces
+            let head = [event_head(number, index).as_bytes(), &start].concat();
+            let result = result.into_bytes().slice(usize::from(complete)..);
+            vec![Bytes::from(head), result, Bytes::from_static(b"}\n\n")]
         }
-        Answer::Message(message) => {
-            let mut event = head.into_bytes();
-            // As rmcp's own writer, which cannot fail on a message it made either.
-            if let Err(error) = sonic_rs::to_writer(&mut event, &message) {
-                tracing::warn!("an answer could not be written: {error}");
-                return Vec::new();
-            }
-            event.extend_from_slice(b"\n\n");
-            vec![Bytes::from(event)]
-        }
+        Answer::Message(message) => message_event(number, index, &message),
     }
 }
 
@@ -677,33 +659,23 @@ fn answer_event(number: u64, index: usize, answer: Answer) -> Vec<Bytes> {
 /// `results.rs`'s stand-in (the tool answered; Tether keeps no copy of the result).
 fn stand_in_event(number: u64, index: usize, id: RequestId) -> Vec<Bytes> {
     let result = ServerResult::CallToolResult(super::results::stand_in_result(false));
-    let message: TxJsonRpcMessage<RoleServer> = JsonRpcMessage::response(result, id);
-    let mut event = format!("id: {OURS}{number}/{index}\ndata: ").into_bytes();
-    match sonic_rs::to_writer(&mut event, &message) {
-        Ok(()) => {
-            event.extend_from_slice(b"\n\n");
-            vec![Bytes::from(event)]
-        }
-        Err(_) => Vec::new(),
-    }
+    message_event(number, index, &JsonRpcMessage::response(result, id))
 }
 
-/// `bytes` with every line break (CR, LF or CRLF) followed by `data: `.
-fn data_lines(bytes: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes.len() + 64);
-    let mut rest = bytes;
-    while let Some(at) = memchr::memchr2(b'\n', b'\r', rest) {
-        out.extend_from_slice(&rest[..at]);
-        out.extend_from_slice(b"\ndata: ");
-        let skip = if rest[at] == b'\r' && rest.get(at + 1) == Some(&b'\n') {
-            2
-        } else {
-            1
-        };
-        rest = &rest[at + skip..];
+fn event_head(number: u64, index: usize) -> String {
+    format!("id: {OURS}{number}/{index}\ndata: ")
+}
+
+/// `message` as event `index` of stream `number` (none if it cannot be written, which rmcp's
+/// own writer does not expect either).
+fn message_event(number: u64, index: usize, message: &TxJsonRpcMessage<RoleServer>) -> Vec<Bytes> {
+    let mut event = event_head(number, index).into_bytes();
+    if let Err(error) = sonic_rs::to_writer(&mut event, message) {
+        tracing::warn!("a message could not be written: {error}");
+        return Vec::new();
     }
-    out.extend_from_slice(rest);
-    out
+    event.extend_from_slice(b"\n\n");
+    vec![Bytes::from(event)]
 }
 
 /// Stream `number` as an event stream from after event `seen`: its priming event (on the POST
@@ -881,16 +853,9 @@ impl ProgressForward for StreamProgress {
                     update,
                 )),
             });
-        self.stream.push(false, |index| {
-            let mut event = format!("id: {OURS}{}/{index}\ndata: ", self.number).into_bytes();
-            match sonic_rs::to_writer(&mut event, &message) {
-                Ok(()) => {
-                    event.extend_from_slice(b"\n\n");
-                    vec![Bytes::from(event)]
-                }
-                Err(_) => Vec::new(),
-            }
-        });
+        let number = self.number;
+        self.stream
+            .push(false, |index| message_event(number, index, &message));
     }
 
     /// Each update is an event of the stream the moment it is taken.
@@ -922,15 +887,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn line_breaks_in_a_result_become_data_lines() {
-        assert_eq!(
-            data_lines(b"{\"a\":\n1,\r\n\"b\":\r2}"),
-            b"{\"a\":\ndata: 1,\ndata: \"b\":\ndata: 2}"
-        );
-        assert_eq!(data_lines(b"{}"), b"{}");
-    }
 
     #[test]
     fn only_this_modules_event_ids_are_its_own() {
