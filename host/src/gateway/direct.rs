@@ -13,10 +13,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use futures::future::BoxFuture;
 use rmcp::RoleServer;
 use rmcp::model::{
-    CallToolRequest, ClientRequest, Extensions, GetExtensions, GetMeta, JsonRpcMessage, RequestId,
-    RequestMetaObject, ServerResult,
+    CallToolRequest, ClientRequest, ErrorData, Extensions, GetExtensions, GetMeta, JsonRpcMessage,
+    RequestId, RequestMetaObject, ServerResult,
 };
 use rmcp::service::{Peer, RequestContext, Service};
 use tokio_util::sync::CancellationToken;
@@ -73,27 +74,9 @@ impl DirectCalls for Direct {
         if self.session.is_cancelled() {
             return Some((id, call));
         }
-        // The context as rmcp's loop makes it: the request's `_meta` and extensions move over.
-        let mut request = ClientRequest::CallToolRequest(call);
-        let mut meta = RequestMetaObject::new();
-        let mut extensions = Extensions::new();
-        std::mem::swap(&mut meta, request.get_meta_mut());
-        std::mem::swap(&mut extensions, request.extensions_mut());
         let cancel = self.session.child_token();
-        // A result of the right shape comes back as the server's bytes, written as they are.
-        let raw = Arc::new(RawResult::default());
-        extensions.insert(raw.clone());
-        let mut context = RequestContext::new(id.clone(), peer.clone());
-        context.ct = cancel.child_token();
-        context.meta = meta;
-        context.extensions = extensions;
-        lock(&self.running).insert(id.clone(), cancel);
-        let gateway = self.gateway.clone();
-        // Boxed before the task is made: the handler's future is several KB, and a spawned
-        // future is moved whole into its task.
-        let handling = Box::pin(async move {
-            Service::<RoleServer>::handle_request(&*gateway, request, context).await
-        });
+        lock(&self.running).insert(id.clone(), cancel.clone());
+        let (handling, raw) = handling(self.gateway.clone(), &id, call, peer, &cancel);
         let (running, answers) = (self.running.clone(), answers.clone());
         tokio::spawn(async move {
             let result = handling.await;
@@ -103,27 +86,7 @@ impl DirectCalls for Direct {
                 return;
             };
             cancel.cancel();
-            let answer = match result {
-                // Still the placeholder the bytes stand for: nothing on the way changed it. (A
-                // call parked for input leaves its slot alone: the request resuming it moves
-                // the bytes over.)
-                Ok(ServerResult::CallToolResult(result)) if is_placeholder(&result) => {
-                    match raw.take() {
-                        Some(bytes) => Answer::Raw {
-                            id,
-                            result: bytes,
-                            complete: result.result_type.is_some(),
-                        },
-                        None => Answer::Message(JsonRpcMessage::response(
-                            ServerResult::CallToolResult(result),
-                            id,
-                        )),
-                    }
-                }
-                Ok(result) => Answer::Message(JsonRpcMessage::response(result, id)),
-                Err(error) => Answer::Message(JsonRpcMessage::error(error, Some(id))),
-            };
-            if let Err(error) = answers(answer).await {
+            if let Err(error) = answers(answer_of(id, result, &raw)).await {
                 tracing::debug!("could not answer a tool call: {error}");
             }
         });
@@ -139,6 +102,64 @@ impl DirectCalls for Direct {
     fn closed(&self) {
         self.session.cancel();
         lock(&self.running).clear();
+    }
+}
+
+/// A tool call's handling by `gateway`, as rmcp's loop would run it for `peer` (the request's
+/// `_meta` and extensions move to its context, which `cancel` cancels), and the slot its
+/// result's bytes come back in when the result has the right shape.
+pub(super) fn handling(
+    gateway: Arc<Gateway>,
+    id: &RequestId,
+    call: CallToolRequest,
+    peer: &Peer<RoleServer>,
+    cancel: &CancellationToken,
+) -> (Handling, Arc<RawResult>) {
+    let mut request = ClientRequest::CallToolRequest(call);
+    let mut meta = RequestMetaObject::new();
+    let mut extensions = Extensions::new();
+    std::mem::swap(&mut meta, request.get_meta_mut());
+    std::mem::swap(&mut extensions, request.extensions_mut());
+    let raw = Arc::new(RawResult::default());
+    extensions.insert(raw.clone());
+    let mut context = RequestContext::new(id.clone(), peer.clone());
+    context.ct = cancel.child_token();
+    context.meta = meta;
+    context.extensions = extensions;
+    // Boxed here: the handler's future is several KB, and a spawned future is moved whole
+    // into its task.
+    let handling = Box::pin(async move {
+        Service::<RoleServer>::handle_request(&*gateway, request, context).await
+    });
+    (handling, raw)
+}
+
+/// A tool call's handling, as [`handling`] makes it.
+pub(super) type Handling = BoxFuture<'static, Result<ServerResult, ErrorData>>;
+
+/// What answers call `id` once its handling gave `result` (its bytes in `raw`).
+pub(super) fn answer_of(
+    id: RequestId,
+    result: Result<ServerResult, ErrorData>,
+    raw: &RawResult,
+) -> Answer {
+    match result {
+        // Still the placeholder the bytes stand for: nothing on the way changed it. (A call
+        // parked for input leaves its slot alone: the request resuming it moves the bytes
+        // over.)
+        Ok(ServerResult::CallToolResult(result)) if is_placeholder(&result) => match raw.take() {
+            Some(bytes) => Answer::Raw {
+                id,
+                result: bytes,
+                complete: result.result_type.is_some(),
+            },
+            None => Answer::Message(JsonRpcMessage::response(
+                ServerResult::CallToolResult(result),
+                id,
+            )),
+        },
+        Ok(result) => Answer::Message(JsonRpcMessage::response(result, id)),
+        Err(error) => Answer::Message(JsonRpcMessage::error(error, Some(id))),
     }
 }
 

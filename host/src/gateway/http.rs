@@ -95,6 +95,7 @@ impl Gateway {
         };
         let calls = Arc::new(calls::HttpCalls::new(manager.clone(), settings));
         self.http_calls = Some(Arc::downgrade(&calls));
+        calls.serve_modern_agents_with(self.clone());
         let service = StreamableHttpService::new(move || Ok(self.clone()), manager, config);
         let answering = Arc::new(Answering::default());
         let shared = Shared {
@@ -188,6 +189,10 @@ where
             calls::Taken::Resume(session, stream) => {
                 let response = self.calls.resume(&session, stream);
                 Box::pin(std::future::ready(Ok(response)))
+            }
+            calls::Taken::Modern => {
+                let calls = self.calls.clone();
+                Box::pin(async move { Ok(calls.serve_modern(request, rmcp).await) })
             }
             calls::Taken::Rmcp => Box::pin(async move { Ok(rmcp(request).await) }),
         }

@@ -896,6 +896,106 @@ async fn an_http_agents_tool_calls_are_served_past_rmcp_with_all_it_gives() {
     assert!(terminate(tether).await.success());
 }
 
+/// A 2026-07-28 agent on Streamable HTTP (no session) has its tool calls served past rmcp's
+/// per-request service (`gateway/http/calls/modern.rs`), and gets what rmcp would give it: the
+/// same events (no ids: such a stream cannot be picked up) and statuses as for the same POST
+/// that rmcp serves (one with a loopback `Origin`, which this path leaves to rmcp); a request
+/// whose headers contradict its body refused, its call never run; and a call whose agent
+/// disconnects cancelled at the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_agents_http_calls_get_from_tether_what_rmcp_gives() {
+    let (dir, state, config) = one_upstream();
+    let (tether, url) = serve_http(dir.path(), &config).await;
+    let wire = Wire::new(&url, true);
+    let (echo, slow) = (
+        wire.tool_ending("echo").await,
+        wire.tool_ending("slow").await,
+    );
+    let http = reqwest::Client::new();
+    let post = |name: &str, body: Value, headers: &[(&str, &str)]| {
+        let mut request = http
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", name)
+            .json(&body);
+        for (header, value) in headers {
+            request = request.header(*header, *value);
+        }
+        request.send()
+    };
+    let call = |id: u64, name: &str, arguments: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": name, "arguments": arguments, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "progressToken": "p",
+        }}})
+    };
+    let by_rmcp = [("origin", "http://localhost:1")];
+    for (name, arguments) in [
+        (echo.as_str(), json!({"text": "same"})),
+        ("no-such-tool", json!({})),
+    ] {
+        let mut seen = Vec::new();
+        for headers in [&[][..], &by_rmcp[..]] {
+            let response = post(name, call(2, name, arguments.clone()), headers)
+                .await
+                .expect("an answer");
+            let status = response.status();
+            let media = response.headers()["content-type"].clone();
+            let body = response.text().await.expect("the body");
+            assert!(body.lines().all(|line| !line.starts_with("id:")), "{body}");
+            let messages: Vec<Value> = body
+                .lines()
+                .filter_map(|line| line.strip_prefix("data: "))
+                .chain(body.starts_with('{').then_some(body.as_str()))
+                .map(|data| serde_json::from_str(data).expect("JSON"))
+                .collect();
+            seen.push((status, media, messages));
+        }
+        assert_eq!(seen[0], seen[1], "{name}: served here, then by rmcp");
+        assert!(!seen[0].2.is_empty(), "{seen:?}");
+    }
+    assert_eq!(state.calls_of("echo"), 2);
+    // Its progress before its answer, on its stream.
+    let answer = post(&slow, call(3, &slow, json!({"ms": 300})), &[])
+        .await
+        .expect("an answer")
+        .text()
+        .await
+        .expect("the body");
+    let progress_at = answer.find("notifications/progress");
+    let answer_at = answer.find("slept 300 ms");
+    assert!(
+        progress_at.is_some() && answer_at.is_some() && progress_at < answer_at,
+        "{answer}"
+    );
+
+    // Headers that contradict the body: refused as rmcp refuses them, and the call never runs.
+    let refused = post(&slow, call(4, &echo, json!({"text": "x"})), &[])
+        .await
+        .expect("an answer");
+    assert_eq!(refused.status().as_u16(), 400);
+    assert_eq!(state.calls_of("echo"), 2, "the refused call never ran");
+
+    // The agent disconnects while its call runs: the server hears the call was cancelled.
+    let cancelled = state.cancelled();
+    let slow_calls = state.calls_of("slow");
+    let left = tokio::spawn(post(&slow, call(5, &slow, json!({"ms": 20000})), &[]));
+    wait_until("the slow call reached the server", || {
+        state.calls_of("slow") > slow_calls
+    })
+    .await;
+    left.abort();
+    wait_until("the server heard of the cancellation", || {
+        state.cancelled() > cancelled
+    })
+    .await;
+    assert!(terminate(tether).await.success());
+}
+
 /// A 2026-07-28 agent on stdio whose call an older server asks something during: the agent gets
 /// the question as a request for input, calls again with its answer, and the server's result —
 /// which arrives for the first request's call — reaches the request that resumed it.

@@ -25,7 +25,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
@@ -46,6 +46,7 @@ use rmcp::service::NotificationContext;
 use rmcp::service::TxJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::super::Gateway;
 use super::super::direct::Direct;
@@ -54,6 +55,8 @@ use crate::transport::lines::raw;
 use crate::transport::lines::{Answer, Answers, DirectCalls};
 use crate::transport::wire;
 use crate::upstream::route::ProgressForward;
+
+mod modern;
 
 /// How often, as a share of rmcp's keep-alive (5 minutes by default) and of how long answers
 /// are kept (1 minute), the sessions served here are tended.
@@ -84,6 +87,12 @@ pub(in crate::gateway) struct HttpCalls {
     tend_every: Duration,
     /// Whether the task that tends them runs.
     tending: AtomicBool,
+    /// The gateway 2026-07-28 agents' calls are served by (see `modern.rs`), once given.
+    gateway: OnceLock<Arc<Gateway>>,
+    /// The peer their calls' contexts name, once one came.
+    modern: OnceLock<modern::Modern>,
+    /// Cancelled when the endpoint closes: ends the calls served here without a session.
+    closing: CancellationToken,
 }
 
 /// What rmcp's endpoint is configured with that this module must match.
@@ -153,6 +162,9 @@ pub(in crate::gateway) enum Taken {
     Other(Arc<CallSession>),
     /// The client ends a session served here.
     Delete(Arc<CallSession>),
+    /// A POST of a 2026-07-28 agent (no session) this module may serve, if its body is a
+    /// call it can take (see `modern.rs`).
+    Modern,
     /// rmcp's.
     Rmcp,
 }
@@ -173,6 +185,9 @@ impl HttpCalls {
             settings,
             next_stream: AtomicU64::new(1),
             epoch: Instant::now(),
+            gateway: OnceLock::new(),
+            modern: OnceLock::new(),
+            closing: CancellationToken::new(),
         }
     }
 
@@ -241,15 +256,17 @@ impl HttpCalls {
         if method != Method::POST && method != Method::GET {
             return Taken::Rmcp;
         }
+        if method == Method::POST && !headers.contains_key("mcp-session-id") {
+            return match self.takes_modern(headers) {
+                true => Taken::Modern,
+                false => Taken::Rmcp,
+            };
+        }
         let Some(session) = self.session(headers) else {
             return Taken::Rmcp;
         };
-        let length = headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|length| length.to_str().ok()?.parse::<usize>().ok())
-            .filter(|length| *length <= self.settings.max_body);
-        let as_rmcp_takes = !headers.contains_key(header::ORIGIN)
-            && self.host_is_served(headers)
+        let length = self.length(headers);
+        let as_rmcp_takes = self.passes_rmcps_guards(headers)
             && headers.get("mcp-protocol-version") == Some(&session.version);
         if method == Method::GET {
             let stream = headers
@@ -263,16 +280,7 @@ impl HttpCalls {
                 _ => Taken::Rmcp,
             };
         }
-        let json = headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|media| media.to_str().ok())
-            .is_some_and(|media| essence(media).eq_ignore_ascii_case("application/json"));
-        if as_rmcp_takes
-            && json
-            && length.is_some()
-            && accepts(headers, "application/json")
-            && accepts(headers, "text/event-stream")
-        {
+        if as_rmcp_takes && self.plain_json_post(headers) {
             Taken::Post(session)
         } else if length.is_some() {
             // It may cancel a call served here.
@@ -280,6 +288,32 @@ impl HttpCalls {
         } else {
             Taken::Rmcp
         }
+    }
+
+    /// The length a POST's body says it has, if within rmcp's limit.
+    fn length(&self, headers: &HeaderMap) -> Option<usize> {
+        headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|length| length.to_str().ok()?.parse::<usize>().ok())
+            .filter(|length| *length <= self.settings.max_body)
+    }
+
+    /// Whether a request passes as it stands what rmcp checks before anything else: no
+    /// `Origin` (a browser's, which rmcp judges), a `Host` it serves.
+    fn passes_rmcps_guards(&self, headers: &HeaderMap) -> bool {
+        !headers.contains_key(header::ORIGIN) && self.host_is_served(headers)
+    }
+
+    /// Whether a POST is one rmcp takes as it is: a JSON body of known length within its
+    /// limit, for a client that accepts both JSON and event streams.
+    fn plain_json_post(&self, headers: &HeaderMap) -> bool {
+        let json = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|media| media.to_str().ok())
+            .is_some_and(|media| essence(media).eq_ignore_ascii_case("application/json"));
+        json && self.length(headers).is_some()
+            && accepts(headers, "application/json")
+            && accepts(headers, "text/event-stream")
     }
 
     /// The live session a request names.
@@ -313,6 +347,7 @@ impl HttpCalls {
 
     /// The endpoint closes: every call still running here is cancelled.
     pub(in crate::gateway) fn close(&self) {
+        self.closing.cancel();
         for (_, session) in lock(&self.sessions).drain() {
             session.direct.closed();
         }
@@ -621,7 +656,7 @@ fn answering(stream: Arc<Stream>, number: u64, calls: Arc<HttpCalls>) -> Answers
                 Answer::Message(_) => None,
             };
             answering.stream.answer(
-                |index| answer_event(number, index, answer),
+                |index| answer_event(&event_head(number, index), answer),
                 |index| match id {
                     Some(id) => stand_in_event(number, index, id),
                     // An error: small, kept as it is.
@@ -634,8 +669,8 @@ fn answering(stream: Arc<Stream>, number: u64, calls: Arc<HttpCalls>) -> Answers
     )
 }
 
-/// The answer as one SSE event, `id: t<number>/<index>`, in pieces.
-fn answer_event(number: u64, index: usize, answer: Answer) -> Vec<Bytes> {
+/// The answer as one SSE event that starts with `head` (up to its data), in pieces.
+fn answer_event(head: &str, answer: Answer) -> Vec<Bytes> {
     match answer {
         // The result's bytes hold no line break (`raw.rs` passes none), so they go on the
         // event's one `data` line as they are.
@@ -647,11 +682,11 @@ fn answer_event(number: u64, index: usize, answer: Answer) -> Vec<Bytes> {
             // The head as the line writer makes it (the result's own `{` is replaced by one
             // that opens `resultType` first when `complete`).
             let (start, _, _) = raw::answer_line(&id, b"{", complete);
-            let head = [event_head(number, index).as_bytes(), &start].concat();
+            let head = [head.as_bytes(), &start].concat();
             let result = result.into_bytes().slice(usize::from(complete)..);
             vec![Bytes::from(head), result, Bytes::from_static(b"}\n\n")]
         }
-        Answer::Message(message) => message_event(number, index, &message),
+        Answer::Message(message) => message_event(head, &message),
     }
 }
 
@@ -659,17 +694,20 @@ fn answer_event(number: u64, index: usize, answer: Answer) -> Vec<Bytes> {
 /// `results.rs`'s stand-in (the tool answered; Tether keeps no copy of the result).
 fn stand_in_event(number: u64, index: usize, id: RequestId) -> Vec<Bytes> {
     let result = ServerResult::CallToolResult(super::results::stand_in_result(false));
-    message_event(number, index, &JsonRpcMessage::response(result, id))
+    message_event(
+        &event_head(number, index),
+        &JsonRpcMessage::response(result, id),
+    )
 }
 
 fn event_head(number: u64, index: usize) -> String {
     format!("id: {OURS}{number}/{index}\ndata: ")
 }
 
-/// `message` as event `index` of stream `number` (none if it cannot be written, which rmcp's
+/// `message` as an event that starts with `head` (none if it cannot be written, which rmcp's
 /// own writer does not expect either).
-fn message_event(number: u64, index: usize, message: &TxJsonRpcMessage<RoleServer>) -> Vec<Bytes> {
-    let mut event = event_head(number, index).into_bytes();
+fn message_event(head: &str, message: &TxJsonRpcMessage<RoleServer>) -> Vec<Bytes> {
+    let mut event = head.as_bytes().to_vec();
     if let Err(error) = sonic_rs::to_writer(&mut event, message) {
         tracing::warn!("a message could not be written: {error}");
         return Vec::new();
@@ -740,12 +778,17 @@ fn event_stream(
     })
     .flat_map(|pieces| futures::stream::iter(pieces.into_iter().map(Ok::<_, Infallible>)));
     let body = futures::stream::iter(priming.map(Ok)).chain(events);
+    event_stream_response(Body::from_stream(body))
+}
+
+/// An event stream's response, with rmcp's headers.
+fn event_stream_response(body: Body) -> Response {
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
         .header("x-accel-buffering", "no")
-        .body(Body::from_stream(body))
+        .body(body)
         .unwrap_or_else(|_| status(StatusCode::INTERNAL_SERVER_ERROR))
 }
 
@@ -838,30 +881,40 @@ struct StreamProgress {
 
 impl ProgressForward for StreamProgress {
     fn forward(&self, upstream: ProgressNotificationParam) {
-        let mut last = lock(&self.last);
-        if upstream.progress <= *last {
+        let Some(message) = progress_message(&self.token, &self.last, upstream) else {
             return;
-        }
-        *last = upstream.progress;
-        let mut update = ProgressNotificationParam::new(self.token.clone(), upstream.progress);
-        update.total = upstream.total;
-        update.message = upstream.message;
-        let message: TxJsonRpcMessage<RoleServer> =
-            JsonRpcMessage::Notification(JsonRpcNotification {
-                jsonrpc: JsonRpcVersion2_0,
-                notification: ServerNotification::ProgressNotification(ProgressNotification::new(
-                    update,
-                )),
-            });
+        };
         let number = self.number;
-        self.stream
-            .push(false, |index| message_event(number, index, &message));
+        self.stream.push(false, |index| {
+            message_event(&event_head(number, index), &message)
+        });
     }
 
     /// Each update is an event of the stream the moment it is taken.
     fn flush(&self) -> BoxFuture<'static, ()> {
         Box::pin(std::future::ready(()))
     }
+}
+
+/// A server's progress update as the client's, under its `token`; none if it would go
+/// backwards from the `last` one passed on (which it then becomes).
+fn progress_message(
+    token: &ProgressToken,
+    last: &Mutex<f64>,
+    upstream: ProgressNotificationParam,
+) -> Option<TxJsonRpcMessage<RoleServer>> {
+    let mut last = lock(last);
+    if upstream.progress <= *last {
+        return None;
+    }
+    *last = upstream.progress;
+    let mut update = ProgressNotificationParam::new(token.clone(), upstream.progress);
+    update.total = upstream.total;
+    update.message = upstream.message;
+    Some(JsonRpcMessage::Notification(JsonRpcNotification {
+        jsonrpc: JsonRpcVersion2_0,
+        notification: ServerNotification::ProgressNotification(ProgressNotification::new(update)),
+    }))
 }
 
 /// The request a `notifications/cancelled` names.

@@ -1,0 +1,444 @@
+//! A 2026-07-28 agent's tool calls over Streamable HTTP, served past rmcp's per-request service.
+//!
+//! Such an agent has no session: rmcp serves each of its POSTs by decoding the body into its
+//! message enum, checking the standard headers against the body written out again as a JSON
+//! value, and making a service of the gateway with a transport for that one request, whose loop
+//! spawns the handler; the answer comes back over two channels. A call here is decoded straight
+//! into its type, checked as rmcp checks it, and run through the very handler in the POST's own
+//! task; its progress and answer are the events of the POST's stream, written as rmcp writes
+//! them (`data:` lines, no event ids: such a stream cannot be picked up again), with rmcp's
+//! keep-alive comments while it is quiet. The answer decides the status as with rmcp: the
+//! errors rmcp answers with 400 or 404 go as a JSON body with that status. An agent that
+//! disconnects cancels its call (the server hears of it), as with rmcp.
+//!
+//! A POST is taken only when rmcp would serve it as it is and give the handler nothing this
+//! path does not: no `Origin`, a `Host` rmcp serves, a JSON body of known length within its
+//! limit, the protocol version 2026-07-28 in the header and in the body's `_meta` with the
+//! client's capabilities, `Mcp-Method: tools/call` and an `Mcp-Name` (not Base64-encoded) that
+//! names the body's tool, a tool whose input schema promotes no argument to a header
+//! (`x-mcp-header`, which rmcp checks against `Mcp-Param-*`), and no `logLevel` in `_meta`
+//! (whose messages rmcp sends on the request's stream). Everything else goes to rmcp unchanged.
+
+use std::convert::Infallible;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use axum::body::{Body, Bytes};
+use axum::extract::Request;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use memchr::memmem;
+use rmcp::model::{
+    CallToolRequest, ClientCapabilities, ErrorCode, Implementation, InitializeRequestParams,
+    JsonRpcMessage, ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestId,
+    RequestMetaObject,
+};
+use rmcp::service::{Peer, RunningService, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::{RoleServer, ServerHandler};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::super::super::Gateway;
+use super::super::super::direct::{self, Handling};
+use super::{
+    HttpCalls, ProgressTo, UNREAD_EVENTS, answer_event, event_stream_response, message_event,
+    progress_message, status,
+};
+use crate::transport::lines::Answer;
+use crate::transport::lines::raw::RawResult;
+use crate::transport::wire;
+use crate::upstream::route::ProgressForward;
+
+/// How rmcp starts a line of an event with no id (`sse-stream`'s writing).
+const DATA: &str = "data: ";
+
+/// The peer the contexts of calls served here name, as rmcp makes one for a request without a
+/// session: the request's protocol version and no capabilities of its own (a 2026-07-28
+/// request carries its client's in its `_meta`). It is never spoken through: what a call
+/// sends its agent goes on the POST's stream (progress here; a log level is left to rmcp).
+pub(super) struct Modern {
+    peer: Peer<RoleServer>,
+    /// Keeps the peer's service (which serves nothing) running.
+    _service: RunningService<RoleServer, Unused>,
+}
+
+/// The service behind [`Modern`]'s peer: nothing reaches it.
+pub(super) struct Unused;
+
+impl ServerHandler for Unused {}
+
+/// A transport on which nothing comes and whatever goes is let go.
+struct Silent;
+
+impl rmcp::transport::Transport<RoleServer> for Silent {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        _: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        std::future::ready(Ok(()))
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleServer>>> + Send {
+        std::future::pending()
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        std::future::ready(Ok(()))
+    }
+}
+
+impl HttpCalls {
+    /// 2026-07-28 agents' calls are served by `gateway` from now on (see the module's words).
+    pub(in crate::gateway) fn serve_modern_agents_with(&self, gateway: Gateway) {
+        let _ = self.gateway.set(Arc::new(gateway));
+    }
+
+    /// Whether a POST without a session is one this module may serve, by its headers.
+    pub(super) fn takes_modern(&self, headers: &HeaderMap) -> bool {
+        self.gateway.get().is_some()
+            && names_a_call(headers)
+            && self.passes_rmcps_guards(headers)
+            && self.plain_json_post(headers)
+    }
+
+    /// Serves a POST `Taken::Modern` chose: a tool call it can take, or anything else through
+    /// `rmcp`.
+    pub(in crate::gateway) async fn serve_modern(
+        self: Arc<Self>,
+        request: Request,
+        rmcp: impl FnOnce(Request) -> BoxFuture<'static, Response>,
+    ) -> Response {
+        let (parts, body) = match self.read(request).await {
+            Ok(read) => read,
+            Err(refused) => return refused,
+        };
+        let taken = self
+            .gateway
+            .get()
+            .and_then(|gateway| Some((gateway, modern_call(&parts.headers, &body, gateway)?)));
+        let Some((gateway, (id, mut call))) = taken else {
+            return rmcp(Request::from_parts(parts, Body::from(body))).await;
+        };
+        let peer = &self
+            .modern
+            .get_or_init(|| {
+                let info = InitializeRequestParams::new(
+                    ClientCapabilities::default(),
+                    Implementation::default(),
+                )
+                .with_protocol_version(ProtocolVersion::V_2026_07_28);
+                let service = rmcp::service::serve_directly(Unused, Silent, Some(info));
+                Modern {
+                    peer: service.peer().clone(),
+                    _service: service,
+                }
+            })
+            .peer;
+        let (updates, progress) = mpsc::channel(UNREAD_EVENTS);
+        let token = call
+            .extensions
+            .get::<RequestMetaObject>()
+            .and_then(|meta| meta.get_progress_token());
+        if let Some(token) = token {
+            let to = ModernProgress {
+                token,
+                last: Mutex::new(f64::NEG_INFINITY),
+                updates,
+            };
+            call.extensions.insert(ProgressTo(Arc::new(to)));
+        }
+        let cancel = self.closing.child_token();
+        let (handling, raw) = direct::handling(gateway.clone(), &id, call, peer, &cancel);
+        let mut running = Running {
+            handling: Some(handling),
+            id: Some(id),
+            raw,
+            progress,
+            answer: None,
+            cancel,
+            closing: self.closing.clone(),
+        };
+        // The status is known only once something comes (as with rmcp).
+        let first = match running.next().await {
+            Some(Next::Answer(answer)) => match refusal(&answer) {
+                Some(refused) => return refused,
+                None => Next::Answer(answer).pieces(),
+            },
+            Some(first) => first.pieces(),
+            // The endpoint closed first.
+            None => return status(StatusCode::INTERNAL_SERVER_ERROR),
+        };
+        let keep_alive = self.settings.sse_keep_alive;
+        let rest = futures::stream::unfold(running, move |mut running| async move {
+            let quiet = async move {
+                match keep_alive {
+                    Some(every) => tokio::time::sleep(every).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                next = running.next() => next.map(|next| (next.pieces(), running)),
+                _ = quiet => Some((vec![Bytes::from_static(b":\n\n")], running)),
+            }
+        });
+        let events = futures::stream::iter([first])
+            .chain(rest)
+            .flat_map(|pieces| futures::stream::iter(pieces.into_iter().map(Ok::<_, Infallible>)));
+        event_stream_response(Body::from_stream(events))
+    }
+}
+
+/// The `tools/call` in a POST's `body` this module can serve as rmcp would, with the
+/// `headers` it came with: see the module's words.
+fn modern_call(
+    headers: &HeaderMap,
+    body: &[u8],
+    gateway: &Gateway,
+) -> Option<(RequestId, CallToolRequest)> {
+    static TOOLS_CALL: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(b"\"tools/call\""));
+    TOOLS_CALL.find(body)?;
+    let (id, call) = wire::read_call(wire::Shallow::new(body)?)?;
+    let meta = call.extensions.get::<RequestMetaObject>()?;
+    let modern = ProtocolVersion::V_2026_07_28;
+    let takes = meta
+        .protocol_version()
+        .is_some_and(|version| version == modern)
+        && meta.missing_required_keys(&modern).is_empty()
+        && meta.log_level().is_none()
+        && single(headers, "mcp-name") == Some(call.params.name.as_ref())
+        && !promotes_arguments(gateway, &call.params.name);
+    takes.then_some((id, call))
+}
+
+/// Whether the tool `name` may have arguments promoted to headers (its schema names
+/// `x-mcp-header`, or escapes a character, which could spell it).
+fn promotes_arguments(gateway: &Gateway, name: &str) -> bool {
+    let Some(route) = gateway.supervisor.registry().visible_route(name) else {
+        return false;
+    };
+    let schema = route.tool.input_schema.as_bytes();
+    memmem::find(schema, b"x-mcp-header").is_some() || memmem::find(schema, b"\\u").is_some()
+}
+
+/// Whether a POST's headers name a 2026-07-28 tool call as rmcp's checks take them: the
+/// version, `Mcp-Method` and a plain `Mcp-Name` (compared with the body's tool later), once each.
+fn names_a_call(headers: &HeaderMap) -> bool {
+    single(headers, "mcp-protocol-version") == Some(ProtocolVersion::V_2026_07_28.as_str())
+        && single(headers, "mcp-method") == Some("tools/call")
+        && single(headers, "mcp-name").is_some_and(|name| !name.starts_with("=?base64?"))
+}
+
+/// The one value of header `name`, if it has exactly one and it is text.
+fn single<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    let mut values = headers.get_all(name).iter();
+    let value = values.next()?;
+    values
+        .next()
+        .is_none()
+        .then(|| value.to_str().ok())
+        .flatten()
+}
+
+/// How rmcp answers a request without a session whose answer is an error it gives a status
+/// other than 200: that status, the error as a JSON body.
+fn refusal(answer: &Answer) -> Option<Response> {
+    let Answer::Message(message) = answer else {
+        return None;
+    };
+    let code = refused_with(message)?;
+    let body = serde_json::to_vec(message).unwrap_or_default();
+    let response = Response::builder()
+        .status(code)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body));
+    Some(response.unwrap_or_else(|_| status(StatusCode::INTERNAL_SERVER_ERROR)))
+}
+
+/// The status other than 200 rmcp gives `message`, if it is an error that has one.
+fn refused_with(message: &TxJsonRpcMessage<RoleServer>) -> Option<StatusCode> {
+    let JsonRpcMessage::Error(error) = message else {
+        return None;
+    };
+    match error.error.code {
+        ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
+        | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+        | ErrorCode::HEADER_MISMATCH => Some(StatusCode::BAD_REQUEST),
+        ErrorCode::METHOD_NOT_FOUND => Some(StatusCode::NOT_FOUND),
+        _ => None,
+    }
+}
+
+/// A call served here, run by the POST's task as its stream is read.
+struct Running {
+    /// Until it has answered.
+    handling: Option<Handling>,
+    id: Option<RequestId>,
+    raw: Arc<RawResult>,
+    progress: mpsc::Receiver<Bytes>,
+    /// The answer, once there, until the progress before it has gone out.
+    answer: Option<Answer>,
+    /// The call's own.
+    cancel: CancellationToken,
+    closing: CancellationToken,
+}
+
+/// What a call served here gives its stream next.
+enum Next {
+    /// An event, written.
+    Progress(Bytes),
+    Answer(Box<Answer>),
+}
+
+impl Next {
+    fn pieces(self) -> Vec<Bytes> {
+        match self {
+            Next::Progress(event) => vec![event],
+            Next::Answer(answer) => answer_event(DATA, *answer),
+        }
+    }
+}
+
+impl Running {
+    /// The call's next event: its progress, in order, then its answer; none after that, or
+    /// once the endpoint closes.
+    async fn next(&mut self) -> Option<Next> {
+        loop {
+            if let Ok(event) = self.progress.try_recv() {
+                return Some(Next::Progress(event));
+            }
+            if let Some(answer) = self.answer.take() {
+                return Some(Next::Answer(Box::new(answer)));
+            }
+            let Self {
+                handling,
+                progress,
+                closing,
+                ..
+            } = self;
+            let running = handling.as_mut()?;
+            tokio::select! {
+                biased;
+                _ = closing.cancelled() => return None,
+                Some(event) = progress.recv() => return Some(Next::Progress(event)),
+                result = running => {
+                    self.handling = None;
+                    // Answered: its token goes, as rmcp's loop lets it go.
+                    self.cancel.cancel();
+                    let id = self.id.take()?;
+                    self.answer = Some(direct::answer_of(id, result, &self.raw));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Running {
+    /// The agent left (or the endpoint closed) before the answer: the call is cancelled, and
+    /// runs on until it has told its server so.
+    fn drop(&mut self) {
+        let Some(handling) = self.handling.take() else {
+            return;
+        };
+        self.cancel.cancel();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(handling);
+        }
+    }
+}
+
+/// A call's progress as events of its POST's stream, under the client's token, in the order it
+/// came and never backwards.
+struct ModernProgress {
+    token: ProgressToken,
+    last: Mutex<f64>,
+    /// Where the events go; a reader too slow to take them misses some.
+    updates: mpsc::Sender<Bytes>,
+}
+
+impl ProgressForward for ModernProgress {
+    fn forward(&self, upstream: ProgressNotificationParam) {
+        let Some(message) = progress_message(&self.token, &self.last, upstream) else {
+            return;
+        };
+        if let Some(event) = message_event(DATA, &message).pop() {
+            let _ = self.updates.try_send(event);
+        }
+    }
+
+    /// Each update is an event the moment it is taken.
+    fn flush(&self) -> BoxFuture<'static, ()> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+    use rmcp::model::ErrorData;
+
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.append(*name, HeaderValue::from_static(value));
+        }
+        headers
+    }
+
+    #[test]
+    fn only_a_call_named_once_in_plain_headers_of_2026_07_28_is_taken() {
+        let call = [
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "echo"),
+        ];
+        assert!(names_a_call(&headers(&call)));
+        let changed = |index: usize, value: &'static str| {
+            let mut pairs = call.to_vec();
+            pairs[index].1 = value;
+            headers(&pairs)
+        };
+        assert!(!names_a_call(&changed(0, "2025-11-25")));
+        assert!(!names_a_call(&changed(1, "tools/list")));
+        // Base64-encoded: rmcp decodes it.
+        assert!(!names_a_call(&changed(2, "=?base64?ZWNobw==?=")));
+        for missing in 0..call.len() {
+            let mut pairs = call.to_vec();
+            pairs.remove(missing);
+            assert!(
+                !names_a_call(&headers(&pairs)),
+                "without {:?}",
+                call[missing]
+            );
+        }
+        // Twice: rmcp refuses it.
+        let mut twice = call.to_vec();
+        twice.push(("mcp-name", "echo"));
+        assert!(!names_a_call(&headers(&twice)));
+    }
+
+    #[test]
+    fn the_errors_rmcp_answers_with_another_status_get_it_here_too() {
+        let error = |code: ErrorCode| -> TxJsonRpcMessage<RoleServer> {
+            JsonRpcMessage::error(ErrorData::new(code, "x", None), Some(RequestId::Number(1)))
+        };
+        assert_eq!(
+            refused_with(&error(ErrorCode::METHOD_NOT_FOUND)),
+            Some(StatusCode::NOT_FOUND)
+        );
+        for code in [
+            ErrorCode::HEADER_MISMATCH,
+            ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
+            ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+        ] {
+            assert_eq!(refused_with(&error(code)), Some(StatusCode::BAD_REQUEST));
+        }
+        assert_eq!(refused_with(&error(ErrorCode::INVALID_PARAMS)), None);
+        assert_eq!(refused_with(&error(ErrorCode::INTERNAL_ERROR)), None);
+    }
+}
