@@ -116,13 +116,25 @@ impl Wire {
 
     /// As [`Wire::open`], with `headers` added or in place of the usual ones.
     async fn open_with(&self, message: Value, headers: &[(&str, &str)]) -> reqwest::Response {
+        let json = [("content-type", "application/json")];
+        let headers: Vec<_> = json.into_iter().chain(headers.iter().copied()).collect();
+        self.open_with_body(message.to_string().into(), &headers)
+            .await
+    }
+
+    /// POSTs `body` on the 2025-11-25 session with the usual headers and `headers`.
+    async fn open_with_body(
+        &self,
+        body: reqwest::Body,
+        headers: &[(&str, &str)],
+    ) -> reqwest::Response {
         let session = self.session.as_deref().expect("a session");
         let usual = [
             ("accept", "application/json, text/event-stream"),
             ("mcp-protocol-version", "2025-11-25"),
             ("mcp-session-id", session),
         ];
-        let mut request = self.http.post(&self.url).json(&message);
+        let mut request = self.http.post(&self.url).body(body);
         for (name, value) in usual {
             if !headers.iter().any(|(given, _)| *given == name) {
                 request = request.header(name, value);
@@ -830,6 +842,35 @@ async fn an_http_agents_tool_calls_are_served_past_rmcp_with_all_it_gives() {
         !rest.contains("\"id\":3"),
         "a cancelled call is not answered: {rest}"
     );
+
+    // The same with a cancellation whose POST does not say its length (sent in chunks).
+    let (running, _) = wire.sleep_on(&slow, 8, 20000).await;
+    wait_until("the second slow call reached the server", || {
+        state.calls_of("slow") == 3
+    })
+    .await;
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 8, "reason": "chunked"}})
+    .to_string();
+    let chunks = futures::stream::iter(
+        [cancel[..10].to_string(), cancel[10..].to_string()].map(Ok::<_, std::io::Error>),
+    );
+    let chunked = wire
+        .open_with_body(
+            reqwest::Body::wrap_stream(chunks),
+            &[("content-type", "application/json")],
+        )
+        .await;
+    assert!(chunked.status().is_success(), "{}", chunked.status());
+    wait_until("the server heard of the chunked cancellation", || {
+        state.cancelled() == 2
+    })
+    .await;
+    let rest = tokio::time::timeout(PATIENCE, running.text())
+        .await
+        .expect("the stream ends in time")
+        .expect("its body");
+    assert!(!rest.contains("\"id\":8"), "{rest}");
 
     // Picked up while its POST is still open: the new reader takes the stream over, as in
     // rmcp, and gets the answer; the POST's stream ends without it.

@@ -12,7 +12,8 @@
 //! pick the stream up again (a GET with `Last-Event-ID`, answered here for these streams: the
 //! newest reader takes the stream over, as in rmcp), keep-alive comments while it runs, its
 //! progress on its stream before the answer, cancellation by `notifications/cancelled` (then no
-//! answer, and the stream ends), the session's end. A call is taken only when nothing could need
+//! answer, and the stream ends; the POST that carries it is read here, whether it says its
+//! length or comes in chunks, and passed on to rmcp whole), the session's end. A call is taken only when nothing could need
 //! rmcp's routing: a session of a 2025 protocol version whose client declared nothing a server
 //! may ask it (sampling, elicitation, roots), and a request whose headers rmcp would accept as
 //! they are (no `Origin`, a loopback `Host` where only loopback names are served, the session's
@@ -265,7 +266,6 @@ impl HttpCalls {
         let Some(session) = self.session(headers) else {
             return Taken::Rmcp;
         };
-        let length = self.length(headers);
         let as_rmcp_takes = self.passes_rmcps_guards(headers)
             && headers.get("mcp-protocol-version") == Some(&session.version);
         if method == Method::GET {
@@ -282,11 +282,9 @@ impl HttpCalls {
         }
         if as_rmcp_takes && self.plain_json_post(headers) {
             Taken::Post(session)
-        } else if length.is_some() {
-            // It may cancel a call served here.
-            Taken::Other(session)
         } else {
-            Taken::Rmcp
+            // It may cancel a call served here (whether or not it says its length).
+            Taken::Other(session)
         }
     }
 
@@ -428,9 +426,11 @@ impl HttpCalls {
         request: Request,
         rmcp: impl FnOnce(Request) -> BoxFuture<'static, Response>,
     ) -> Response {
-        match self.read(request).await {
-            Ok((parts, body)) => pass_on(&session, parts, body, rmcp).await,
-            Err(refused) => refused,
+        let (parts, body) = request.into_parts();
+        match read_within(body, self.settings.max_body).await {
+            Ok(body) => pass_on(&session, parts, body, rmcp).await,
+            // Too large to be a cancellation, or broken: rmcp's to judge, as it came.
+            Err(body) => rmcp(Request::from_parts(parts, body)).await,
         }
     }
 
@@ -812,6 +812,34 @@ async fn pass_on(
     response
 }
 
+/// A body read whole if it is within `max` bytes; else one that gives what was read and then
+/// the rest (or the error that broke it), as the original would have.
+async fn read_within(body: Body, max: usize) -> Result<Bytes, Body> {
+    let mut data = body.into_data_stream();
+    let mut read: Vec<Bytes> = Vec::new();
+    let mut length = 0;
+    while let Some(chunk) = data.next().await {
+        let again = |read: Vec<Bytes>| futures::stream::iter(read.into_iter().map(Ok));
+        match chunk {
+            Ok(chunk) => {
+                length += chunk.len();
+                read.push(chunk);
+                if length > max {
+                    return Err(Body::from_stream(again(read).chain(data)));
+                }
+            }
+            Err(error) => {
+                let broken = futures::stream::once(std::future::ready(Err(error)));
+                return Err(Body::from_stream(again(read).chain(broken)));
+            }
+        }
+    }
+    Ok(match read.len() {
+        1 => read.remove(0),
+        _ => Bytes::from(read.concat()),
+    })
+}
+
 /// Keeps the sessions of `calls` tended while it is there.
 async fn tend(calls: Weak<HttpCalls>) {
     loop {
@@ -982,6 +1010,21 @@ mod tests {
         );
         assert_eq!(again.last, 301);
         assert!(stream.after(0, 0).is_none(), "the reader before stops");
+    }
+
+    #[tokio::test]
+    async fn a_body_is_read_whole_within_its_limit_and_given_on_whole_past_it() {
+        let chunks = || {
+            let pieces = ["{\"a\":", "1", "}"].map(|piece| Ok::<_, Infallible>(Bytes::from(piece)));
+            Body::from_stream(futures::stream::iter(pieces))
+        };
+        assert_eq!(
+            read_within(chunks(), 7).await.ok(),
+            Some(Bytes::from("{\"a\":1}"))
+        );
+        let past = read_within(chunks(), 5).await.expect_err("past the limit");
+        let again = axum::body::to_bytes(past, usize::MAX).await.unwrap();
+        assert_eq!(again, Bytes::from("{\"a\":1}"), "nothing lost");
     }
 
     #[test]
