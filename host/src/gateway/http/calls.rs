@@ -282,9 +282,12 @@ impl HttpCalls {
         }
         if as_rmcp_takes && self.plain_json_post(headers) {
             Taken::Post(session)
-        } else {
+        } else if self.passes_rmcps_guards(headers) && acceptable_post(headers) {
             // It may cancel a call served here (whether or not it says its length).
             Taken::Other(session)
+        } else {
+            // rmcp refuses it by its headers alone, before reading its body.
+            Taken::Rmcp
         }
     }
 
@@ -305,13 +308,7 @@ impl HttpCalls {
     /// Whether a POST is one rmcp takes as it is: a JSON body of known length within its
     /// limit, for a client that accepts both JSON and event streams.
     fn plain_json_post(&self, headers: &HeaderMap) -> bool {
-        let json = headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|media| media.to_str().ok())
-            .is_some_and(|media| essence(media).eq_ignore_ascii_case("application/json"));
-        json && self.length(headers).is_some()
-            && accepts(headers, "application/json")
-            && accepts(headers, "text/event-stream")
+        self.length(headers).is_some() && acceptable_post(headers)
     }
 
     /// The live session a request names.
@@ -377,9 +374,11 @@ impl HttpCalls {
         request: Request,
         rmcp: impl FnOnce(Request) -> BoxFuture<'static, Response>,
     ) -> Response {
-        let (parts, body) = match self.read(request).await {
-            Ok(read) => read,
-            Err(refused) => return refused,
+        let (parts, body) = request.into_parts();
+        let body = match read_within(body, self.settings.max_body).await {
+            Ok(body) => body,
+            // Broken, or longer than it said: rmcp's to answer, as it came.
+            Err(body) => return rmcp(Request::from_parts(parts, body)).await,
         };
         static TOOLS_CALL: LazyLock<memmem::Finder<'static>> =
             LazyLock::new(|| memmem::Finder::new(b"\"tools/call\""));
@@ -431,18 +430,6 @@ impl HttpCalls {
             Ok(body) => pass_on(&session, parts, body, rmcp).await,
             // Too large to be a cancellation, or broken: rmcp's to judge, as it came.
             Err(body) => rmcp(Request::from_parts(parts, body)).await,
-        }
-    }
-
-    /// A POST's head and whole body (within rmcp's limit), or what answers it.
-    async fn read(&self, request: Request) -> Result<(Parts, Bytes), Response> {
-        let (parts, body) = request.into_parts();
-        match axum::body::to_bytes(body, self.settings.max_body).await {
-            Ok(body) => Ok((parts, body)),
-            Err(error) => {
-                tracing::debug!("an MCP POST's body could not be read: {error}");
-                Err(status(StatusCode::BAD_REQUEST))
-            }
         }
     }
 
@@ -802,7 +789,18 @@ async fn pass_on(
 ) -> Response {
     static CANCELLED: LazyLock<memmem::Finder<'static>> =
         LazyLock::new(|| memmem::Finder::new(b"\"notifications/cancelled\""));
-    let cancelled = CANCELLED.find(&body).and_then(|_| cancelled_request(&body));
+    // rmcp routes a notification to the session only for a protocol version before 2026-07-28
+    // (none named: 2025-03-26); it ignores one of a later version.
+    let to_session = parts
+        .headers
+        .get("mcp-protocol-version")
+        .is_none_or(|version| {
+            version.as_bytes() < ProtocolVersion::V_2026_07_28.as_str().as_bytes()
+        });
+    let cancelled = CANCELLED
+        .find(&body)
+        .filter(|_| to_session)
+        .and_then(|_| cancelled_request(&body));
     let response = rmcp(Request::from_parts(parts, Body::from(body))).await;
     if let Some(id) = cancelled
         && response.status().is_success()
@@ -852,6 +850,16 @@ async fn tend(calls: Weak<HttpCalls>) {
         };
         calls.tend_once().await;
     }
+}
+
+/// Whether rmcp reads a POST with these headers (a JSON body, from a client that accepts both
+/// JSON and event streams) rather than refusing it as they are.
+fn acceptable_post(headers: &HeaderMap) -> bool {
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|media| media.to_str().ok())
+        .is_some_and(|media| essence(media).eq_ignore_ascii_case("application/json"));
+    json && accepts(headers, "application/json") && accepts(headers, "text/event-stream")
 }
 
 /// The media type of a `Content-Type` or `Accept` entry, without its parameters.

@@ -4,9 +4,10 @@
 //! message enum, checking the standard headers against the body written out again as a JSON
 //! value, and making a service of the gateway with a transport for that one request, whose loop
 //! spawns the handler; the answer comes back over two channels. A call here is decoded straight
-//! into its type, checked as rmcp checks it, and run through the very handler in the POST's own
-//! task; its progress and answer are the events of the POST's stream, written as rmcp writes
-//! them (`data:` lines, no event ids: such a stream cannot be picked up again), with rmcp's
+//! into its type, checked as rmcp checks it, and run through the very handler in one task (so
+//! that it goes on whether or not its agent reads), which hands the answer to the POST's task;
+//! its progress and answer are the events of the POST's stream, written as rmcp writes them
+//! (`data:` lines, no event ids: such a stream cannot be picked up again), with rmcp's
 //! keep-alive comments while it is quiet. The answer decides the status as with rmcp: the
 //! errors rmcp answers with 400 or 404 go as a JSON body with that status. An agent that
 //! disconnects cancels its call (the server hears of it), as with rmcp.
@@ -36,17 +37,16 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, RunningService, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::{RoleServer, ServerHandler};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::super::super::Gateway;
-use super::super::super::direct::{self, Handling};
+use super::super::super::direct;
 use super::{
     HttpCalls, ProgressTo, UNREAD_EVENTS, answer_event, event_stream_response, message_event,
-    progress_message, status,
+    progress_message, read_within, status,
 };
 use crate::transport::lines::Answer;
-use crate::transport::lines::raw::RawResult;
 use crate::transport::wire;
 use crate::upstream::route::ProgressForward;
 
@@ -111,9 +111,10 @@ impl HttpCalls {
         request: Request,
         rmcp: impl FnOnce(Request) -> BoxFuture<'static, Response>,
     ) -> Response {
-        let (parts, body) = match self.read(request).await {
-            Ok(read) => read,
-            Err(refused) => return refused,
+        let (parts, body) = request.into_parts();
+        let body = match read_within(body, self.settings.max_body).await {
+            Ok(body) => body,
+            Err(body) => return rmcp(Request::from_parts(parts, body)).await,
         };
         let taken = self
             .gateway
@@ -152,12 +153,18 @@ impl HttpCalls {
         }
         let cancel = self.closing.child_token();
         let (handling, raw) = direct::handling(gateway.clone(), &id, call, peer, &cancel);
+        let (answered, answer) = oneshot::channel();
+        let done = cancel.clone();
+        tokio::spawn(async move {
+            let result = handling.await;
+            // Answered: its token goes, as rmcp's loop lets it go.
+            done.cancel();
+            let _ = answered.send(direct::answer_of(id, result, &raw));
+        });
         let mut running = Running {
-            handling: Some(handling),
-            id: Some(id),
-            raw,
+            answer: Some(answer),
             progress,
-            answer: None,
+            ready: None,
             cancel,
             closing: self.closing.clone(),
         };
@@ -168,8 +175,14 @@ impl HttpCalls {
                 None => Next::Answer(answer).pieces(),
             },
             Some(first) => first.pieces(),
-            // The endpoint closed first.
-            None => return status(StatusCode::INTERNAL_SERVER_ERROR),
+            // The endpoint closed first (or the handler failed): as rmcp answers.
+            None => {
+                let mut response = Response::new(Body::from(
+                    "Encounter an error when empty response: no response message received from handler",
+                ));
+                *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+                return response;
+            }
         };
         let keep_alive = self.settings.sse_keep_alive;
         let rest = futures::stream::unfold(running, move |mut running| async move {
@@ -272,15 +285,13 @@ fn refused_with(message: &TxJsonRpcMessage<RoleServer>) -> Option<StatusCode> {
     }
 }
 
-/// A call served here, run by the POST's task as its stream is read.
+/// A call served here, as the POST's task sees it: its progress, then its answer.
 struct Running {
-    /// Until it has answered.
-    handling: Option<Handling>,
-    id: Option<RequestId>,
-    raw: Arc<RawResult>,
+    /// Until the answer has come.
+    answer: Option<oneshot::Receiver<Answer>>,
     progress: mpsc::Receiver<Bytes>,
     /// The answer, once there, until the progress before it has gone out.
-    answer: Option<Answer>,
+    ready: Option<Answer>,
     /// The call's own.
     cancel: CancellationToken,
     closing: CancellationToken,
@@ -307,29 +318,30 @@ impl Running {
     /// once the endpoint closes.
     async fn next(&mut self) -> Option<Next> {
         loop {
+            if self.closing.is_cancelled() {
+                return None;
+            }
             if let Ok(event) = self.progress.try_recv() {
                 return Some(Next::Progress(event));
             }
-            if let Some(answer) = self.answer.take() {
+            if let Some(answer) = self.ready.take() {
                 return Some(Next::Answer(Box::new(answer)));
             }
             let Self {
-                handling,
+                answer,
                 progress,
                 closing,
                 ..
             } = self;
-            let running = handling.as_mut()?;
+            let waiting = answer.as_mut()?;
             tokio::select! {
                 biased;
                 _ = closing.cancelled() => return None,
                 Some(event) = progress.recv() => return Some(Next::Progress(event)),
-                result = running => {
-                    self.handling = None;
-                    // Answered: its token goes, as rmcp's loop lets it go.
-                    self.cancel.cancel();
-                    let id = self.id.take()?;
-                    self.answer = Some(direct::answer_of(id, result, &self.raw));
+                answered = waiting => {
+                    self.answer = None;
+                    // None: the handler failed, and no answer comes (as from rmcp).
+                    self.ready = Some(answered.ok()?);
                 }
             }
         }
@@ -337,15 +349,11 @@ impl Running {
 }
 
 impl Drop for Running {
-    /// The agent left (or the endpoint closed) before the answer: the call is cancelled, and
-    /// runs on until it has told its server so.
+    /// The agent left (or the endpoint closed) before the answer: the call is cancelled (its
+    /// task runs on until its server has heard so).
     fn drop(&mut self) {
-        let Some(handling) = self.handling.take() else {
-            return;
-        };
-        self.cancel.cancel();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(handling);
+        if self.answer.is_some() {
+            self.cancel.cancel();
         }
     }
 }
