@@ -292,6 +292,66 @@ async fn serve_http(dir: &Path, config: &Path) -> (Child, String) {
     (gateway.tether, gateway.url)
 }
 
+/// `--session-idle` sets how long an HTTP session lives unused; none at all is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_sessions_idle_time_is_set_on_the_command_line() {
+    let (dir, _state, config) = one_upstream();
+    let refused = serve_command(
+        dir.path(),
+        &config,
+        &["--http", "127.0.0.1:0", "--session-idle", "0s"],
+    )
+    .output()
+    .await
+    .expect("tether runs");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--session-idle") && stderr.contains("idle time"),
+        "{stderr}"
+    );
+
+    let idle = Duration::from_millis(400);
+    let gateway = start_http(serve_command(
+        dir.path(),
+        &config,
+        &["--http", "127.0.0.1:0", "--session-idle", "400ms"],
+    ))
+    .await;
+    let http = reqwest::Client::new();
+    let post = |message: serde_json::Value, session: Option<&str>| {
+        let mut request = http
+            .post(&gateway.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25");
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.json(&message).send()
+    };
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "idle", "version": "1"}}});
+    let started = post(initialize, None).await.expect("an answer");
+    let session = started.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    post(initialized, Some(&session)).await.expect("an answer");
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let used = post(list.clone(), Some(&session)).await.expect("an answer");
+    assert!(used.status().is_success(), "{}", used.status());
+    tokio::time::sleep(idle * 3).await;
+    let unused = post(list, Some(&session)).await.expect("an answer");
+    assert_eq!(
+        unused.status(),
+        reqwest::StatusCode::NOT_FOUND,
+        "the session ended"
+    );
+    assert!(terminate(gateway.tether).await.success());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_on_streamable_http_follows_an_upstream_through_death_park_and_revival() {
     let (dir, state, config) = one_upstream();

@@ -329,6 +329,10 @@ pub struct ServeArgs {
     /// TETHER_MCP_TOKEN). Requests without it get 401.
     #[arg(long, value_name = "PATH", requires = "http")]
     pub mcp_token_file: Option<PathBuf>,
+    /// How long an MCP session over HTTP may go without a request before it ends (its client
+    /// must then start a new one), e.g. "10m", "1h".
+    #[arg(long, value_name = "DURATION", default_value = "5m", requires = "http", value_parser = session_idle)]
+    pub session_idle: Duration,
     /// Record the policy's every decision (events, admissions, actions) in FILE as JSON lines,
     /// for `tether policy replay`. Holds no secrets (see docs/POLICY-CONTRACT.md).
     #[arg(long, value_name = "FILE")]
@@ -389,4 +393,13 @@ pub struct CheckArgs {
     /// directory as NAME.jsonl, to compare with other hosts'.
     #[arg(long)]
     pub transcripts: Option<PathBuf>,
+}
+
+/// A session's idle time: any duration but none (which would end every session at once).
+fn session_idle(value: &str) -> Result<Duration, String> {
+    let idle = humantime::parse_duration(value).map_err(|error| error.to_string())?;
+    if idle.is_zero() {
+        return Err("a session must be allowed some idle time".into());
+    }
+    Ok(idle)
 }

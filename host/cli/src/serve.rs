@@ -108,6 +108,7 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let http_options = HttpOptions {
         allowed_origins: args.allow_origin.clone(),
         token: mcp_token(&args)?,
+        session_idle: Some(args.session_idle),
         ..HttpOptions::default()
     };
     // An HTTP gateway owns the one default state file; every gateway on stdio (each agent
