@@ -374,11 +374,9 @@ impl HttpCalls {
         request: Request,
         rmcp: impl FnOnce(Request) -> BoxFuture<'static, Response>,
     ) -> Response {
-        let (parts, body) = request.into_parts();
-        let body = match read_within(body, self.settings.max_body).await {
-            Ok(body) => body,
-            // Broken, or longer than it said: rmcp's to answer, as it came.
-            Err(body) => return rmcp(Request::from_parts(parts, body)).await,
+        let (parts, body, rmcp) = match self.read_whole(request, rmcp).await {
+            Ok(read) => read,
+            Err(answered) => return answered,
         };
         static TOOLS_CALL: LazyLock<memmem::Finder<'static>> =
             LazyLock::new(|| memmem::Finder::new(b"\"tools/call\""));
@@ -425,11 +423,22 @@ impl HttpCalls {
         request: Request,
         rmcp: impl FnOnce(Request) -> BoxFuture<'static, Response>,
     ) -> Response {
+        match self.read_whole(request, rmcp).await {
+            Ok((parts, body, rmcp)) => pass_on(&session, parts, body, rmcp).await,
+            Err(answered) => answered,
+        }
+    }
+
+    /// A POST's head and whole body, and `rmcp` back; or, for one that cannot be read whole
+    /// (its body breaks, or is longer than rmcp takes), rmcp's answer to it as it came.
+    async fn read_whole<F>(&self, request: Request, rmcp: F) -> Result<(Parts, Bytes, F), Response>
+    where
+        F: FnOnce(Request) -> BoxFuture<'static, Response>,
+    {
         let (parts, body) = request.into_parts();
         match read_within(body, self.settings.max_body).await {
-            Ok(body) => pass_on(&session, parts, body, rmcp).await,
-            // Too large to be a cancellation, or broken: rmcp's to judge, as it came.
-            Err(body) => rmcp(Request::from_parts(parts, body)).await,
+            Ok(body) => Ok((parts, body, rmcp)),
+            Err(body) => Err(rmcp(Request::from_parts(parts, body)).await),
         }
     }
 

@@ -44,7 +44,7 @@ use super::super::super::Gateway;
 use super::super::super::direct;
 use super::{
     HttpCalls, ProgressTo, UNREAD_EVENTS, answer_event, event_stream_response, message_event,
-    progress_message, read_within, status,
+    progress_message, status,
 };
 use crate::transport::lines::Answer;
 use crate::transport::wire;
@@ -111,10 +111,9 @@ impl HttpCalls {
         request: Request,
         rmcp: impl FnOnce(Request) -> BoxFuture<'static, Response>,
     ) -> Response {
-        let (parts, body) = request.into_parts();
-        let body = match read_within(body, self.settings.max_body).await {
-            Ok(body) => body,
-            Err(body) => return rmcp(Request::from_parts(parts, body)).await,
+        let (parts, body, rmcp) = match self.read_whole(request, rmcp).await {
+            Ok(read) => read,
+            Err(answered) => return answered,
         };
         let taken = self
             .gateway
