@@ -135,7 +135,7 @@ pub(super) fn handling(
 }
 
 /// A tool call's handling, as [`handling`] makes it.
-pub(super) type Handling = BoxFuture<'static, Result<ServerResult, ErrorData>>;
+type Handling = BoxFuture<'static, Result<ServerResult, ErrorData>>;
 
 /// What answers call `id` once its handling gave `result` (its bytes in `raw`).
 pub(super) fn answer_of(

@@ -173,29 +173,9 @@ where
                 }
             })
         };
-        match self.calls.take(&request) {
-            calls::Taken::Post(session) => {
-                let calls = self.calls.clone();
-                Box::pin(async move { Ok(calls.serve_post(session, request, rmcp).await) })
-            }
-            calls::Taken::Other(session) => {
-                let calls = self.calls.clone();
-                Box::pin(async move { Ok(calls.serve_other(session, request, rmcp).await) })
-            }
-            calls::Taken::Delete(session) => {
-                let calls = self.calls.clone();
-                Box::pin(async move { Ok(calls.serve_delete(session, request, rmcp).await) })
-            }
-            calls::Taken::Resume(session, stream) => {
-                let response = self.calls.resume(&session, stream);
-                Box::pin(std::future::ready(Ok(response)))
-            }
-            calls::Taken::Modern => {
-                let calls = self.calls.clone();
-                Box::pin(async move { Ok(calls.serve_modern(request, rmcp).await) })
-            }
-            calls::Taken::Rmcp => Box::pin(async move { Ok(rmcp(request).await) }),
-        }
+        let calls = self.calls.clone();
+        let taken = calls.take(&request);
+        Box::pin(async move { Ok(calls.serve(taken, request, rmcp).await) })
     }
 }
 

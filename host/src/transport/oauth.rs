@@ -129,8 +129,7 @@ impl StreamableHttpClient for Signing {
         };
         // Each send boxed as it is made (3.3 KB each), so that what holds them is small: the
         // two sends and the recovery inline made `recovering` 18.5 KB, copied whole into its
-        // box on every call (7 % of an HTTP call's instructions), and every HTTP server
-        // without an `Authorization` header takes this path.
+        // box on every call of every HTTP server without an `Authorization` header.
         let send = |message, custom_headers| {
             Box::pin(signer.post_message_with_response_limits(
                 uri.clone(),

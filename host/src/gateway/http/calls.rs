@@ -155,19 +155,25 @@ struct Read {
 
 /// What a request to the endpoint is, for this module.
 pub(in crate::gateway) enum Taken {
-    /// A POST this module may serve (if its body is a call it can take).
-    Post(Arc<CallSession>),
+    /// A POST whose body this module reads first.
+    Read(ReadFirst),
     /// A GET that picks one of this module's streams up again: which, after which event.
     Resume(Arc<CallSession>, (u64, usize)),
-    /// Another POST of a session served here (it may cancel a call served here).
-    Other(Arc<CallSession>),
     /// The client ends a session served here.
     Delete(Arc<CallSession>),
-    /// A POST of a 2026-07-28 agent (no session) this module may serve, if its body is a
-    /// call it can take (see `modern.rs`).
-    Modern,
     /// rmcp's.
     Rmcp,
+}
+
+/// A POST this module reads whole before it decides.
+pub(in crate::gateway) enum ReadFirst {
+    /// One this module may serve (if its body is a call it can take).
+    Post(Arc<CallSession>),
+    /// Another POST of a session served here (it may cancel a call served here).
+    Other(Arc<CallSession>),
+    /// One of a 2026-07-28 agent (no session) this module may serve, if its body is a call
+    /// it can take (see `modern.rs`).
+    Modern,
 }
 
 impl HttpCalls {
@@ -259,7 +265,7 @@ impl HttpCalls {
         }
         if method == Method::POST && !headers.contains_key("mcp-session-id") {
             return match self.takes_modern(headers) {
-                true => Taken::Modern,
+                true => Taken::Read(ReadFirst::Modern),
                 false => Taken::Rmcp,
             };
         }
@@ -281,10 +287,10 @@ impl HttpCalls {
             };
         }
         if as_rmcp_takes && self.plain_json_post(headers) {
-            Taken::Post(session)
+            Taken::Read(ReadFirst::Post(session))
         } else if self.passes_rmcps_guards(headers) && acceptable_post(headers) {
             // It may cancel a call served here (whether or not it says its length).
-            Taken::Other(session)
+            Taken::Read(ReadFirst::Other(session))
         } else {
             // rmcp refuses it by its headers alone, before reading its body.
             Taken::Rmcp
@@ -326,7 +332,7 @@ impl HttpCalls {
 
     /// Serves a DELETE `Taken::Delete` chose, through `rmcp`: once rmcp has closed the
     /// session, calls still running here are cancelled.
-    pub(in crate::gateway) async fn serve_delete(
+    async fn serve_delete(
         self: Arc<Self>,
         session: Arc<CallSession>,
         request: Request,
@@ -366,18 +372,43 @@ impl HttpCalls {
                 .any(|served| authority.host().eq_ignore_ascii_case(served))
     }
 
-    /// Serves a POST `Taken::Post` chose: a tool call it can take here, or (told of a
-    /// cancellation) anything else through `rmcp`.
-    pub(in crate::gateway) async fn serve_post(
+    /// Serves a request as `take` chose, through `rmcp` where it is rmcp's.
+    pub(in crate::gateway) async fn serve(
         self: Arc<Self>,
-        session: Arc<CallSession>,
+        taken: Taken,
         request: Request,
         rmcp: impl FnOnce(Request) -> BoxFuture<'static, Response>,
     ) -> Response {
-        let (parts, body, rmcp) = match self.read_whole(request, rmcp).await {
-            Ok(read) => read,
-            Err(answered) => return answered,
+        let read = match taken {
+            Taken::Rmcp => return rmcp(request).await,
+            Taken::Resume(session, stream) => return self.resume(&session, stream),
+            Taken::Delete(session) => return self.serve_delete(session, request, rmcp).await,
+            Taken::Read(read) => read,
         };
+        let (parts, body) = request.into_parts();
+        let body = match read_within(body, self.settings.max_body).await {
+            Ok(body) => body,
+            // Broken, or longer than rmcp takes: rmcp's to answer, as it came.
+            Err(body) => return rmcp(Request::from_parts(parts, body)).await,
+        };
+        match read {
+            ReadFirst::Post(session) => self.serve_post(session, parts, body, rmcp).await,
+            // A cancellation that rmcp accepts cancels the call here too (rmcp ignores one
+            // of a request it never saw).
+            ReadFirst::Other(session) => pass_on(&session, parts, body, rmcp).await,
+            ReadFirst::Modern => self.serve_modern(parts, body, rmcp).await,
+        }
+    }
+
+    /// Serves a POST `ReadFirst::Post` chose, read whole: a tool call it can take here, or
+    /// anything else through `rmcp`.
+    async fn serve_post(
+        self: Arc<Self>,
+        session: Arc<CallSession>,
+        parts: Parts,
+        body: Bytes,
+        rmcp: impl FnOnce(Request) -> BoxFuture<'static, Response>,
+    ) -> Response {
         static TOOLS_CALL: LazyLock<memmem::Finder<'static>> =
             LazyLock::new(|| memmem::Finder::new(b"\"tools/call\""));
         if TOOLS_CALL.find(&body).is_some()
@@ -412,34 +443,6 @@ impl HttpCalls {
             };
         }
         pass_on(&session, parts, body, rmcp).await
-    }
-
-    /// Serves, through `rmcp`, a POST of a session served here that is not a call taken
-    /// here: a cancellation that rmcp accepts cancels the call here too (rmcp ignores one of
-    /// a request it never saw).
-    pub(in crate::gateway) async fn serve_other(
-        self: Arc<Self>,
-        session: Arc<CallSession>,
-        request: Request,
-        rmcp: impl FnOnce(Request) -> BoxFuture<'static, Response>,
-    ) -> Response {
-        match self.read_whole(request, rmcp).await {
-            Ok((parts, body, rmcp)) => pass_on(&session, parts, body, rmcp).await,
-            Err(answered) => answered,
-        }
-    }
-
-    /// A POST's head and whole body, and `rmcp` back; or, for one that cannot be read whole
-    /// (its body breaks, or is longer than rmcp takes), rmcp's answer to it as it came.
-    async fn read_whole<F>(&self, request: Request, rmcp: F) -> Result<(Parts, Bytes, F), Response>
-    where
-        F: FnOnce(Request) -> BoxFuture<'static, Response>,
-    {
-        let (parts, body) = request.into_parts();
-        match read_within(body, self.settings.max_body).await {
-            Ok(body) => Ok((parts, body, rmcp)),
-            Err(body) => Err(rmcp(Request::from_parts(parts, body)).await),
-        }
     }
 
     /// Tends the sessions: the calls of a session rmcp has ended are cancelled and it goes;
@@ -485,11 +488,7 @@ impl HttpCalls {
     }
 
     /// Serves a GET `Taken::Resume` chose: the stream's answer, once there.
-    pub(in crate::gateway) fn resume(
-        &self,
-        session: &CallSession,
-        (number, seen): (u64, usize),
-    ) -> Response {
+    fn resume(&self, session: &CallSession, (number, seen): (u64, usize)) -> Response {
         let stream = lock(&session.streams).get(&number).cloned();
         match stream {
             Some(stream) => event_stream(number, stream, Some(seen), &self.settings),

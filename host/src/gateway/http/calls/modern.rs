@@ -25,6 +25,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use futures::StreamExt;
@@ -104,17 +105,14 @@ impl HttpCalls {
             && self.plain_json_post(headers)
     }
 
-    /// Serves a POST `Taken::Modern` chose: a tool call it can take, or anything else through
-    /// `rmcp`.
-    pub(in crate::gateway) async fn serve_modern(
+    /// Serves a POST `ReadFirst::Modern` chose, read whole: a tool call it can take, or anything
+    /// else through `rmcp`.
+    pub(super) async fn serve_modern(
         self: Arc<Self>,
-        request: Request,
+        parts: Parts,
+        body: Bytes,
         rmcp: impl FnOnce(Request) -> BoxFuture<'static, Response>,
     ) -> Response {
-        let (parts, body, rmcp) = match self.read_whole(request, rmcp).await {
-            Ok(read) => read,
-            Err(answered) => return answered,
-        };
         let taken = self
             .gateway
             .get()
