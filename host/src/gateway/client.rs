@@ -86,6 +86,16 @@ pub(super) fn call_context(
 /// Where a 2026-07-28 client's call's log messages go: the call's own stream, at or above the
 /// level it asked for, marked with the server.
 fn log_sink(server: &str, level: LoggingLevel, context: &RequestContext<RoleServer>) -> LogSink {
+    let server = server.to_string();
+    // A call served past rmcp (`http/calls/modern.rs`) writes them to its own stream.
+    if let Some(to) = context.extensions.get::<super::http::calls::LogTo>() {
+        let to = to.clone();
+        return Arc::new(move |message| {
+            if downstream::severity(message.level) >= downstream::severity(level) {
+                to.send(downstream::attributed(&server, message));
+            }
+        });
+    }
     let peer = context.peer.clone();
     let (messages, mut pending) = mpsc::channel(64);
     tokio::spawn(async move {
@@ -96,7 +106,6 @@ fn log_sink(server: &str, level: LoggingLevel, context: &RequestContext<RoleServ
             }
         }
     });
-    let server = server.to_string();
     Arc::new(move |message| {
         if downstream::severity(message.level) >= downstream::severity(level) {
             // A client too slow to read its log misses some; the answer still comes.
@@ -208,6 +217,8 @@ pub(super) struct Client {
     /// For a 2026-07-28 client, where a server's questions go to become a request for input
     /// (see `asking.rs`); without it such a client cannot be asked.
     questions: Option<Questions>,
+    /// For a call served past rmcp (`http/calls.rs`), the stream its questions go on.
+    ask_on: Option<super::http::calls::AskOn>,
 }
 
 impl Client {
@@ -218,6 +229,10 @@ impl Client {
             capabilities: context.client_capabilities().unwrap_or_default(),
             modern: modern_client(context),
             questions: None,
+            ask_on: context
+                .extensions
+                .get::<super::http::calls::AskOn>()
+                .cloned(),
         }
     }
 
@@ -267,6 +282,9 @@ impl ClientAsk for Client {
                     ))
                 })
             });
+        }
+        if let Some(on) = &self.ask_on {
+            return on.ask(request);
         }
         // On the stream of the client's own request (Streamable HTTP): rmcp routes a request
         // that names the request it belongs to there.

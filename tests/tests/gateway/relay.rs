@@ -770,7 +770,7 @@ async fn a_result_reaches_an_http_agent_that_resumed_its_stream() {
 /// calls served past rmcp's session machinery (`gateway/http/calls.rs`), with all rmcp would
 /// give them: a priming event naming where to pick the stream up, the call's progress on its
 /// own stream before the answer, and a cancellation that reaches the server and ends the
-/// stream unanswered. An agent that declared sampling has its calls served by rmcp.
+/// stream unanswered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_agents_tool_calls_are_served_past_rmcp_with_all_it_gives() {
     let (dir, state, config) = one_upstream();
@@ -920,29 +920,86 @@ async fn an_http_agents_tool_calls_are_served_past_rmcp_with_all_it_gives() {
     let unknown = wire.pick_up("t999999/0").await;
     assert!(unknown.text().await.unwrap().is_empty());
 
-    // A client that may be asked things mid-call is served by rmcp, which routes them.
-    let mut asked = Wire::new(&url, false);
-    asked.capabilities = json!({"sampling": {}});
-    asked.initialize().await;
-    let (_, body) = asked
-        .post_text(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
-            "params": {"name": slow, "arguments": {"ms": 10}}}))
-        .await;
-    let ids = event_ids(&body);
-    assert!(
-        !ids.is_empty() && ids.iter().all(|id| !id.starts_with('t')),
-        "rmcp's stream: {body}"
-    );
-    assert!(body.contains("\"id\":4"), "answered: {body}");
     assert!(terminate(tether).await.success());
+}
+
+/// A 2025-11-25 agent on Streamable HTTP that declared sampling has its tool calls served past
+/// rmcp too: what the server asks during the call comes on the call's own stream (where rmcp
+/// puts a request that belongs to a client's request), the agent's answer POSTed to the session
+/// is taken as rmcp takes one (202) and reaches the server, whose result ends the stream; an
+/// error the agent answers with reaches the server as its error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_request_during_an_http_agents_call_rides_the_calls_own_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("servers.json");
+    let hostile = env!("CARGO_BIN_EXE_mcp-hostile");
+    let servers = json!({"mcpServers": {"h": {"command": hostile, "args": ["sampling"]}}});
+    std::fs::write(&config, servers.to_string()).unwrap();
+    let (tether, url) = serve_http(dir.path(), &config).await;
+    let mut wire = Wire::new(&url, false);
+    wire.capabilities = json!({"sampling": {}});
+    wire.initialize().await;
+    let big = wire.tool_ending("big").await;
+    let sampled = json!({"result": {"role": "assistant", "model": "m",
+        "content": {"type": "text", "text": "from the agent"}}});
+    let refused = json!({"error": {"code": -32000, "message": "the user said no"}});
+    for (id, mut reply, expected) in [
+        (4, sampled, "from the agent"),
+        (5, refused, "sampling refused: the user said no"),
+    ] {
+        let mut running = wire
+            .open(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": big, "arguments": {}}}))
+            .await;
+        let mut seen = String::new();
+        let asked = loop {
+            seen.push_str(&Wire::first_chunk(&mut running).await);
+            let messages = data_messages(&seen);
+            if let Some(asked) = messages
+                .into_iter()
+                .find(|m| m["method"] == "sampling/createMessage")
+            {
+                break asked;
+            }
+        };
+        assert!(
+            event_ids(&seen).iter().all(|id| id.starts_with('t')),
+            "on the call's own stream: {seen}"
+        );
+        reply["jsonrpc"] = json!("2.0");
+        reply["id"] = asked["id"].clone();
+        let taken = wire.open(reply).await;
+        assert_eq!(taken.status().as_u16(), 202, "the answer is taken");
+        let rest = tokio::time::timeout(PATIENCE, running.text())
+            .await
+            .expect("the stream ends in time")
+            .expect("its body");
+        seen.push_str(&rest);
+        let messages = data_messages(&seen);
+        let answer = messages.iter().find(|m| m["id"] == id).expect("answered");
+        let text = answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(text.contains(expected), "{seen}");
+    }
+    assert!(terminate(tether).await.success());
+}
+
+/// The JSON-RPC messages of an event stream's `data` lines.
+fn data_messages(body: &str) -> Vec<Value> {
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str(data.trim()).ok())
+        .collect()
 }
 
 /// A 2026-07-28 agent on Streamable HTTP (no session) has its tool calls served past rmcp's
 /// per-request service (`gateway/http/calls/modern.rs`), and gets what rmcp would give it: the
 /// same events (no ids: such a stream cannot be picked up) and statuses as for the same POST
-/// that rmcp serves (one with a loopback `Origin`, which this path leaves to rmcp); a request
-/// whose headers contradict its body refused, its call never run; and a call whose agent
-/// disconnects cancelled at the server.
+/// that rmcp serves (one with a loopback `Origin`, which this path leaves to rmcp); the log
+/// messages a call asks for on its stream before its answer, here as from rmcp; a request whose
+/// headers contradict its body refused, its call never run; and a call whose agent disconnects
+/// cancelled at the server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_2026_agents_http_calls_get_from_tether_what_rmcp_gives() {
     let (dir, state, config) = one_upstream();
@@ -1013,6 +1070,36 @@ async fn a_2026_agents_http_calls_get_from_tether_what_rmcp_gives() {
         progress_at.is_some() && answer_at.is_some() && progress_at < answer_at,
         "{answer}"
     );
+
+    // The log messages it asked for (`_meta` `logLevel`), on its stream before its answer,
+    // served here as by rmcp.
+    let mut logged = Vec::new();
+    for (id, headers) in [(6, &[][..]), (7, &by_rmcp[..])] {
+        let mut asking = call(id, &slow, json!({"ms": 1500}));
+        asking["params"]["_meta"]["io.modelcontextprotocol/logLevel"] = json!("warning");
+        let calls = state.calls_of("slow");
+        let running = tokio::spawn(post(&slow, asking, headers));
+        wait_until("the call reached the server", || {
+            state.calls_of("slow") > calls
+        })
+        .await;
+        logged.push(format!("logged during call {id}"));
+        state.control(json!({"logs": logged}));
+        let body = running
+            .await
+            .unwrap()
+            .expect("an answer")
+            .text()
+            .await
+            .unwrap();
+        let log_at = body.find(&format!("\"logged during call {id}\""));
+        let answer_at = body.find("slept 1500 ms");
+        assert!(
+            log_at.is_some() && answer_at.is_some() && log_at < answer_at,
+            "{headers:?}: {body}"
+        );
+        assert!(body.contains("notifications/message"), "{body}");
+    }
 
     // Headers that contradict the body: refused as rmcp refuses them, and the call never runs.
     let refused = post(&slow, call(4, &echo, json!({"text": "x"})), &[])

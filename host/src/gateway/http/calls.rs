@@ -15,7 +15,10 @@
 //! answer, and the stream ends; the POST that carries it is read here, whether it says its
 //! length or comes in chunks, and passed on to rmcp whole), the session's end. A call is taken only when nothing could need
 //! rmcp's routing: a session of a 2025 protocol version whose client declared nothing a server
-//! may ask it (sampling, elicitation, roots), and a request whose headers rmcp would accept as
+//! asked for nothing rmcp alone could route; what a server asks the client during a call
+//! (sampling, an elicitation, roots) rides the call's own stream, as rmcp puts it on the
+//! stream of the request it belongs to, and the client's answer, POSTed to the session, is
+//! taken here. A request whose headers rmcp would accept as
 //! they are (no `Origin`, a loopback `Host` where only loopback names are served, the session's
 //! protocol version, a JSON body of known length within rmcp's limit). Everything else goes to
 //! rmcp, unchanged. rmcp ends a session its worker has not heard from for its keep-alive: a
@@ -39,14 +42,15 @@ use futures::future::BoxFuture;
 use memchr::memmem;
 use rmcp::RoleServer;
 use rmcp::model::{
-    CallToolRequest, JsonRpcMessage, JsonRpcNotification, JsonRpcVersion2_0, ProgressNotification,
-    ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestId, RequestMetaObject,
-    ServerNotification, ServerResult,
+    CallToolRequest, ClientJsonRpcMessage, ClientResult, ErrorData, JsonRpcError, JsonRpcMessage,
+    JsonRpcNotification, JsonRpcVersion2_0, ProgressNotification, ProgressNotificationParam,
+    ProgressToken, ProtocolVersion, RequestId, RequestMetaObject, ServerNotification,
+    ServerRequest, ServerResult,
 };
 use rmcp::service::NotificationContext;
 use rmcp::service::TxJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::super::Gateway;
@@ -58,6 +62,8 @@ use crate::transport::wire;
 use crate::upstream::route::ProgressForward;
 
 mod modern;
+
+pub(in crate::gateway) use modern::LogTo;
 
 /// How often, as a share of rmcp's keep-alive (5 minutes by default) and of how long answers
 /// are kept (1 minute), the sessions served here are tended.
@@ -73,6 +79,10 @@ const UNREAD_EVENTS: usize = 4096;
 /// Where this module's streams are named in their event ids: rmcp's are `<index>/<number>`,
 /// which never starts with this.
 const OURS: &str = "t";
+
+/// What the ids of the requests this module sends a client start with: rmcp numbers its own,
+/// so the two never meet.
+const ASKED: &str = "tether-asked-";
 
 /// The tool calls of an endpoint's sessions that are served here.
 pub(in crate::gateway) struct HttpCalls {
@@ -118,7 +128,15 @@ pub(in crate::gateway) struct CallSession {
     /// is in use, in ms from `epoch`.
     used_ms: AtomicU64,
     touched_ms: AtomicU64,
+    /// Whether its client declared anything a server may ask it (sampling, elicitation, roots).
+    askable: bool,
+    /// What its calls asked the client and wait for an answer to, by the id the client sees.
+    asked: Mutex<HashMap<RequestId, Answered>>,
+    next_asked: AtomicU64,
 }
+
+/// Where the client's answer to a request it was sent goes.
+type Answered = oneshot::Sender<Result<ClientResult, ErrorData>>;
 
 /// One call's stream: its events so far (progress, then the answer), each in pieces (a
 /// result's bytes are not copied), and whether it has ended.
@@ -224,13 +242,12 @@ impl HttpCalls {
         };
         let declared = &client.capabilities;
         let version = client.protocol_version.as_str();
-        if version >= ProtocolVersion::V_2026_07_28.as_str()
-            || declared.sampling.is_some()
-            || declared.elicitation.is_some()
-            || declared.roots.is_some()
-        {
+        if version >= ProtocolVersion::V_2026_07_28.as_str() {
             return;
         }
+        let askable = declared.sampling.is_some()
+            || declared.elicitation.is_some()
+            || declared.roots.is_some();
         let Ok(version) = HeaderValue::from_str(version) else {
             return;
         };
@@ -243,6 +260,9 @@ impl HttpCalls {
             streams: Mutex::default(),
             used_ms: AtomicU64::new(now),
             touched_ms: AtomicU64::new(now),
+            askable,
+            asked: Mutex::default(),
+            next_asked: AtomicU64::new(1),
         });
         lock(&self.sessions).insert(id.to_string(), session);
         if !self.tending.swap(true, Ordering::Relaxed) {
@@ -431,6 +451,13 @@ impl HttpCalls {
                 };
                 call.extensions.insert(ProgressTo(Arc::new(progress)));
             }
+            if session.askable {
+                call.extensions.insert(AskOn(Arc::new(StreamAsk {
+                    session: Arc::downgrade(&session),
+                    stream: stream.clone(),
+                    number,
+                })));
+            }
             let answers = answering(stream.clone(), number, self.clone());
             match session.direct.call(id, call, &answers) {
                 None => {
@@ -500,6 +527,29 @@ impl HttpCalls {
 }
 
 impl CallSession {
+    /// Takes the client's answer to a request a call served here sent it (accepted as rmcp
+    /// accepts an answer: 202, no body); `None` if `body` is no such answer.
+    fn take_answer(&self, headers: &HeaderMap, body: &[u8]) -> Option<Response> {
+        if lock(&self.asked).is_empty()
+            || headers.get("mcp-protocol-version") != Some(&self.version)
+        {
+            return None;
+        }
+        // Decoded as rmcp decodes it, so the answer is what rmcp would have passed on.
+        let (id, answer) = match serde_json::from_slice::<ClientJsonRpcMessage>(body).ok()? {
+            JsonRpcMessage::Response(response) => (response.id, Ok(response.result)),
+            JsonRpcMessage::Error(JsonRpcError {
+                id: Some(id),
+                error,
+                ..
+            }) => (id, Err(error)),
+            _ => return None,
+        };
+        let waiting = lock(&self.asked).remove(&id)?;
+        let _ = waiting.send(answer);
+        Some(status(StatusCode::ACCEPTED))
+    }
+
     /// A new stream, numbered `number`.
     fn open(&self, number: u64) -> Arc<Stream> {
         let stream = Arc::new(Stream {
@@ -797,6 +847,9 @@ async fn pass_on(
 ) -> Response {
     static CANCELLED: LazyLock<memmem::Finder<'static>> =
         LazyLock::new(|| memmem::Finder::new(b"\"notifications/cancelled\""));
+    if let Some(accepted) = session.take_answer(&parts.headers, &body) {
+        return accepted;
+    }
     // rmcp routes a notification to the session only for a protocol version before 2026-07-28
     // (none named: 2025-03-26); it ignores one of a later version.
     let to_session = parts
@@ -913,6 +966,71 @@ fn needs_no_routing(call: &CallToolRequest) -> bool {
 /// Where a call served here sends its progress (read by `client::call_context`).
 #[derive(Clone)]
 pub(in crate::gateway) struct ProgressTo(pub Arc<dyn ProgressForward>);
+
+/// Where a call served here sends what a server asks its client during it (read by
+/// `client::Client::of`).
+#[derive(Clone)]
+pub(in crate::gateway) struct AskOn(Arc<StreamAsk>);
+
+/// Requests to the client as events of a call's own stream.
+struct StreamAsk {
+    session: Weak<CallSession>,
+    stream: Arc<Stream>,
+    number: u64,
+}
+
+impl AskOn {
+    /// Sends `request` to the client on the call's stream: the client's answer, once it
+    /// POSTs it to the session.
+    pub(in crate::gateway) fn ask(
+        &self,
+        request: ServerRequest,
+    ) -> BoxFuture<'static, Result<ClientResult, ErrorData>> {
+        let ask = self.0.clone();
+        Box::pin(async move {
+            let session = ask
+                .session
+                .upgrade()
+                .ok_or_else(|| unasked("its session ended"))?;
+            let number = session.next_asked.fetch_add(1, Ordering::Relaxed);
+            let id = RequestId::String(format!("{ASKED}{number}").into());
+            let (answer, answered) = oneshot::channel();
+            lock(&session.asked).insert(id.clone(), answer);
+            // The question goes when its asker gives up (the server cancelled its request).
+            let _waiting = Waiting {
+                session: ask.session.clone(),
+                id: id.clone(),
+            };
+            drop(session);
+            let message: TxJsonRpcMessage<RoleServer> = JsonRpcMessage::request(request, id);
+            let event = |index| message_event(&event_head(ask.number, index), &message);
+            if ask.stream.push(false, event).is_none() {
+                return Err(unasked("its call's stream has ended or is not being read"));
+            }
+            answered
+                .await
+                .unwrap_or_else(|_| Err(unasked("its session ended before it answered")))
+        })
+    }
+}
+
+/// A request to the client that waits for its answer; gone from the session when dropped.
+struct Waiting {
+    session: Weak<CallSession>,
+    id: RequestId,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.upgrade() {
+            lock(&session.asked).remove(&self.id);
+        }
+    }
+}
+
+fn unasked(why: &str) -> ErrorData {
+    ErrorData::internal_error(format!("the client did not answer: {why}"), None)
+}
 
 /// A call's progress as events of its own stream, under the client's token, in the order it
 /// came and never backwards (as `client::Forwarder` passes it to rmcp).

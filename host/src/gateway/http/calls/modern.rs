@@ -17,8 +17,9 @@
 //! limit, the protocol version 2026-07-28 in the header and in the body's `_meta` with the
 //! client's capabilities, `Mcp-Method: tools/call` and an `Mcp-Name` (not Base64-encoded) that
 //! names the body's tool, a tool whose input schema promotes no argument to a header
-//! (`x-mcp-header`, which rmcp checks against `Mcp-Param-*`), and no `logLevel` in `_meta`
-//! (whose messages rmcp sends on the request's stream). Everything else goes to rmcp unchanged.
+//! (`x-mcp-header`, which rmcp checks against `Mcp-Param-*`). The log messages a call asks for
+//! (`logLevel` in `_meta`) are events of its stream, with its progress, as rmcp sends them on
+//! the request's stream. Everything else goes to rmcp unchanged.
 
 use std::convert::Infallible;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -34,7 +35,7 @@ use memchr::memmem;
 use rmcp::model::{
     CallToolRequest, ClientCapabilities, ErrorCode, Implementation, InitializeRequestParams,
     JsonRpcMessage, ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestId,
-    RequestMetaObject,
+    RequestMetaObject, ServerNotification,
 };
 use rmcp::service::{Peer, RunningService, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::{RoleServer, ServerHandler};
@@ -136,10 +137,11 @@ impl HttpCalls {
             })
             .peer;
         let (updates, progress) = mpsc::channel(UNREAD_EVENTS);
-        let token = call
-            .extensions
-            .get::<RequestMetaObject>()
-            .and_then(|meta| meta.get_progress_token());
+        let meta = call.extensions.get::<RequestMetaObject>();
+        let token = meta.and_then(|meta| meta.get_progress_token());
+        if meta.is_some_and(|meta| meta.log_level().is_some()) {
+            call.extensions.insert(LogTo(updates.clone()));
+        }
         if let Some(token) = token {
             let to = ModernProgress {
                 token,
@@ -218,7 +220,6 @@ fn modern_call(
         .protocol_version()
         .is_some_and(|version| version == modern)
         && meta.missing_required_keys(&modern).is_empty()
-        && meta.log_level().is_none()
         && single(headers, "mcp-name") == Some(call.params.name.as_ref())
         && !promotes_arguments(gateway, &call.params.name);
     takes.then_some((id, call))
@@ -377,6 +378,24 @@ impl ProgressForward for ModernProgress {
     /// Each update is an event the moment it is taken.
     fn flush(&self) -> BoxFuture<'static, ()> {
         Box::pin(std::future::ready(()))
+    }
+}
+
+/// Where a call served here sends the log messages it asked for (read by `client::call_context`):
+/// events of its POST's stream, among its progress; a reader too slow to take them misses some.
+#[derive(Clone)]
+pub(in crate::gateway) struct LogTo(mpsc::Sender<Bytes>);
+
+#[allow(deprecated)] // logging: deprecated by SEP-2577, still asked for per request
+impl LogTo {
+    pub(in crate::gateway) fn send(&self, message: rmcp::model::LoggingMessageNotificationParam) {
+        let notification = ServerNotification::LoggingMessageNotification(
+            rmcp::model::LoggingMessageNotification::new(message),
+        );
+        let message: TxJsonRpcMessage<RoleServer> = JsonRpcMessage::notification(notification);
+        if let Some(event) = message_event(DATA, &message).pop() {
+            let _ = self.0.try_send(event);
+        }
     }
 }
 
