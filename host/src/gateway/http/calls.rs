@@ -928,20 +928,52 @@ fn essence(media: &str) -> &str {
     media.split(';').next().unwrap_or_default().trim()
 }
 
-/// Whether `Accept` takes `media` exactly, with a weight above 0.
+/// Whether `Accept` takes `media` exactly, as rmcp reads it: entries and their parameters split
+/// outside quoted strings, an entry left out only for a weight of zero (a weight RFC 9110
+/// does not admit is ignored).
 fn accepts(headers: &HeaderMap, media: &str) -> bool {
     let values = headers.get_all(header::ACCEPT).iter();
     let mut entries = values
         .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','));
+        .flat_map(|value| outside_quotes(value, ','));
     entries.any(|entry| {
-        let weighted_out = entry.split(';').skip(1).any(|parameter| {
-            let (name, value) = parameter.split_once('=').unwrap_or((parameter, ""));
-            name.trim().eq_ignore_ascii_case("q")
-                && value.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)
-        });
-        essence(entry).eq_ignore_ascii_case(media) && !weighted_out
+        let mut parts = outside_quotes(entry, ';');
+        let essence = parts.next().unwrap_or_default().trim();
+        essence.eq_ignore_ascii_case(media)
+            && parts.all(|parameter| match parameter.split_once('=') {
+                Some((name, weight)) if name.trim().eq_ignore_ascii_case("q") => {
+                    !zero_weight(weight.trim())
+                }
+                _ => true,
+            })
     })
+}
+
+/// `value` split at `delimiter` where it is outside a quoted string (`\` escapes in one).
+fn outside_quotes(value: &str, delimiter: char) -> impl Iterator<Item = &str> {
+    let (mut quoted, mut escaped) = (false, false);
+    value.split(move |character| match character {
+        _ if escaped => {
+            escaped = false;
+            false
+        }
+        '\\' if quoted => {
+            escaped = true;
+            false
+        }
+        '"' => {
+            quoted = !quoted;
+            false
+        }
+        other => !quoted && other == delimiter,
+    })
+}
+
+/// Whether a weight is zero as RFC 9110 writes one (`0`, `0.`, up to three zeros after the
+/// point).
+fn zero_weight(weight: &str) -> bool {
+    let (whole, fraction) = weight.split_once('.').unwrap_or((weight, ""));
+    whole == "0" && fraction.len() <= 3 && fraction.bytes().all(|digit| digit == b'0')
 }
 
 fn status(code: StatusCode) -> Response {
@@ -1159,6 +1191,85 @@ mod tests {
         let past = read_within(chunks(), 5).await.expect_err("past the limit");
         let again = axum::body::to_bytes(past, usize::MAX).await.unwrap();
         assert_eq!(again, Bytes::from("{\"a\":1}"), "nothing lost");
+    }
+
+    /// A call's stream while its call runs quietly: its priming event, then a comment each
+    /// keep-alive period, then its answer, and it ends.
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_stream_is_kept_alive_with_comments_until_its_answer() {
+        let settings = || Settings {
+            hosts: Hosts::Loopback,
+            max_body: 1 << 20,
+            sse_retry: Some(Duration::from_millis(3000)),
+            sse_keep_alive: Some(Duration::from_secs(15)),
+        };
+        let calls = HttpCalls::new(Arc::new(LocalSessionManager::default()), settings());
+        let stream = Arc::new(Stream {
+            events: Mutex::default(),
+            changed: watch::Sender::new(()),
+            ended_ms: AtomicU64::new(0),
+        });
+        let mut body = event_stream(7, stream.clone(), None, &settings())
+            .into_body()
+            .into_data_stream();
+        let mut next = async || String::from_utf8(body.next().await.unwrap().unwrap().to_vec());
+        assert_eq!(next().await.unwrap(), "id: t7/0\nretry: 3000\ndata: \n\n");
+        let start = tokio::time::Instant::now();
+        for period in 1..=3 {
+            assert_eq!(next().await.unwrap(), ":\n\n");
+            assert_eq!(start.elapsed(), Duration::from_secs(15 * period));
+        }
+        stream.answer(
+            |n| vec![Bytes::from(format!("id: t7/{n}\ndata: {{}}\n\n"))],
+            |_| Vec::new(),
+            &calls,
+        );
+        assert_eq!(next().await.unwrap(), "id: t7/1\ndata: {}\n\n");
+        assert!(body.next().await.is_none(), "it ends with the answer");
+    }
+
+    #[test]
+    fn accept_is_read_as_rmcp_reads_it() {
+        let accepts_with = |values: &[&'static str], media| {
+            let mut headers = HeaderMap::new();
+            for value in values {
+                headers.append(header::ACCEPT, HeaderValue::from_static(value));
+            }
+            accepts(&headers, media)
+        };
+        let both = "application/json, text/event-stream";
+        assert!(accepts_with(&[both], "application/json"));
+        assert!(accepts_with(&[both], "text/event-stream"));
+        assert!(accepts_with(
+            &["application/json", "TEXT/Event-Stream"],
+            "text/event-stream"
+        ));
+        // A comma or semicolon in a quoted parameter splits nothing, escaped quotes included.
+        let quoted = r#"application/json;profile="a,text/event-stream", text/plain"#;
+        assert!(!accepts_with(&[quoted], "text/event-stream"));
+        let escaped = r#"application/json;p="a\",text/event-stream""#;
+        assert!(!accepts_with(&[escaped], "text/event-stream"));
+        let weight_in_quotes = r#"application/json;profile="a;q=0""#;
+        assert!(accepts_with(&[weight_in_quotes], "application/json"));
+        // Only a weight of zero leaves an entry out; one RFC 9110 does not admit is ignored.
+        for zero in ["0", "0.", "0.0", "0.000", " 0 "] {
+            let value = format!("text/event-stream;q={zero}");
+            let value = HeaderValue::from_str(&value).unwrap();
+            let mut headers = HeaderMap::new();
+            headers.append(header::ACCEPT, value);
+            assert!(!accepts(&headers, "text/event-stream"), "q={zero}");
+        }
+        for kept in ["0.001", "1", "abc", "0.0000", "0.5"] {
+            let value = format!("text/event-stream;q={kept}");
+            let value = HeaderValue::from_str(&value).unwrap();
+            let mut headers = HeaderMap::new();
+            headers.append(header::ACCEPT, value);
+            assert!(accepts(&headers, "text/event-stream"), "q={kept}");
+        }
+        assert!(
+            !accepts_with(&["*/*"], "text/event-stream"),
+            "rmcp wants it named"
+        );
     }
 
     #[test]
