@@ -11,7 +11,8 @@
 //! `--servers N --tools M` adds N−1 more servers offering M generated tools each (the called one
 //! offers them too): a call's cost must not grow with what is configured. `--http` measures
 //! the Streamable HTTP path instead: the called server is the fixture over HTTP (not traced),
-//! the client an HTTP session with `tether serve --http`.
+//! the client an HTTP session with `tether serve --http`. `--askable-client` makes the client
+//! declare sampling, elicitation and roots, as agents that take servers' requests do.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -19,8 +20,8 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
-use crate::gateway::connect_client;
-use crate::util::{self, echo_ok, scratch, table};
+use crate::gateway::connect_agent;
+use crate::util::{self, Agent, echo_ok, scratch, table};
 
 #[derive(clap::Parser)]
 pub struct Args {
@@ -48,6 +49,10 @@ pub struct Args {
     /// With `--http`: the called server configured with `keep_connections = true`.
     #[arg(long)]
     keep_connections: bool,
+    /// The client declares sampling, elicitation and roots, as agents that take servers'
+    /// requests do.
+    #[arg(long)]
+    askable_client: bool,
 }
 
 /// The servers configured, what each measured call is (`echo`, or `blob` with a result of
@@ -62,6 +67,8 @@ struct Load<'a> {
     upstream: Option<&'a str>,
     /// Whether tool calls to it keep their connections.
     keep_connections: bool,
+    /// Whether the client declares what servers may ask it.
+    askable: bool,
 }
 
 /// A config of `servers` fixtures with `tools` generated tools each; the first is `up`. Their
@@ -161,14 +168,18 @@ async fn instructions(
     }
     let mut serve = serve.spawn().expect("valgrind runs (install valgrind)");
     let pid = serve.id().expect("running");
+    let agent = Agent {
+        askable: load.askable,
+        ..Agent::default()
+    };
     let client = if http {
         let log = serve.stderr.take().unwrap();
         let url = util::word_after_within(log, "serving MCP at ", Duration::from_secs(300)).await;
         let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url);
-        connect_client(transport, modern).await
+        connect_agent(transport, modern, agent).await
     } else {
         let io = (serve.stdout.take().unwrap(), serve.stdin.take().unwrap());
-        connect_client(io, modern).await
+        connect_agent(io, modern, agent).await
     };
     // Slow polls: every list the client sends is counted in both runs alike.
     let last = match load.servers {
@@ -279,12 +290,17 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| util::sibling("tether-cli"));
     println!(
-        "\n## gateway-cost: instructions `{}` executes per forwarded call (callgrind, {}, {} calls of {}, {} servers of {} generated tools)\n",
+        "\n## gateway-cost: instructions `{}` executes per forwarded call (callgrind, {}{}, {} calls of {}, {} servers of {} generated tools)\n",
         tether.display(),
         if args.http {
             "Streamable HTTP"
         } else {
             "stdio"
+        },
+        if args.askable_client {
+            ", a client declaring sampling, elicitation and roots"
+        } else {
+            ""
         },
         args.calls,
         match args.result_bytes {
@@ -310,6 +326,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         keep: args.keep.as_deref(),
         upstream: url.as_deref(),
         keep_connections: args.keep_connections,
+        askable: args.askable_client,
     };
     // A first start compiles the policy into the cache; the measured runs load it.
     let warm = Load {
@@ -319,6 +336,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         keep: None,
         upstream: None,
         keep_connections: false,
+        askable: false,
     };
     rt.block_on(instructions(&tether, "cost-warm", false, 0, warm));
     let mut rows = Vec::new();

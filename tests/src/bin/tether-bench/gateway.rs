@@ -148,6 +148,19 @@ where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
 {
+    connect_agent(transport, modern, Agent::default()).await
+}
+
+/// As [`connect_client`], with `agent` as the client.
+pub async fn connect_agent<T, E, A>(
+    transport: T,
+    modern: bool,
+    agent: Agent,
+) -> RunningService<RoleClient, Agent>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
     use rmcp::ClientServiceExt;
     let lifecycle = if modern {
         rmcp::ClientLifecycleMode::Discover {
@@ -156,7 +169,7 @@ where
     } else {
         rmcp::ClientLifecycleMode::Initialize
     };
-    Agent::default()
+    agent
         .serve_with_lifecycle(transport, lifecycle)
         .await
         .expect("an MCP session with the gateway")

@@ -235,9 +235,24 @@ pub async fn word_after_within<R: tokio::io::AsyncRead + Unpin + Send + 'static>
 #[derive(Clone, Default)]
 pub struct Agent {
     pub list_changes: std::sync::Arc<std::sync::Mutex<Vec<std::time::SystemTime>>>,
+    /// Whether it declares sampling, elicitation and roots, as agents that take servers'
+    /// requests do (it answers none: the benchmarks' servers ask nothing).
+    pub askable: bool,
 }
 
 impl ClientHandler for Agent {
+    fn get_info(&self) -> rmcp::model::ClientInfo {
+        let mut info = rmcp::model::ClientInfo::default();
+        if self.askable {
+            info.capabilities = rmcp::model::ClientCapabilities::builder()
+                .enable_sampling()
+                .enable_elicitation()
+                .enable_roots()
+                .build();
+        }
+        info
+    }
+
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.list_changes
             .lock()
