@@ -241,8 +241,9 @@ pub struct Agent {
 }
 
 impl ClientHandler for Agent {
-    fn get_info(&self) -> rmcp::model::ClientInfo {
-        let mut info = rmcp::model::ClientInfo::default();
+    #[allow(deprecated)] // sampling and roots: deprecated by SEP-2577, still declared by agents
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let mut info = rmcp::model::ClientConfig::default();
         if self.askable {
             info.capabilities = rmcp::model::ClientCapabilities::builder()
                 .enable_sampling()
