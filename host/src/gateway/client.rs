@@ -283,8 +283,12 @@ impl ClientAsk for Client {
                 })
             });
         }
+        // On the stream of a call served past rmcp; once that has ended, rmcp's way.
         if let Some(on) = &self.ask_on {
-            return on.ask(request);
+            request = match on.ask(request) {
+                Ok(asked) => return asked,
+                Err(request) => *request,
+            };
         }
         // On the stream of the client's own request (Streamable HTTP): rmcp routes a request
         // that names the request it belongs to there.

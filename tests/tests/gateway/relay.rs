@@ -926,8 +926,9 @@ async fn an_http_agents_tool_calls_are_served_past_rmcp_with_all_it_gives() {
 /// A 2025-11-25 agent on Streamable HTTP that declared sampling has its tool calls served past
 /// rmcp too: what the server asks during the call comes on the call's own stream (where rmcp
 /// puts a request that belongs to a client's request), the agent's answer POSTed to the session
-/// is taken as rmcp takes one (202) and reaches the server, whose result ends the stream; an
-/// error the agent answers with reaches the server as its error.
+/// is taken as rmcp takes one (202) and reaches the server, whose result ends the stream, also
+/// when it comes in chunks without a protocol version header (as rmcp takes it); an error the
+/// agent answers with reaches the server as its error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_servers_request_during_an_http_agents_call_rides_the_calls_own_stream() {
     let dir = tempfile::tempdir().unwrap();
@@ -943,9 +944,13 @@ async fn a_servers_request_during_an_http_agents_call_rides_the_calls_own_stream
     let sampled = json!({"result": {"role": "assistant", "model": "m",
         "content": {"type": "text", "text": "from the agent"}}});
     let refused = json!({"error": {"code": -32000, "message": "the user said no"}});
-    for (id, mut reply, expected) in [
-        (4, sampled, "from the agent"),
-        (5, refused, "sampling refused: the user said no"),
+    let chunked = json!({"result": {"role": "assistant", "model": "m",
+        "content": {"type": "text", "text": "in chunks"}}});
+    for (id, mut reply, expected, plain) in [
+        (4, sampled, "from the agent", true),
+        (5, refused, "sampling refused: the user said no", true),
+        // No protocol version header (rmcp reads 2025-03-26) and no length: taken too.
+        (6, chunked, "in chunks", false),
     ] {
         let mut running = wire
             .open(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
@@ -962,13 +967,29 @@ async fn a_servers_request_during_an_http_agents_call_rides_the_calls_own_stream
                 break asked;
             }
         };
+        let ids = event_ids(&seen);
         assert!(
-            event_ids(&seen).iter().all(|id| id.starts_with('t')),
+            !ids.is_empty() && ids.iter().all(|id| id.starts_with('t')),
             "on the call's own stream: {seen}"
         );
         reply["jsonrpc"] = json!("2.0");
         reply["id"] = asked["id"].clone();
-        let taken = wire.open(reply).await;
+        let taken = if plain {
+            wire.open(reply).await
+        } else {
+            let text = reply.to_string();
+            let chunks = [text[..10].to_string(), text[10..].to_string()];
+            let chunks = futures::stream::iter(chunks.map(Ok::<_, std::io::Error>));
+            reqwest::Client::new()
+                .post(&url)
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .header("mcp-session-id", wire.session.as_deref().unwrap())
+                .body(reqwest::Body::wrap_stream(chunks))
+                .send()
+                .await
+                .expect("the answer's POST")
+        };
         assert_eq!(taken.status().as_u16(), 202, "the answer is taken");
         let rest = tokio::time::timeout(PATIENCE, running.text())
             .await
@@ -1072,11 +1093,15 @@ async fn a_2026_agents_http_calls_get_from_tether_what_rmcp_gives() {
     );
 
     // The log messages it asked for (`_meta` `logLevel`), on its stream before its answer,
-    // served here as by rmcp.
+    // served here as by rmcp; none below its level (the server logs at `warning`).
     let mut logged = Vec::new();
-    for (id, headers) in [(6, &[][..]), (7, &by_rmcp[..])] {
+    for (id, headers, level) in [
+        (6, &[][..], "warning"),
+        (7, &by_rmcp[..], "warning"),
+        (8, &[][..], "error"),
+    ] {
         let mut asking = call(id, &slow, json!({"ms": 1500}));
-        asking["params"]["_meta"]["io.modelcontextprotocol/logLevel"] = json!("warning");
+        asking["params"]["_meta"]["io.modelcontextprotocol/logLevel"] = json!(level);
         let calls = state.calls_of("slow");
         let running = tokio::spawn(post(&slow, asking, headers));
         wait_until("the call reached the server", || {
@@ -1094,8 +1119,16 @@ async fn a_2026_agents_http_calls_get_from_tether_what_rmcp_gives() {
             .unwrap();
         let log_at = body.find(&format!("\"logged during call {id}\""));
         let answer_at = body.find("slept 1500 ms");
+        assert!(answer_at.is_some(), "{body}");
+        if level == "error" {
+            assert!(
+                !body.contains("notifications/message"),
+                "below its level: {body}"
+            );
+            continue;
+        }
         assert!(
-            log_at.is_some() && answer_at.is_some() && log_at < answer_at,
+            log_at.is_some() && log_at < answer_at,
             "{headers:?}: {body}"
         );
         assert!(body.contains("notifications/message"), "{body}");

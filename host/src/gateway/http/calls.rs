@@ -13,15 +13,15 @@
 //! newest reader takes the stream over, as in rmcp), keep-alive comments while it runs, its
 //! progress on its stream before the answer, cancellation by `notifications/cancelled` (then no
 //! answer, and the stream ends; the POST that carries it is read here, whether it says its
-//! length or comes in chunks, and passed on to rmcp whole), the session's end. A call is taken only when nothing could need
-//! rmcp's routing: a session of a 2025 protocol version whose client declared nothing a server
-//! asked for nothing rmcp alone could route; what a server asks the client during a call
-//! (sampling, an elicitation, roots) rides the call's own stream, as rmcp puts it on the
-//! stream of the request it belongs to, and the client's answer, POSTed to the session, is
-//! taken here. A request whose headers rmcp would accept as
-//! they are (no `Origin`, a loopback `Host` where only loopback names are served, the session's
-//! protocol version, a JSON body of known length within rmcp's limit). Everything else goes to
-//! rmcp, unchanged. rmcp ends a session its worker has not heard from for its keep-alive: a
+//! length or comes in chunks, and passed on to rmcp whole), the session's end. What a server
+//! asks the client during the call (sampling, an elicitation, roots) rides the call's own
+//! stream, where rmcp puts a request that belongs to a client's request (on rmcp's standalone
+//! stream, as rmcp falls back, once the call's has ended), and the client's answer, POSTed to
+//! the session, is taken here. A call is taken only when nothing could need rmcp's routing: a
+//! session of a 2025 protocol version, and a request whose headers rmcp would accept as they are
+//! (no `Origin`, a loopback `Host` where only loopback names are served, the session's protocol
+//! version, a JSON body of known length within rmcp's limit). Everything else goes to rmcp,
+//! unchanged. rmcp ends a session its worker has not heard from for its keep-alive: a
 //! task tends the sessions served here a few times a keep-alive, telling rmcp's worker of the
 //! ones in use (a no-op event), ending the calls of the ones rmcp has ended, and dropping the
 //! streams kept long enough.
@@ -530,9 +530,7 @@ impl CallSession {
     /// Takes the client's answer to a request a call served here sent it (accepted as rmcp
     /// accepts an answer: 202, no body); `None` if `body` is no such answer.
     fn take_answer(&self, headers: &HeaderMap, body: &[u8]) -> Option<Response> {
-        if lock(&self.asked).is_empty()
-            || headers.get("mcp-protocol-version") != Some(&self.version)
-        {
+        if lock(&self.asked).is_empty() || !to_a_session(headers) {
             return None;
         }
         // Decoded as rmcp decodes it, so the answer is what rmcp would have passed on.
@@ -1012,37 +1010,42 @@ struct StreamAsk {
 }
 
 impl AskOn {
-    /// Sends `request` to the client on the call's stream: the client's answer, once it
-    /// POSTs it to the session.
+    /// Sends `request` to the client on the call's stream (however far behind its reader is,
+    /// as the answer): the client's answer, once it POSTs it to the session. The request back
+    /// if the stream has ended (or its session), for rmcp to send as it would.
     pub(in crate::gateway) fn ask(
         &self,
         request: ServerRequest,
-    ) -> BoxFuture<'static, Result<ClientResult, ErrorData>> {
-        let ask = self.0.clone();
-        Box::pin(async move {
-            let session = ask
-                .session
-                .upgrade()
-                .ok_or_else(|| unasked("its session ended"))?;
-            let number = session.next_asked.fetch_add(1, Ordering::Relaxed);
-            let id = RequestId::String(format!("{ASKED}{number}").into());
-            let (answer, answered) = oneshot::channel();
-            lock(&session.asked).insert(id.clone(), answer);
-            // The question goes when its asker gives up (the server cancelled its request).
-            let _waiting = Waiting {
-                session: ask.session.clone(),
-                id: id.clone(),
+    ) -> Result<BoxFuture<'static, Result<ClientResult, ErrorData>>, Box<ServerRequest>> {
+        let ask = &self.0;
+        let Some(session) = ask.session.upgrade() else {
+            return Err(Box::new(request));
+        };
+        let number = session.next_asked.fetch_add(1, Ordering::Relaxed);
+        let id = RequestId::String(format!("{ASKED}{number}").into());
+        let (answer, answered) = oneshot::channel();
+        lock(&session.asked).insert(id.clone(), answer);
+        // The question goes when its asker gives up (the server cancelled its request).
+        let waiting = Waiting {
+            session: ask.session.clone(),
+            id: id.clone(),
+        };
+        let message: TxJsonRpcMessage<RoleServer> = JsonRpcMessage::request(request, id);
+        let event = |index| message_event(&event_head(ask.number, index), &message);
+        if ask.stream.push(true, event).is_none() {
+            drop(waiting);
+            let JsonRpcMessage::Request(asked) = message else {
+                unreachable!("made a request above")
             };
-            drop(session);
-            let message: TxJsonRpcMessage<RoleServer> = JsonRpcMessage::request(request, id);
-            let event = |index| message_event(&event_head(ask.number, index), &message);
-            if ask.stream.push(false, event).is_none() {
-                return Err(unasked("its call's stream has ended or is not being read"));
-            }
-            answered
-                .await
-                .unwrap_or_else(|_| Err(unasked("its session ended before it answered")))
-        })
+            return Err(Box::new(asked.request));
+        }
+        Ok(Box::pin(async move {
+            let _waiting = waiting;
+            answered.await.unwrap_or_else(|_| {
+                let why = "the client did not answer: its session ended before it answered";
+                Err(ErrorData::internal_error(why, None))
+            })
+        }))
     }
 }
 
@@ -1060,8 +1063,19 @@ impl Drop for Waiting {
     }
 }
 
-fn unasked(why: &str) -> ErrorData {
-    ErrorData::internal_error(format!("the client did not answer: {why}"), None)
+/// Whether a POST's protocol version header sends it to a session, as rmcp reads it: none
+/// (2025-03-26), or a version rmcp knows from before 2026-07-28.
+fn to_a_session(headers: &HeaderMap) -> bool {
+    let Some(version) = headers.get("mcp-protocol-version") else {
+        return true;
+    };
+    let Ok(version) = version.to_str() else {
+        return false;
+    };
+    version < ProtocolVersion::V_2026_07_28.as_str()
+        && ProtocolVersion::KNOWN_VERSIONS
+            .iter()
+            .any(|known| known.as_str() == version)
 }
 
 /// A call's progress as events of its own stream, under the client's token, in the order it

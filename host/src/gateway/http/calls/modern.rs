@@ -58,7 +58,7 @@ const DATA: &str = "data: ";
 /// The peer the contexts of calls served here name, as rmcp makes one for a request without a
 /// session: the request's protocol version and no capabilities of its own (a 2026-07-28
 /// request carries its client's in its `_meta`). It is never spoken through: what a call
-/// sends its agent goes on the POST's stream (progress here; a log level is left to rmcp).
+/// sends its agent goes on the POST's stream (its progress, and the log messages it asked for).
 pub(super) struct Modern {
     peer: Peer<RoleServer>,
     /// Keeps the peer's service (which serves nothing) running.
@@ -210,6 +210,13 @@ fn modern_call(
     body: &[u8],
     gateway: &Gateway,
 ) -> Option<(RequestId, CallToolRequest)> {
+    let (id, call) = checked_call(headers, body)?;
+    (!promotes_arguments(gateway, &call.params.name)).then_some((id, call))
+}
+
+/// The `tools/call` in `body` if it passes rmcp's checks of a 2026-07-28 request against its
+/// `headers` as they are (what its tool's schema asks of them aside).
+fn checked_call(headers: &HeaderMap, body: &[u8]) -> Option<(RequestId, CallToolRequest)> {
     static TOOLS_CALL: LazyLock<memmem::Finder<'static>> =
         LazyLock::new(|| memmem::Finder::new(b"\"tools/call\""));
     TOOLS_CALL.find(body)?;
@@ -220,8 +227,7 @@ fn modern_call(
         .protocol_version()
         .is_some_and(|version| version == modern)
         && meta.missing_required_keys(&modern).is_empty()
-        && single(headers, "mcp-name") == Some(call.params.name.as_ref())
-        && !promotes_arguments(gateway, &call.params.name);
+        && single(headers, "mcp-name") == Some(call.params.name.as_ref());
     takes.then_some((id, call))
 }
 
@@ -444,6 +450,30 @@ mod tests {
         let mut twice = call.to_vec();
         twice.push(("mcp-name", "echo"));
         assert!(!names_a_call(&headers(&twice)));
+    }
+
+    #[test]
+    fn a_call_is_taken_with_its_log_level_and_only_as_its_headers_name_it() {
+        let named = headers(&[("mcp-name", "echo")]);
+        let body = |meta: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"echo","arguments":{{}},"_meta":{{{meta}}}}}}}"#
+            )
+        };
+        let modern = r#""io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}"#;
+        let leveled = format!(r#"{modern},"io.modelcontextprotocol/logLevel":"warning""#);
+        let (id, call) = checked_call(&named, body(&leveled).as_bytes()).expect("taken");
+        assert_eq!(id, RequestId::Number(3));
+        let meta = call
+            .extensions
+            .get::<RequestMetaObject>()
+            .expect("its _meta");
+        assert!(meta.log_level().is_some(), "the level goes along");
+        assert!(checked_call(&named, body(modern).as_bytes()).is_some());
+        let other = headers(&[("mcp-name", "slow")]);
+        assert!(checked_call(&other, body(modern).as_bytes()).is_none());
+        let no_capabilities = r#""io.modelcontextprotocol/protocolVersion":"2026-07-28""#;
+        assert!(checked_call(&named, body(no_capabilities).as_bytes()).is_none());
     }
 
     #[test]
