@@ -23,6 +23,7 @@
 
 use std::convert::Infallible;
 use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
@@ -183,24 +184,31 @@ impl HttpCalls {
                 return response;
             }
         };
-        let keep_alive = self.settings.sse_keep_alive;
-        let rest = futures::stream::unfold(running, move |mut running| async move {
-            let quiet = async move {
-                match keep_alive {
-                    Some(every) => tokio::time::sleep(every).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                next = running.next() => next.map(|next| (next.pieces(), running)),
-                _ = quiet => Some((vec![Bytes::from_static(b":\n\n")], running)),
-            }
-        });
         let events = futures::stream::iter([first])
-            .chain(rest)
+            .chain(rest_of(running, self.settings.sse_keep_alive))
             .flat_map(|pieces| futures::stream::iter(pieces.into_iter().map(Ok::<_, Infallible>)));
         event_stream_response(Body::from_stream(events))
     }
+}
+
+/// What a call's stream gives after its first event: the call's events as they come, and a
+/// comment (rmcp's keep-alive) each `keep_alive` nothing came.
+fn rest_of(
+    running: Running,
+    keep_alive: Option<Duration>,
+) -> impl futures::Stream<Item = Vec<Bytes>> + Send {
+    futures::stream::unfold(running, move |mut running| async move {
+        let quiet = async move {
+            match keep_alive {
+                Some(every) => tokio::time::sleep(every).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            next = running.next() => next.map(|next| (next.pieces(), running)),
+            _ = quiet => Some((vec![Bytes::from_static(b":\n\n")], running)),
+        }
+    })
 }
 
 /// The `tools/call` in a POST's `body` this module can serve as rmcp would, with the
@@ -408,7 +416,7 @@ impl LogTo {
 #[cfg(test)]
 mod tests {
     use axum::http::HeaderValue;
-    use rmcp::model::ErrorData;
+    use rmcp::model::{ErrorData, ServerResult};
 
     use super::*;
 
@@ -474,6 +482,45 @@ mod tests {
         assert!(checked_call(&other, body(modern).as_bytes()).is_none());
         let no_capabilities = r#""io.modelcontextprotocol/protocolVersion":"2026-07-28""#;
         assert!(checked_call(&named, body(no_capabilities).as_bytes()).is_none());
+    }
+
+    /// A quiet call's stream: a comment each keep-alive period, its progress as it comes, then
+    /// its answer, and it ends.
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_call_is_kept_alive_with_comments_until_its_answer() {
+        let (answered, answer) = oneshot::channel();
+        let (updates, progress) = mpsc::channel(4);
+        let running = Running {
+            answer: Some(answer),
+            progress,
+            ready: None,
+            cancel: CancellationToken::new(),
+            closing: CancellationToken::new(),
+        };
+        let mut rest = Box::pin(rest_of(running, Some(Duration::from_secs(15))));
+        let start = tokio::time::Instant::now();
+        for period in 1..=2 {
+            assert_eq!(rest.next().await, Some(vec![Bytes::from_static(b":\n\n")]));
+            assert_eq!(start.elapsed(), Duration::from_secs(15 * period));
+        }
+        let update = Bytes::from_static(b"data: {}\n\n");
+        updates.send(update.clone()).await.unwrap();
+        assert_eq!(rest.next().await, Some(vec![update]));
+        let result = ServerResult::CallToolResult(rmcp::model::CallToolResult::success(vec![]));
+        let answer = Answer::Message(JsonRpcMessage::response(result, RequestId::Number(1)));
+        answered.send(answer).ok().unwrap();
+        let pieces = rest.next().await.expect("the answer");
+        let event = String::from_utf8(pieces.concat()).unwrap();
+        assert!(
+            event.starts_with("data: {") && event.contains("\"id\":1"),
+            "{event}"
+        );
+        assert_eq!(rest.next().await, None, "it ends with the answer");
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(30),
+            "no comment came meanwhile"
+        );
     }
 
     #[test]
