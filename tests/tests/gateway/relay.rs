@@ -872,6 +872,34 @@ async fn an_http_agents_tool_calls_are_served_past_rmcp_with_all_it_gives() {
         .expect("its body");
     assert!(!rest.contains("\"id\":8"), "{rest}");
 
+    // A call whose POST comes in chunks (no length said) is served here too.
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": slow, "arguments": {"ms": 10}}})
+    .to_string();
+    let chunks = futures::stream::iter(
+        [call[..10].to_string(), call[10..].to_string()].map(Ok::<_, std::io::Error>),
+    );
+    let chunked = wire
+        .open_with_body(
+            reqwest::Body::wrap_stream(chunks),
+            &[("content-type", "application/json")],
+        )
+        .await;
+    let body = tokio::time::timeout(PATIENCE, chunked.text())
+        .await
+        .expect("answered in time")
+        .expect("its body");
+    assert!(
+        event_ids(&body)
+            .first()
+            .is_some_and(|id| id.starts_with('t')),
+        "the stream is Tether's own: {body}"
+    );
+    assert!(
+        body.contains("slept 10 ms") && body.contains("\"id\":9"),
+        "{body}"
+    );
+
     // Picked up while its POST is still open: the new reader takes the stream over, as in
     // rmcp, and gets the answer; the POST's stream ends without it.
     let (first, priming) = wire.sleep_on(&slow, 5, 800).await;

@@ -20,7 +20,8 @@
 //! the session, is taken here. A call is taken only when nothing could need rmcp's routing: a
 //! session of a 2025 protocol version, and a request whose headers rmcp would accept as they are
 //! (no `Origin`, a loopback `Host` where only loopback names are served, the session's protocol
-//! version, a JSON body of known length within rmcp's limit). Everything else goes to rmcp,
+//! version, a JSON body within rmcp's limit, whether it says its length or comes in chunks).
+//! Everything else goes to rmcp,
 //! unchanged. rmcp ends a session its worker has not heard from for its keep-alive: a
 //! task tends the sessions served here a few times a keep-alive, telling rmcp's worker of the
 //! ones in use (a no-op event), ending the calls of the ones rmcp has ended, and dropping the
@@ -331,10 +332,13 @@ impl HttpCalls {
         !headers.contains_key(header::ORIGIN) && self.host_is_served(headers)
     }
 
-    /// Whether a POST is one rmcp takes as it is: a JSON body of known length within its
-    /// limit, for a client that accepts both JSON and event streams.
+    /// Whether a POST is one rmcp takes as it is: a JSON body that says no length past its
+    /// limit (one in chunks is read up to it), for a client that accepts both JSON and event
+    /// streams.
     fn plain_json_post(&self, headers: &HeaderMap) -> bool {
-        self.length(headers).is_some() && acceptable_post(headers)
+        let within =
+            !headers.contains_key(header::CONTENT_LENGTH) || self.length(headers).is_some();
+        within && acceptable_post(headers)
     }
 
     /// The live session a request names.
