@@ -122,6 +122,16 @@ impl Wire {
             .await
     }
 
+    /// As [`Wire::open`], its body sent in two chunks (no length said).
+    async fn open_in_chunks(&self, message: Value) -> reqwest::Response {
+        let text = message.to_string();
+        let chunks = [text[..10].to_string(), text[10..].to_string()];
+        let chunks = futures::stream::iter(chunks.map(Ok::<_, std::io::Error>));
+        let json = [("content-type", "application/json")];
+        self.open_with_body(reqwest::Body::wrap_stream(chunks), &json)
+            .await
+    }
+
     /// POSTs `body` on the 2025-11-25 session with the usual headers and `headers`.
     async fn open_with_body(
         &self,
@@ -849,16 +859,10 @@ async fn an_http_agents_tool_calls_are_served_past_rmcp_with_all_it_gives() {
         state.calls_of("slow") == 3
     })
     .await;
-    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
-        "params": {"requestId": 8, "reason": "chunked"}})
-    .to_string();
-    let chunks = futures::stream::iter(
-        [cancel[..10].to_string(), cancel[10..].to_string()].map(Ok::<_, std::io::Error>),
-    );
     let chunked = wire
-        .open_with_body(
-            reqwest::Body::wrap_stream(chunks),
-            &[("content-type", "application/json")],
+        .open_in_chunks(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 8, "reason": "chunked"}}),
         )
         .await;
     assert!(chunked.status().is_success(), "{}", chunked.status());
@@ -873,17 +877,9 @@ async fn an_http_agents_tool_calls_are_served_past_rmcp_with_all_it_gives() {
     assert!(!rest.contains("\"id\":8"), "{rest}");
 
     // A call whose POST comes in chunks (no length said) is served here too.
-    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
-        "params": {"name": slow, "arguments": {"ms": 10}}})
-    .to_string();
-    let chunks = futures::stream::iter(
-        [call[..10].to_string(), call[10..].to_string()].map(Ok::<_, std::io::Error>),
-    );
     let chunked = wire
-        .open_with_body(
-            reqwest::Body::wrap_stream(chunks),
-            &[("content-type", "application/json")],
-        )
+        .open_in_chunks(json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+            "params": {"name": slow, "arguments": {"ms": 10}}}))
         .await;
     let body = tokio::time::timeout(PATIENCE, chunked.text())
         .await
