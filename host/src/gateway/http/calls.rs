@@ -21,8 +21,7 @@
 //! session of a 2025 protocol version, and a request whose headers rmcp would accept as they are
 //! (no `Origin`, a loopback `Host` where only loopback names are served, the session's protocol
 //! version, a JSON body within rmcp's limit, whether it says its length or comes in chunks).
-//! Everything else goes to rmcp,
-//! unchanged. rmcp ends a session its worker has not heard from for its keep-alive: a
+//! Everything else goes to rmcp, unchanged. rmcp ends a session its worker has not heard from for its keep-alive: a
 //! task tends the sessions served here a few times a keep-alive, telling rmcp's worker of the
 //! ones in use (a no-op event), ending the calls of the ones rmcp has ended, and dropping the
 //! streams kept long enough.
@@ -456,11 +455,11 @@ impl HttpCalls {
                 call.extensions.insert(ProgressTo(Arc::new(progress)));
             }
             if session.askable {
-                call.extensions.insert(AskOn(Arc::new(StreamAsk {
+                call.extensions.insert(AskOn {
                     session: Arc::downgrade(&session),
                     stream: stream.clone(),
                     number,
-                })));
+                });
             }
             let answers = answering(stream.clone(), number, self.clone());
             match session.direct.call(id, call, &answers) {
@@ -533,8 +532,8 @@ impl HttpCalls {
 impl CallSession {
     /// Takes the client's answer to a request a call served here sent it (accepted as rmcp
     /// accepts an answer: 202, no body); `None` if `body` is no such answer.
-    fn take_answer(&self, headers: &HeaderMap, body: &[u8]) -> Option<Response> {
-        if lock(&self.asked).is_empty() || !to_a_session(headers) {
+    fn take_answer(&self, body: &[u8]) -> Option<Response> {
+        if lock(&self.asked).is_empty() {
             return None;
         }
         // Decoded as rmcp decodes it, so the answer is what rmcp would have passed on.
@@ -792,12 +791,7 @@ fn event_stream(
             if ended {
                 return None;
             }
-            let quiet = async move {
-                match keep_alive {
-                    Some(every) => tokio::time::sleep(every).await,
-                    None => std::future::pending().await,
-                }
-            };
+            let quiet = quiet_for(keep_alive);
             tokio::pin!(quiet);
             loop {
                 changed.mark_unchanged();
@@ -817,7 +811,7 @@ fn event_stream(
                 tokio::select! {
                     _ = changed.changed() => {}
                     _ = &mut quiet => {
-                        return Some((vec![Bytes::from_static(b":\n\n")], (seen, false)));
+                        return Some((vec![Bytes::from_static(KEEP_ALIVE)], (seen, false)));
                     }
                 }
             }
@@ -826,6 +820,17 @@ fn event_stream(
     .flat_map(|pieces| futures::stream::iter(pieces.into_iter().map(Ok::<_, Infallible>)));
     let body = futures::stream::iter(priming.map(Ok)).chain(events);
     event_stream_response(Body::from_stream(body))
+}
+
+/// What keeps a quiet event stream open: a comment, as rmcp sends it.
+const KEEP_ALIVE: &[u8] = b":\n\n";
+
+/// Resolves once a stream has been quiet for `keep_alive` (never, without one).
+async fn quiet_for(keep_alive: Option<Duration>) {
+    match keep_alive {
+        Some(every) => tokio::time::sleep(every).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// An event stream's response, with rmcp's headers.
@@ -849,17 +854,12 @@ async fn pass_on(
 ) -> Response {
     static CANCELLED: LazyLock<memmem::Finder<'static>> =
         LazyLock::new(|| memmem::Finder::new(b"\"notifications/cancelled\""));
-    if let Some(accepted) = session.take_answer(&parts.headers, &body) {
+    // rmcp routes an answer or a notification to the session only for a protocol version
+    // before 2026-07-28; it ignores a cancellation of a later version.
+    let to_session = to_a_session(&parts.headers);
+    if to_session && let Some(accepted) = session.take_answer(&body) {
         return accepted;
     }
-    // rmcp routes a notification to the session only for a protocol version before 2026-07-28
-    // (none named: 2025-03-26); it ignores one of a later version.
-    let to_session = parts
-        .headers
-        .get("mcp-protocol-version")
-        .is_none_or(|version| {
-            version.as_bytes() < ProtocolVersion::V_2026_07_28.as_str().as_bytes()
-        });
     let cancelled = CANCELLED
         .find(&body)
         .filter(|_| to_session)
@@ -1002,12 +1002,9 @@ fn needs_no_routing(call: &CallToolRequest) -> bool {
 pub(in crate::gateway) struct ProgressTo(pub Arc<dyn ProgressForward>);
 
 /// Where a call served here sends what a server asks its client during it (read by
-/// `client::Client::of`).
+/// `client::Client::of`): events of the call's own stream, numbered `number`.
 #[derive(Clone)]
-pub(in crate::gateway) struct AskOn(Arc<StreamAsk>);
-
-/// Requests to the client as events of a call's own stream.
-struct StreamAsk {
+pub(in crate::gateway) struct AskOn {
     session: Weak<CallSession>,
     stream: Arc<Stream>,
     number: u64,
@@ -1021,8 +1018,7 @@ impl AskOn {
         &self,
         request: ServerRequest,
     ) -> Result<BoxFuture<'static, Result<ClientResult, ErrorData>>, Box<ServerRequest>> {
-        let ask = &self.0;
-        let Some(session) = ask.session.upgrade() else {
+        let Some(session) = self.session.upgrade() else {
             return Err(Box::new(request));
         };
         let number = session.next_asked.fetch_add(1, Ordering::Relaxed);
@@ -1031,12 +1027,12 @@ impl AskOn {
         lock(&session.asked).insert(id.clone(), answer);
         // The question goes when its asker gives up (the server cancelled its request).
         let waiting = Waiting {
-            session: ask.session.clone(),
+            session: self.session.clone(),
             id: id.clone(),
         };
         let message: TxJsonRpcMessage<RoleServer> = JsonRpcMessage::request(request, id);
-        let event = |index| message_event(&event_head(ask.number, index), &message);
-        if ask.stream.push(true, event).is_none() {
+        let event = |index| message_event(&event_head(self.number, index), &message);
+        if self.stream.push(true, event).is_none() {
             drop(waiting);
             let JsonRpcMessage::Request(asked) = message else {
                 unreachable!("made a request above")
@@ -1248,10 +1244,10 @@ mod tests {
 
     #[test]
     fn accept_is_read_as_rmcp_reads_it() {
-        let accepts_with = |values: &[&'static str], media| {
+        let accepts_with = |values: &[&str], media| {
             let mut headers = HeaderMap::new();
             for value in values {
-                headers.append(header::ACCEPT, HeaderValue::from_static(value));
+                headers.append(header::ACCEPT, HeaderValue::from_str(value).unwrap());
             }
             accepts(&headers, media)
         };
@@ -1270,19 +1266,24 @@ mod tests {
         let weight_in_quotes = r#"application/json;profile="a;q=0""#;
         assert!(accepts_with(&[weight_in_quotes], "application/json"));
         // Only a weight of zero leaves an entry out; one RFC 9110 does not admit is ignored.
-        for zero in ["0", "0.", "0.0", "0.000", " 0 "] {
-            let value = format!("text/event-stream;q={zero}");
-            let value = HeaderValue::from_str(&value).unwrap();
-            let mut headers = HeaderMap::new();
-            headers.append(header::ACCEPT, value);
-            assert!(!accepts(&headers, "text/event-stream"), "q={zero}");
-        }
-        for kept in ["0.001", "1", "abc", "0.0000", "0.5"] {
-            let value = format!("text/event-stream;q={kept}");
-            let value = HeaderValue::from_str(&value).unwrap();
-            let mut headers = HeaderMap::new();
-            headers.append(header::ACCEPT, value);
-            assert!(accepts(&headers, "text/event-stream"), "q={kept}");
+        for (weight, kept) in [
+            ("0", false),
+            ("0.", false),
+            ("0.0", false),
+            ("0.000", false),
+            (" 0 ", false),
+            ("0.001", true),
+            ("1", true),
+            ("abc", true),
+            ("0.0000", true),
+            ("0.5", true),
+        ] {
+            let value = format!("text/event-stream;q={weight}");
+            assert_eq!(
+                accepts_with(&[&value], "text/event-stream"),
+                kept,
+                "q={weight}"
+            );
         }
         assert!(
             !accepts_with(&["*/*"], "text/event-stream"),

@@ -14,8 +14,8 @@
 //!
 //! A POST is taken only when rmcp would serve it as it is and give the handler nothing this
 //! path does not: no `Origin`, a `Host` rmcp serves, a JSON body within its limit (whether it
-//! says its length or comes in chunks), the protocol version 2026-07-28 in the header and in the body's `_meta` with the
-//! client's capabilities, `Mcp-Method: tools/call` and an `Mcp-Name` (not Base64-encoded) that
+//! says its length or comes in chunks), the protocol version 2026-07-28 in the header and in
+//! the body's `_meta` with the client's capabilities, `Mcp-Method: tools/call` and an `Mcp-Name` (not Base64-encoded) that
 //! names the body's tool, a tool whose input schema promotes no argument to a header
 //! (`x-mcp-header`, which rmcp checks against `Mcp-Param-*`). The log messages a call asks for
 //! (`logLevel` in `_meta`) are events of its stream, with its progress, as rmcp sends them on
@@ -46,8 +46,8 @@ use tokio_util::sync::CancellationToken;
 use super::super::super::Gateway;
 use super::super::super::direct;
 use super::{
-    HttpCalls, ProgressTo, UNREAD_EVENTS, answer_event, event_stream_response, message_event,
-    progress_message, status,
+    HttpCalls, KEEP_ALIVE, ProgressTo, UNREAD_EVENTS, answer_event, event_stream_response,
+    message_event, progress_message, quiet_for, status,
 };
 use crate::transport::lines::Answer;
 use crate::transport::wire;
@@ -198,15 +198,9 @@ fn rest_of(
     keep_alive: Option<Duration>,
 ) -> impl futures::Stream<Item = Vec<Bytes>> + Send {
     futures::stream::unfold(running, move |mut running| async move {
-        let quiet = async move {
-            match keep_alive {
-                Some(every) => tokio::time::sleep(every).await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             next = running.next() => next.map(|next| (next.pieces(), running)),
-            _ = quiet => Some((vec![Bytes::from_static(b":\n\n")], running)),
+            _ = quiet_for(keep_alive) => Some((vec![Bytes::from_static(KEEP_ALIVE)], running)),
         }
     })
 }
@@ -384,9 +378,7 @@ impl ProgressForward for ModernProgress {
         let Some(message) = progress_message(&self.token, &self.last, upstream) else {
             return;
         };
-        if let Some(event) = message_event(DATA, &message).pop() {
-            let _ = self.updates.try_send(event);
-        }
+        send_event(&self.updates, &message);
     }
 
     /// Each update is an event the moment it is taken.
@@ -406,10 +398,14 @@ impl LogTo {
         let notification = ServerNotification::LoggingMessageNotification(
             rmcp::model::LoggingMessageNotification::new(message),
         );
-        let message: TxJsonRpcMessage<RoleServer> = JsonRpcMessage::notification(notification);
-        if let Some(event) = message_event(DATA, &message).pop() {
-            let _ = self.0.try_send(event);
-        }
+        send_event(&self.0, &JsonRpcMessage::notification(notification));
+    }
+}
+
+/// `message` as an event of a call's POST stream, unless its reader is too far behind.
+fn send_event(events: &mpsc::Sender<Bytes>, message: &TxJsonRpcMessage<RoleServer>) {
+    if let Some(event) = message_event(DATA, message).pop() {
+        let _ = events.try_send(event);
     }
 }
 
