@@ -209,10 +209,7 @@ impl Wire {
             .expect("an answer in time")
             .expect("the gateway answers");
         let headers = response.headers().clone();
-        let body = tokio::time::timeout(PATIENCE, response.text())
-            .await
-            .expect("the answer ends in time")
-            .expect("the answer's body");
+        let body = body_in_time(response).await;
         (headers, body)
     }
 }
@@ -567,6 +564,28 @@ async fn a_client_that_lists_once_at_start_gets_the_servers_still_starting() {
 const VERBATIM: &str = r#"{"content":[{"type":"text","text":"caf\u00e9 \/"}],"structuredContent":{"n":1.50},"x-note":"kept"}"#;
 const VERBATIM_ERROR: &str = r#"{"content":[{"type":"text","text":"caf\u00e9 \/"}],"structuredContent":{"n":1.50},"isError":true}"#;
 
+/// A response's whole body, which must end within [`PATIENCE`].
+async fn body_in_time(response: reqwest::Response) -> String {
+    tokio::time::timeout(PATIENCE, response.text())
+        .await
+        .expect("the body ends in time")
+        .expect("a body")
+}
+
+/// A config of one server, `h`: `mcp-hostile` in `mode`.
+fn hostile_servers(mode: &str) -> String {
+    let hostile = env!("CARGO_BIN_EXE_mcp-hostile");
+    json!({"mcpServers": {"h": {"command": hostile, "args": [mode]}}}).to_string()
+}
+
+/// A temp dir holding [`hostile_servers`] in `mode`, and the config's path.
+fn hostile_config(mode: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("servers.json");
+    std::fs::write(&config, hostile_servers(mode)).unwrap();
+    (dir, config)
+}
+
 /// The name under which the gateway serves `mcp-hostile`'s `big` tool.
 async fn big_tool(peer: &rmcp::Peer<RoleClient>) -> String {
     let tools = peer.list_all_tools().await.expect("tools/list");
@@ -600,11 +619,7 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Tap<R> {
 /// typed way and reaches it all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_reaches_a_stdio_agent_as_the_server_wrote_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("servers.json");
-    let hostile = env!("CARGO_BIN_EXE_mcp-hostile");
-    let servers = json!({"mcpServers": {"h": {"command": hostile, "args": ["verbatim"]}}});
-    std::fs::write(&config, servers.to_string()).unwrap();
+    let (dir, config) = hostile_config("verbatim");
     a_stdio_agent_reads_the_servers_bytes(dir.path(), &config).await;
 }
 
@@ -681,9 +696,7 @@ async fn a_result_reaches_an_http_agent_as_the_server_wrote_it() {
     for place in [&near, &far, &stdio] {
         std::fs::create_dir(place).unwrap();
     }
-    let hostile = env!("CARGO_BIN_EXE_mcp-hostile");
-    let servers = json!({"mcpServers": {"h": {"command": hostile, "args": ["verbatim"]}}});
-    std::fs::write(near.join("servers.json"), servers.to_string()).unwrap();
+    std::fs::write(near.join("servers.json"), hostile_servers("verbatim")).unwrap();
     let (first, first_url) = serve_http(&near, &near.join("servers.json")).await;
     let servers = json!({"mcpServers": {"h": {"url": first_url, "type": "http"}}});
     std::fs::write(far.join("servers.json"), servers.to_string()).unwrap();
@@ -818,10 +831,7 @@ async fn an_http_agents_tool_calls_are_served_past_rmcp_with_all_it_gives() {
     // Picked up again after the answer went out: the progress again, and in the answer's place
     // words that say no copy of the result is kept (as rmcp's streams give).
     let again = wire.pick_up(ids[0]).await;
-    let again = tokio::time::timeout(PATIENCE, again.text())
-        .await
-        .expect("it ends in time")
-        .expect("its body");
+    let again = body_in_time(again).await;
     assert!(again.contains("notifications/progress"), "{again}");
     assert!(
         again.contains("keeps no copy") && again.contains("\"id\":2"),
@@ -849,10 +859,7 @@ async fn an_http_agents_tool_calls_are_served_past_rmcp_with_all_it_gives() {
             state.cancelled() > cancelled
         })
         .await;
-        let rest = tokio::time::timeout(PATIENCE, running.text())
-            .await
-            .expect("the stream ends in time")
-            .expect("its body");
+        let rest = body_in_time(running).await;
         assert!(
             !rest.contains(&format!("\"id\":{id}")),
             "a cancelled call is not answered: {rest}"
@@ -864,10 +871,7 @@ async fn an_http_agents_tool_calls_are_served_past_rmcp_with_all_it_gives() {
         .open_in_chunks(json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
             "params": {"name": slow, "arguments": {"ms": 10}}}))
         .await;
-    let body = tokio::time::timeout(PATIENCE, chunked.text())
-        .await
-        .expect("answered in time")
-        .expect("its body");
+    let body = body_in_time(chunked).await;
     assert!(
         event_ids(&body)
             .first()
@@ -884,11 +888,7 @@ async fn an_http_agents_tool_calls_are_served_past_rmcp_with_all_it_gives() {
     let (first, priming) = wire.sleep_on(&slow, 5, 800).await;
     let priming_id = event_ids(&priming)[0].to_string();
     let taken_over = wire.pick_up(&priming_id).await;
-    let (taken_over, left) = tokio::join!(
-        tokio::time::timeout(PATIENCE, taken_over.text()),
-        tokio::time::timeout(PATIENCE, first.text()),
-    );
-    let (taken_over, left) = (taken_over.unwrap().unwrap(), left.unwrap().unwrap());
+    let (taken_over, left) = tokio::join!(body_in_time(taken_over), body_in_time(first),);
     assert!(
         taken_over.contains("slept 800 ms"),
         "the new reader: {taken_over}"
@@ -938,11 +938,7 @@ async fn an_http_agents_tool_calls_are_served_past_rmcp_with_all_it_gives() {
 /// agent answers with reaches the server as its error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_servers_request_during_an_http_agents_call_rides_the_calls_own_stream() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("servers.json");
-    let hostile = env!("CARGO_BIN_EXE_mcp-hostile");
-    let servers = json!({"mcpServers": {"h": {"command": hostile, "args": ["sampling"]}}});
-    std::fs::write(&config, servers.to_string()).unwrap();
+    let (dir, config) = hostile_config("sampling");
     let (tether, url) = serve_http(dir.path(), &config).await;
     let mut wire = Wire::new(&url, false);
     wire.capabilities = json!({"sampling": {}});
@@ -998,10 +994,7 @@ async fn a_servers_request_during_an_http_agents_call_rides_the_calls_own_stream
                 .expect("the answer's POST")
         };
         assert_eq!(taken.status().as_u16(), 202, "the answer is taken");
-        let rest = tokio::time::timeout(PATIENCE, running.text())
-            .await
-            .expect("the stream ends in time")
-            .expect("its body");
+        let rest = body_in_time(running).await;
         seen.push_str(&rest);
         let messages = data_messages(&seen);
         let answer = messages.iter().find(|m| m["id"] == id).expect("answered");
@@ -1182,11 +1175,7 @@ async fn a_call_resumed_with_answers_on_stdio_gets_the_servers_result() {
         }
     }
 
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("servers.json");
-    let hostile = env!("CARGO_BIN_EXE_mcp-hostile");
-    let servers = json!({"mcpServers": {"h": {"command": hostile, "args": ["sampling"]}}});
-    std::fs::write(&config, servers.to_string()).unwrap();
+    let (dir, config) = hostile_config("sampling");
     let mut tether = serve(dir.path(), &config, &[], None);
     drain_stderr(&mut tether);
     let io = (tether.stdout.take().unwrap(), tether.stdin.take().unwrap());
