@@ -342,3 +342,80 @@ async fn a_stuck_call_blocks_neither_other_calls_nor_the_keepalive() {
         server.kill().await;
     }
 }
+
+/// Sessions share TLS set up once per process. reqwest's own set-up reads every root
+/// certificate of the system for each client it builds (Debian: about 150 files, 3 ms of CPU),
+/// and a server that may use OAuth (any without an `Authorization` header) had rmcp's OAuth
+/// clients set up too: a gateway of 100 HTTP servers spent 90 % of its start-up CPU reading
+/// the roots, and each reconnect read them again. Counted in the bytes this process reads
+/// (`/proc/self/io`, in a process of its own so that no other test's reads count), against
+/// what building one client of reqwest's own reads here: sessions to eight servers that may
+/// use OAuth (tokens in files, as the CLI keeps them), and their reconnects after the server
+/// restarts, read them at most once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_to_many_http_servers_read_the_systems_root_certificates_once() {
+    const SERVERS: usize = 8;
+    if !in_own_process(
+        "supervision_http::sessions_to_many_http_servers_read_the_systems_root_certificates_once",
+    ) {
+        return;
+    }
+    let start = bytes_read();
+    drop(reqwest::Client::new());
+    let one_client = bytes_read() - start;
+    let host = Host::fast();
+    let tokens = tether::auth::FileTokenStore::new(host.dir.path().join("tokens"));
+    let authorization = tether::auth::AuthContext::new(std::sync::Arc::new(tokens));
+    host.supervisor
+        .use_authorization(std::sync::Arc::new(authorization));
+    let state = host.state_dir("web");
+    let server = HttpFixture::start("http", &state, "127.0.0.1:0", &[]).await;
+    let addr = server.addr;
+    let names: Vec<String> = (0..SERVERS).map(|i| format!("web{i}")).collect();
+    let before = bytes_read();
+    for name in &names {
+        let mut spec = http_spec(name, format!("http://{addr}/mcp"), streamable());
+        spec.timeouts.keepalive_interval = Duration::from_millis(100);
+        host.supervisor.add_server(spec).unwrap();
+    }
+    let all_visible = || names.iter().all(|name| !host.tools(name).is_empty());
+    wait_until("every server's tools are visible", all_visible).await;
+    let opening = bytes_read() - before;
+
+    let generation = host.supervisor.registry().generation();
+    let before = bytes_read();
+    server.kill().await;
+    let restarted = HttpFixture::start("http", &state, &addr.to_string(), &[]).await;
+    wait_until("every server was withdrawn and came back", || {
+        host.supervisor.registry().generation() >= generation + 2 * SERVERS as u64 && all_visible()
+    })
+    .await;
+    let reopening = bytes_read() - before;
+    assert!(
+        names
+            .iter()
+            .all(|name| host.supervisor.authorizer(name).is_some()),
+        "every server may use OAuth"
+    );
+    // The roots once (opening), plus what the sessions themselves read from their sockets.
+    assert!(
+        one_client > 10_000,
+        "building a client read only {one_client} bytes: no roots to count?"
+    );
+    assert!(
+        opening < 2 * one_client && reopening < one_client,
+        "{SERVERS} sessions read {opening} bytes opening and {reopening} reopening; one client \
+         of reqwest's own reads {one_client}"
+    );
+    host.supervisor.shutdown().await;
+    restarted.kill().await;
+}
+
+/// Bytes this process has read so far, files and sockets (`rchar`).
+fn bytes_read() -> u64 {
+    let io = std::fs::read_to_string("/proc/self/io").expect("/proc/self/io");
+    io.lines()
+        .find_map(|line| line.strip_prefix("rchar: "))
+        .and_then(|count| count.trim().parse().ok())
+        .expect("rchar in /proc/self/io")
+}

@@ -39,6 +39,7 @@ pub use store::{FileTokenStore, MemoryTokenStore, TokenStore};
 
 use crate::config::{Grant, OAuthConfig, ServerSpec};
 use crate::transport::post::Posting;
+use crate::transport::tls;
 
 /// How long a login waits for the browser to come back.
 pub const LOGIN_WAIT: Duration = Duration::from_secs(300);
@@ -244,7 +245,7 @@ impl Authorizer {
         self.signer
             .get_or_try_init(|| async {
                 Ok(AuthClient::new(
-                    Posting::new(reqwest::Client::new()),
+                    Posting::new(tls::client()),
                     self.new_manager().await?,
                 ))
             })
@@ -252,17 +253,28 @@ impl Authorizer {
             .cloned()
     }
 
-    /// Before a session opens: the client that signs its requests. Stored tokens are read
-    /// here (their client is configured for refreshing); a failure to reach the
-    /// authorization server now is not fatal while the access token is still valid.
-    pub(crate) async fn client(&self, http: Posting) -> Result<AuthClient<Posting>, String> {
+    /// Before a session opens: the client that signs its requests, or none while the server
+    /// has never been authorized (no tokens stored, none obtained in this run; see
+    /// `transport/oauth.rs`). Stored tokens are read here (their client is configured for
+    /// refreshing); a failure to reach the authorization server now is not fatal while the
+    /// access token is still valid.
+    pub(crate) async fn client(
+        &self,
+        http: Posting,
+    ) -> Result<Option<AuthClient<Posting>>, String> {
+        let unprepared = !self.prepared.load(Ordering::Acquire);
+        let record = match unprepared {
+            true => self.tokens.record().ok().flatten(),
+            false => None,
+        };
+        let stored = record.filter(|record| record.credentials.is_some());
+        if self.signer.get().is_none() && stored.is_none() {
+            return Ok(None);
+        }
         let mut signer = self.signer().await?;
         signer.http_client = http;
         let manager = signer.auth_manager.clone();
-        if !self.prepared.load(Ordering::Acquire)
-            && let Ok(Some(record)) = self.tokens.record()
-            && record.credentials.is_some()
-        {
+        if unprepared && let Some(record) = stored {
             let mut guard = manager.lock().await;
             match guard.initialize_from_store().await {
                 Ok(true) => {
@@ -293,7 +305,12 @@ impl Authorizer {
                 ),
             }
         }
-        Ok(signer)
+        Ok(Some(signer))
+    }
+
+    /// The server's signer, once it has one (tokens were stored or obtained).
+    pub(crate) fn signer_if_made(&self) -> Option<&AuthClient<Posting>> {
+        self.signer.get()
     }
 
     /// Whether a failed request may be sent again after new tokens: only then does the
@@ -321,6 +338,14 @@ impl Authorizer {
     /// A 401 that no refresh cured. Client credentials buy a new token at once; otherwise the
     /// gateway opens a login in the browser once per run, and the request fails.
     pub async fn on_unauthorized(self: &Arc<Self>, challenge: Option<&str>) -> Recovery {
+        // A request sent unsigned (the server had no tokens here) whose tokens were stored
+        // since, by another gateway or by `tether auth login` in another process: they are
+        // used, as a signer reading the store on every request would have used them.
+        if self.signer.get().is_none()
+            && let Ok(Some(_)) = self.client(Posting::new(tls::client())).await
+        {
+            return Recovery::Retry;
+        }
         if self.config.grant == Grant::ClientCredentials {
             return match self.client_credentials(challenge, Vec::new()).await {
                 Ok(_) => Recovery::Retry,
@@ -654,10 +679,9 @@ impl Authorizer {
         match self.signer.get() {
             Some(signer) => *signer.auth_manager.lock().await = manager,
             None => {
-                let _ = self.signer.set(AuthClient::new(
-                    Posting::new(reqwest::Client::new()),
-                    manager,
-                ));
+                let _ = self
+                    .signer
+                    .set(AuthClient::new(Posting::new(tls::client()), manager));
             }
         }
         self.prepared.store(true, Ordering::Release);
@@ -781,7 +805,7 @@ impl Authorizer {
 /// A client for the few requests Tether makes outside rmcp (a challenge, a metadata
 /// document): short deadlines, no redirects.
 fn bounded_client() -> reqwest::Client {
-    reqwest::Client::builder()
+    tls::client_builder()
         .timeout(Duration::from_secs(10))
         .redirect(reqwest::redirect::Policy::none())
         .build()

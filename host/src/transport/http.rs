@@ -429,7 +429,7 @@ async fn streamable<H: ClientHandler>(
                 .client(http.clone())
                 .await
                 .map_err(|why| Failure::new(Fault::HandshakeFailed(why)))?;
-            Signing::signed(http, signer, authorizer.clone())
+            Signing::with(http, signer, authorizer.clone())
         }
         None => Signing::plain(http),
     };
@@ -496,7 +496,8 @@ async fn legacy<H: ClientHandler>(
             .client(Posting::new(client.clone()))
             .await
             .map_err(|why| Failure::new(Fault::HandshakeFailed(why)))?;
-        if let Ok(token) = signer.get_access_token().await
+        if let Some(signer) = signer
+            && let Ok(token) = signer.get_access_token().await
             && let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {token}"))
         {
             value.set_sensitive(true);
@@ -545,7 +546,8 @@ async fn legacy<H: ClientHandler>(
 }
 
 fn http_client(opts: &HttpOptions) -> Result<reqwest::Client, Failure> {
-    reqwest::Client::builder()
+    // TLS set up once for every session's client (`tls.rs`), not read again for each.
+    super::tls::client_builder()
         .connect_timeout(opts.connect_timeout)
         // As rmcp's default client: no idle connections kept. On a reused connection the
         // delayed ACK holds a Nagle server's answer ~40 ms (measured: +45 ms a call at 100 B;
@@ -669,24 +671,7 @@ impl GuardedClient {
 impl StreamableHttpClient for GuardedClient {
     type Error = HttpError;
 
-    async fn post_message(
-        &self,
-        uri: Arc<str>,
-        message: ClientJsonRpcMessage,
-        session_id: Option<Arc<str>>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> Result<StreamableHttpPostResponse, Rejected> {
-        self.post_message_with_response_limits(
-            uri,
-            message,
-            session_id,
-            auth_header,
-            custom_headers,
-            StreamableHttpResponseLimits::default(),
-        )
-        .await
-    }
+    forms_without_limits!(Rejected);
 
     async fn post_message_with_response_limits(
         &self,
@@ -812,24 +797,6 @@ impl StreamableHttpClient for GuardedClient {
         }
     }
 
-    async fn get_stream(
-        &self,
-        uri: Arc<str>,
-        session_id: Option<Arc<str>>,
-        last_event_id: Option<String>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, Rejected> {
-        self.get_stream_with_max_sse_event_size(
-            uri,
-            session_id,
-            last_event_id,
-            auth_header,
-            custom_headers,
-            StreamableHttpResponseLimits::default().max_sse_event_size,
-        )
-        .await
-    }
 
     async fn get_stream_with_max_sse_event_size(
         &self,

@@ -12,13 +12,13 @@
 //! (docker-proxy, `kubectl port-forward`) keeps its own connection to the server as long as this
 //! one is kept, and its delayed ACK then holds every answer ~40 ms. Tether cannot see a relay.
 //!
-//! TLS is reqwest's: rustls on aws-lc, certificates checked by the platform's verifier (which
-//! reads `SSL_CERT_FILE`), HTTP/1.1. Only for URLs without credentials that no proxy setting
-//! intercepts, and only where Tether can set `TCP_QUICKACK` (Linux): the rest stays with reqwest.
+//! TLS is reqwest's, set up once for every client (`tls.rs`), speaking HTTP/1.1. Only for URLs
+//! without credentials that no proxy setting intercepts, and only where Tether can set
+//! `TCP_QUICKACK` (Linux): the rest stays with reqwest.
 
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -29,11 +29,10 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::client::proxy::matcher::Matcher;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use rustls_platform_verifier::BuilderVerifierExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::redirect;
+use super::{redirect, tls};
 
 /// How long an idle connection is kept: below the 2 s after which gunicorn closes an idle
 /// connection (Node's and uvicorn's servers: 5 s), so that a call is not written into a
@@ -102,7 +101,7 @@ impl KeptConnections {
         http.set_keepalive_interval(Some(Duration::from_secs(15)));
         http.set_keepalive_retries(Some(3));
         let connector = Timed {
-            connector: HttpsConnector::from((QuickAckConnector { http }, tls()?)),
+            connector: HttpsConnector::from((QuickAckConnector { http }, tls::http1()?)),
             limit: connect_timeout,
         };
         let client = Client::builder(TokioExecutor::new())
@@ -148,28 +147,6 @@ impl KeptConnections {
         let response = self.client.request(request).await?;
         Ok(reqwest::Response::from(response.map(reqwest::Body::wrap)))
     }
-}
-
-/// TLS as reqwest sets it up, speaking HTTP/1.1 (the kept client speaks only that; reqwest
-/// offers h2 too): made once, since the verifier reads the system's roots. `None` if the
-/// platform's verifier cannot be made.
-fn tls() -> Option<Arc<rustls::ClientConfig>> {
-    static TLS: OnceLock<Option<Arc<rustls::ClientConfig>>> = OnceLock::new();
-    TLS.get_or_init(|| {
-        // reqwest's choice: the process's provider if it installed one, else aws-lc.
-        let provider = rustls::crypto::CryptoProvider::get_default()
-            .cloned()
-            .unwrap_or_else(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()));
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .ok()?
-            .with_platform_verifier()
-            .ok()?
-            .with_no_client_auth();
-        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Some(Arc::new(tls))
-    })
-    .clone()
 }
 
 /// Bounds a whole connect, TLS handshake included, as reqwest's `connect_timeout` does (hyper's

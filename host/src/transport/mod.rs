@@ -1,6 +1,58 @@
 //! Transports to upstream MCP servers. Each turns a server spec into an initialized rmcp client
 //! session, or a classified [`Fault`] the policy can reason about.
 
+/// The two methods of rmcp's `StreamableHttpClient` that each of Tether's HTTP clients (the
+/// session's guard, the OAuth signer, the poster under them) writes the same way: the forms
+/// without limits send through the forms with them, at rmcp's default limits. The trait's own
+/// defaults go the other way, and would drop the limits a layer above passes down. `$failed`:
+/// the client's error.
+macro_rules! forms_without_limits {
+    ($failed:ty) => {
+        async fn post_message(
+            &self,
+            uri: ::std::sync::Arc<str>,
+            message: ::rmcp::model::ClientJsonRpcMessage,
+            session_id: Option<::std::sync::Arc<str>>,
+            auth_header: Option<String>,
+            custom_headers: ::std::collections::HashMap<::http::HeaderName, ::http::HeaderValue>,
+        ) -> Result<::rmcp::transport::streamable_http_client::StreamableHttpPostResponse, $failed>
+        {
+            self.post_message_with_response_limits(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                custom_headers,
+                ::rmcp::transport::streamable_http_client::StreamableHttpResponseLimits::default(),
+            )
+            .await
+        }
+
+        async fn get_stream(
+            &self,
+            uri: ::std::sync::Arc<str>,
+            session_id: Option<::std::sync::Arc<str>>,
+            last_event_id: Option<String>,
+            auth_header: Option<String>,
+            custom_headers: ::std::collections::HashMap<::http::HeaderName, ::http::HeaderValue>,
+        ) -> Result<
+            ::futures::stream::BoxStream<'static, Result<::sse_stream::Sse, ::sse_stream::Error>>,
+            $failed,
+        > {
+            self.get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth_header,
+                custom_headers,
+                ::rmcp::transport::streamable_http_client::StreamableHttpResponseLimits::default()
+                    .max_sse_event_size,
+            )
+            .await
+        }
+    };
+}
+
 pub(crate) mod event_stream;
 pub mod gate;
 pub mod generation;
@@ -15,6 +67,7 @@ pub(crate) mod post;
 mod redirect;
 pub mod sse;
 pub mod stdio;
+pub(crate) mod tls;
 pub(crate) mod wire;
 
 use std::sync::Arc;

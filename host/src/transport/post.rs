@@ -124,24 +124,7 @@ impl Posting {
 impl StreamableHttpClient for Posting {
     type Error = reqwest::Error;
 
-    async fn post_message(
-        &self,
-        uri: Arc<str>,
-        message: ClientJsonRpcMessage,
-        session_id: Option<Arc<str>>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> Result<StreamableHttpPostResponse, Failed> {
-        self.post_message_with_response_limits(
-            uri,
-            message,
-            session_id,
-            auth_header,
-            custom_headers,
-            StreamableHttpResponseLimits::default(),
-        )
-        .await
-    }
+    forms_without_limits!(Failed);
 
     async fn post_message_with_response_limits(
         &self,
@@ -199,24 +182,6 @@ impl StreamableHttpClient for Posting {
             .await
     }
 
-    async fn get_stream(
-        &self,
-        uri: Arc<str>,
-        session_id: Option<Arc<str>>,
-        last_event_id: Option<String>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, Failed> {
-        self.get_stream_with_max_sse_event_size(
-            uri,
-            session_id,
-            last_event_id,
-            auth_header,
-            custom_headers,
-            StreamableHttpResponseLimits::default().max_sse_event_size,
-        )
-        .await
-    }
 
     /// The session's stream, or a call's stream picked up again after `last_event_id`, read as
     /// a call's streamed answer is: bounded by [`BoundedEvents`], so an event over the limit is
