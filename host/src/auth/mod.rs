@@ -829,6 +829,42 @@ impl std::fmt::Debug for Authorizer {
 mod tests {
     use super::*;
 
+    /// A server sent to unsigned (never authorized here) whose tokens another gateway stores
+    /// meanwhile: its next 401 takes them, and its requests are signed from then on.
+    #[tokio::test]
+    async fn tokens_stored_since_an_unsigned_request_are_taken_at_its_401() {
+        let store: Arc<dyn TokenStore> = Arc::new(MemoryTokenStore::default());
+        // Nothing listens on port 9: reading the metadata fails at once, which a stored token
+        // that is still valid outlives.
+        let url = "http://127.0.0.1:9/mcp";
+        let transport = crate::config::TransportSpec::Http {
+            url: url.to_string(),
+            headers: Default::default(),
+            sse_fallback: true,
+        };
+        let spec = ServerSpec::new("web", transport);
+        let context = Arc::new(AuthContext::new(store.clone()));
+        let authorizer = Authorizer::for_server(&spec, context).expect("it may use OAuth");
+        let signer = authorizer.client(Posting::new(tls::client())).await;
+        assert!(signer.unwrap().is_none(), "never authorized: nothing signs");
+
+        let credentials = serde_json::from_value(serde_json::json!({
+            "client_id": "tether",
+            "token_response": {"access_token": "stored-elsewhere", "token_type": "bearer"}
+        }))
+        .unwrap();
+        ServerTokens::new(store, "web", url)
+            .update(|record| record.credentials = Some(credentials))
+            .unwrap();
+        assert!(
+            authorizer.signer_if_made().is_none(),
+            "not read before a 401"
+        );
+        assert_eq!(authorizer.on_unauthorized(None).await, Recovery::Retry);
+        let signer = authorizer.signer_if_made().expect("signs from now on");
+        assert_eq!(signer.get_access_token().await.unwrap(), "stored-elsewhere");
+    }
+
     #[test]
     fn only_https_or_loopback_endpoints_get_credentials() {
         for url in [
