@@ -253,28 +253,17 @@ impl Authorizer {
             .cloned()
     }
 
-    /// Before a session opens: the client that signs its requests, or none while the server
-    /// has never been authorized (no tokens stored, none obtained in this run; see
-    /// `transport/oauth.rs`). Stored tokens are read here (their client is configured for
-    /// refreshing); a failure to reach the authorization server now is not fatal while the
-    /// access token is still valid.
-    pub(crate) async fn client(
-        &self,
-        http: Posting,
-    ) -> Result<Option<AuthClient<Posting>>, String> {
-        let unprepared = !self.prepared.load(Ordering::Acquire);
-        let record = match unprepared {
-            true => self.tokens.record().ok().flatten(),
-            false => None,
-        };
-        let stored = record.filter(|record| record.credentials.is_some());
-        if self.signer.get().is_none() && stored.is_none() {
-            return Ok(None);
-        }
+    /// Before a session opens: the client that signs its requests. Stored tokens are read
+    /// here (their client is configured for refreshing); a failure to reach the
+    /// authorization server now is not fatal while the access token is still valid.
+    pub(crate) async fn client(&self, http: Posting) -> Result<AuthClient<Posting>, String> {
         let mut signer = self.signer().await?;
         signer.http_client = http;
         let manager = signer.auth_manager.clone();
-        if unprepared && let Some(record) = stored {
+        if !self.prepared.load(Ordering::Acquire)
+            && let Ok(Some(record)) = self.tokens.record()
+            && record.credentials.is_some()
+        {
             let mut guard = manager.lock().await;
             match guard.initialize_from_store().await {
                 Ok(true) => {
@@ -305,12 +294,7 @@ impl Authorizer {
                 ),
             }
         }
-        Ok(Some(signer))
-    }
-
-    /// The server's signer, once it has one (tokens were stored or obtained).
-    pub(crate) fn signer_if_made(&self) -> Option<&AuthClient<Posting>> {
-        self.signer.get()
+        Ok(signer)
     }
 
     /// Whether a failed request may be sent again after new tokens: only then does the
@@ -338,14 +322,6 @@ impl Authorizer {
     /// A 401 that no refresh cured. Client credentials buy a new token at once; otherwise the
     /// gateway opens a login in the browser once per run, and the request fails.
     pub async fn on_unauthorized(self: &Arc<Self>, challenge: Option<&str>) -> Recovery {
-        // A request sent unsigned (the server had no tokens here) whose tokens were stored
-        // since, by another gateway or by `tether auth login` in another process: they are
-        // used, as a signer reading the store on every request would have used them.
-        if self.signer.get().is_none()
-            && let Ok(Some(_)) = self.client(Posting::new(tls::client())).await
-        {
-            return Recovery::Retry;
-        }
         if self.config.grant == Grant::ClientCredentials {
             return match self.client_credentials(challenge, Vec::new()).await {
                 Ok(_) => Recovery::Retry,
@@ -828,42 +804,6 @@ impl std::fmt::Debug for Authorizer {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A server sent to unsigned (never authorized here) whose tokens another gateway stores
-    /// meanwhile: its next 401 takes them, and its requests are signed from then on.
-    #[tokio::test]
-    async fn tokens_stored_since_an_unsigned_request_are_taken_at_its_401() {
-        let store: Arc<dyn TokenStore> = Arc::new(MemoryTokenStore::default());
-        // Nothing listens on port 9: reading the metadata fails at once, which a stored token
-        // that is still valid outlives.
-        let url = "http://127.0.0.1:9/mcp";
-        let transport = crate::config::TransportSpec::Http {
-            url: url.to_string(),
-            headers: Default::default(),
-            sse_fallback: true,
-        };
-        let spec = ServerSpec::new("web", transport);
-        let context = Arc::new(AuthContext::new(store.clone()));
-        let authorizer = Authorizer::for_server(&spec, context).expect("it may use OAuth");
-        let signer = authorizer.client(Posting::new(tls::client())).await;
-        assert!(signer.unwrap().is_none(), "never authorized: nothing signs");
-
-        let credentials = serde_json::from_value(serde_json::json!({
-            "client_id": "tether",
-            "token_response": {"access_token": "stored-elsewhere", "token_type": "bearer"}
-        }))
-        .unwrap();
-        ServerTokens::new(store, "web", url)
-            .update(|record| record.credentials = Some(credentials))
-            .unwrap();
-        assert!(
-            authorizer.signer_if_made().is_none(),
-            "not read before a 401"
-        );
-        assert_eq!(authorizer.on_unauthorized(None).await, Recovery::Retry);
-        let signer = authorizer.signer_if_made().expect("signs from now on");
-        assert_eq!(signer.get_access_token().await.unwrap(), "stored-elsewhere");
-    }
 
     #[test]
     fn only_https_or_loopback_endpoints_get_credentials() {

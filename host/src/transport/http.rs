@@ -429,7 +429,7 @@ async fn streamable<H: ClientHandler>(
                 .client(http.clone())
                 .await
                 .map_err(|why| Failure::new(Fault::HandshakeFailed(why)))?;
-            Signing::with(http, signer, authorizer.clone())
+            Signing::signed(http, signer, authorizer.clone())
         }
         None => Signing::plain(http),
     };
@@ -496,8 +496,7 @@ async fn legacy<H: ClientHandler>(
             .client(Posting::new(client.clone()))
             .await
             .map_err(|why| Failure::new(Fault::HandshakeFailed(why)))?;
-        if let Some(signer) = signer
-            && let Ok(token) = signer.get_access_token().await
+        if let Ok(token) = signer.get_access_token().await
             && let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {token}"))
         {
             value.set_sensitive(true);
