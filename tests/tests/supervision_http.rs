@@ -349,7 +349,8 @@ async fn a_stuck_call_blocks_neither_other_calls_nor_the_keepalive() {
 /// this process reads (`/proc/self/io`, in a process of its own so that no other test's reads
 /// count), against what building one client of reqwest's own reads here: sessions to eight
 /// servers, and their reconnects after the server restarts, read them at most once. (A server
-/// that may use OAuth has rmcp's OAuth manager read them twice more, once: not counted here.)
+/// that may use OAuth also has rmcp's OAuth manager, which reads them itself, twice, once a
+/// server; these servers are not set up for OAuth.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_to_many_http_servers_read_the_systems_root_certificates_once() {
     const SERVERS: usize = 8;

@@ -3,9 +3,9 @@
 //! reqwest sets TLS up for every client it builds, and its verifier (the platform's, through
 //! `rustls-platform-verifier`) reads and parses every root certificate of the system each time:
 //! on Debian, about 150 files, 3 ms of CPU. Tether builds a client for each session it opens and
-//! for the OAuth work of each server, so a gateway of 100 HTTP servers spent 90 % of its start-up
-//! CPU, and each reconnect 3 ms more, reading the same roots again. Here the verifier is made
-//! once and every client shares it: the same TLS reqwest would set up (rustls on aws-lc, or the
+//! for the OAuth work of each server, so each reconnect spent 3 ms reading the same roots again
+//! (rmcp's OAuth manager builds two clients of its own, once a server, which this cannot reach).
+//! Here the verifier is made once and every client of Tether's shares it: the same TLS reqwest would set up (rustls on aws-lc, or the
 //! process's own provider if it installed one; the platform's verifier, which reads
 //! `SSL_CERT_FILE` and `SSL_CERT_DIR` when first made), offering each client the HTTP versions
 //! it speaks.

@@ -888,7 +888,7 @@ async fn an_http_agents_tool_calls_are_served_past_rmcp_with_all_it_gives() {
     let (first, priming) = wire.sleep_on(&slow, 5, 800).await;
     let priming_id = event_ids(&priming)[0].to_string();
     let taken_over = wire.pick_up(&priming_id).await;
-    let (taken_over, left) = tokio::join!(body_in_time(taken_over), body_in_time(first),);
+    let (taken_over, left) = tokio::join!(body_in_time(taken_over), body_in_time(first));
     assert!(
         taken_over.contains("slept 800 ms"),
         "the new reader: {taken_over}"

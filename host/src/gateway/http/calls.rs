@@ -21,10 +21,10 @@
 //! session of a 2025 protocol version, and a request whose headers rmcp would accept as they are
 //! (no `Origin`, a loopback `Host` where only loopback names are served, the session's protocol
 //! version, a JSON body within rmcp's limit, whether it says its length or comes in chunks).
-//! Everything else goes to rmcp, unchanged. rmcp ends a session its worker has not heard from for its keep-alive: a
-//! task tends the sessions served here a few times a keep-alive, telling rmcp's worker of the
-//! ones in use (a no-op event), ending the calls of the ones rmcp has ended, and dropping the
-//! streams kept long enough.
+//! Everything else goes to rmcp, unchanged. rmcp ends a session its worker has not heard from
+//! for its keep-alive: a task tends the sessions served here a few times a keep-alive, telling
+//! rmcp's worker of the ones in use (a no-op event), ending the calls of the ones rmcp has
+//! ended, and dropping the streams kept long enough.
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
