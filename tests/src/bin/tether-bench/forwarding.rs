@@ -5,7 +5,9 @@
 //! - **direct**: the client talks to `mcp-fixture`;
 //! - **relay**: through socat copying the bytes (one more process, no parsing): the floor for
 //!   anything in the path. On stdio socat runs the fixture (`EXEC:`); on HTTP it relays TCP,
-//!   a process per connection (`--http-relay haproxy`: HAProxy in TCP mode, event-driven);
+//!   a process per connection (`--http-relay haproxy`: HAProxy in TCP mode, event-driven;
+//!   `--http-relay haproxy-http`: HAProxy in HTTP mode, which parses every request and answer
+//!   and writes them again as an HTTP gateway must, without understanding MCP);
 //! - **tether**: through `tether serve` in front of the same fixture.
 //!
 //! On HTTP each client is its own MCP session; on stdio a server has one client, so the
@@ -54,10 +56,11 @@ pub struct Args {
     #[arg(long, default_value = "socat")]
     socat: PathBuf,
     /// The TCP relay in front of the HTTP server: `socat` (a process per connection) or
-    /// `haproxy` (Debian: `apt-get install haproxy`; one event-driven process in TCP mode).
+    /// `haproxy` (Debian: `apt-get install haproxy`; one event-driven process in TCP mode) or
+    /// `haproxy-http` (the same in HTTP mode: an HTTP proxy, not a byte relay).
     #[arg(long, value_enum, default_value_t = HttpRelay::Socat)]
     http_relay: HttpRelay,
-    /// HAProxy, for `--http-relay haproxy`.
+    /// HAProxy, for `--http-relay haproxy` and `haproxy-http`.
     #[arg(long, default_value = "haproxy")]
     haproxy: PathBuf,
     /// Configure Tether's HTTP server with `keep_connections = true`.
@@ -69,6 +72,13 @@ pub struct Args {
 enum HttpRelay {
     Socat,
     Haproxy,
+    HaproxyHttp,
+}
+
+impl HttpRelay {
+    fn is_haproxy(self) -> bool {
+        matches!(self, HttpRelay::Haproxy | HttpRelay::HaproxyHttp)
+    }
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -85,18 +95,21 @@ impl Path3 {
         match (self, transport) {
             (Path3::Direct, _) => "direct".into(),
             (Path3::Relay, "http") if http_relay == HttpRelay::Haproxy => "relay (haproxy)".into(),
+            (Path3::Relay, "http") if http_relay == HttpRelay::HaproxyHttp => {
+                "proxy (haproxy http)".into()
+            }
             (Path3::Relay, _) => "relay (socat)".into(),
             (Path3::Tether, _) => "tether serve".into(),
         }
     }
 }
 
-/// HAProxy relaying TCP from `port` to `addr`, in the foreground (one process, killed on drop),
-/// its config and log in `dir`.
-fn haproxy(program: &Path, dir: &Path, port: u16, addr: &str) -> Child {
+/// HAProxy relaying from `port` to `addr` in `mode` (`tcp` or `http`), in the foreground (one
+/// process, killed on drop), its config and log in `dir`.
+fn haproxy(program: &Path, dir: &Path, port: u16, addr: &str, mode: &str) -> Child {
     let config = dir.join("haproxy.cfg");
     let text = format!(
-        "global\n  maxconn 4096\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\nfrontend in\n  bind 127.0.0.1:{port}\n  default_backend up\nbackend up\n  server up {addr}\n"
+        "global\n  maxconn 4096\ndefaults\n  mode {mode}\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\nfrontend in\n  bind 127.0.0.1:{port}\n  default_backend up\nbackend up\n  server up {addr}\n"
     );
     std::fs::write(&config, text).expect("the relay's config is written");
     // Its complaints kept: a relay that does not start would otherwise show only as a port
@@ -287,7 +300,8 @@ async fn set_up(transport: &str, path: Path3, args: &Args, sessions: usize, name
                 Path3::Relay => {
                     let port = util::free_port();
                     let relay = match args.http_relay {
-                        HttpRelay::Haproxy => haproxy(&args.haproxy, &dir, port, &addr),
+                        HttpRelay::Haproxy => haproxy(&args.haproxy, &dir, port, &addr, "tcp"),
+                        HttpRelay::HaproxyHttp => haproxy(&args.haproxy, &dir, port, &addr, "http"),
                         HttpRelay::Socat => spawn(
                             socat,
                             &[
@@ -439,7 +453,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         "{} does not run: the relay baseline needs socat (Debian: apt-get install socat)",
         args.socat.display()
     );
-    if over_http && args.http_relay == HttpRelay::Haproxy {
+    if over_http && args.http_relay.is_haproxy() {
         anyhow::ensure!(
             runs(&args.haproxy, "-v"),
             "haproxy does not run: --http-relay haproxy needs it (Debian: apt-get install haproxy)"
