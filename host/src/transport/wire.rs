@@ -28,7 +28,11 @@ const MAX_NESTING: usize = 128;
 /// skips nested values recursively with no bound; a deeper message takes rmcp's decoder, which
 /// refuses it.
 #[derive(Clone, Copy)]
-pub(crate) struct Shallow<'a>(&'a [u8]);
+pub(crate) struct Shallow<'a> {
+    message: &'a [u8],
+    /// The message as text, when it was given as such: read without checking its UTF-8 again.
+    text: Option<&'a str>,
+}
 
 impl<'a> Shallow<'a> {
     pub(crate) fn new(message: &'a [u8]) -> Option<Self> {
@@ -36,11 +40,31 @@ impl<'a> Shallow<'a> {
         let deep = memchr::memchr2_iter(b'[', b'{', message)
             .nth(MAX_NESTING - 1)
             .is_some();
-        (!deep).then_some(Self(message))
+        (!deep).then_some(Self {
+            message,
+            text: None,
+        })
+    }
+
+    /// A message already known to be UTF-8 (an SSE event's data).
+    pub(crate) fn text(message: &'a str) -> Option<Self> {
+        let shallow = Self::new(message.as_bytes())?;
+        Some(Self {
+            text: Some(message),
+            ..shallow
+        })
     }
 
     pub(crate) fn bytes(self) -> &'a [u8] {
-        self.0
+        self.message
+    }
+
+    /// The message read as a `T` by sonic-rs.
+    pub(crate) fn read<T: Deserialize<'a>>(self) -> sonic_rs::Result<T> {
+        match self.text {
+            Some(text) => sonic_rs::from_str(text),
+            None => sonic_rs::from_slice(self.message),
+        }
     }
 }
 
@@ -49,7 +73,7 @@ impl<'a> Shallow<'a> {
 /// those. Only the answer to a call may be read this way: the answer to another request could
 /// read as a call's result too.
 pub(crate) fn read_call_answer(message: Shallow) -> Option<JsonRpcResponse<ServerResult>> {
-    let answer: JsonRpcResponse<CallToolResult> = sonic_rs::from_slice(message.0).ok()?;
+    let answer: JsonRpcResponse<CallToolResult> = message.read().ok()?;
     Some(JsonRpcResponse {
         jsonrpc: answer.jsonrpc,
         id: answer.id,
@@ -91,7 +115,7 @@ struct ParamsIn {
 /// The `tools/call` request on `line`, as rmcp would read it (its `_meta` in the extensions);
 /// `None` for anything else, or anything rmcp would refuse.
 pub(crate) fn read_call(line: Shallow) -> Option<(RequestId, CallToolRequest)> {
-    let call: CallIn = sonic_rs::from_slice(line.0).ok()?;
+    let call: CallIn = line.read().ok()?;
     if call.jsonrpc != VERSION || call.method != METHOD {
         return None;
     }

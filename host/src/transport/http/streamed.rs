@@ -90,17 +90,12 @@ pub(super) async fn first_answer(
         if let (Some(slot), Ok(sse)) = (&raw, &mut event)
             && let Some(data) = sse.data.take()
         {
-            match raw::answer_into(data.into_bytes(), |answered| same_id(id, answered), slot) {
+            match raw::answer_text_into(data, |answered| same_id(id, answered), slot) {
                 Ok(answer) => {
                     drain(events);
                     return StreamableHttpPostResponse::Json(answer, session);
                 }
-                // It was a `String`: nothing is replaced.
-                Err(unread) => {
-                    sse.data = Some(String::from_utf8(unread).unwrap_or_else(|error| {
-                        String::from_utf8_lossy(error.as_bytes()).into_owned()
-                    }));
-                }
+                Err(unread) => sse.data = Some(unread),
             }
         }
         if let Ok(Sse {

@@ -200,8 +200,8 @@ pub(super) type Found<'a> = (&'a [u8], bool);
 /// 2026-07-28 agent), structured content only as an object (older agents get any other in the
 /// content), `_meta` without the server's identity.
 pub(super) fn read(line: Shallow<'_>) -> Option<(RequestId, Option<Found<'_>>)> {
+    let envelope: Envelope = line.read().ok()?;
     let line = line.bytes();
-    let envelope: Envelope = sonic_rs::from_slice(line).ok()?;
     let members = envelope.result;
     let found = members.passes.then(|| span(line, &members)).flatten();
     let found = found.and_then(|whole| match members.after_type {
@@ -228,18 +228,47 @@ pub(crate) fn answer_into(
     ours: impl FnOnce(&RequestId) -> bool,
     slot: &RawResult,
 ) -> Result<ServerJsonRpcMessage, Vec<u8>> {
-    let found = Shallow::new(&message).and_then(|shallow| {
-        let (id, found) = read(shallow)?;
-        // No line feed either (whitespace to JSON): the bytes go on as one line (stdio) or one
-        // SSE `data` line.
-        let (bytes, rebrace) =
-            found.filter(|(bytes, _)| ours(&id) && memchr::memchr(b'\n', bytes).is_none())?;
-        let at = bytes.as_ptr() as usize - message.as_ptr() as usize;
-        Some((id, at..at + bytes.len(), rebrace))
-    });
-    let Some((id, range, rebrace)) = found else {
-        return Err(message);
-    };
+    match Shallow::new(&message).and_then(|shallow| locate(shallow, ours)) {
+        Some(found) => fill(message, found, slot),
+        None => Err(message),
+    }
+}
+
+/// [`answer_into`] for a message already known to be UTF-8 (an SSE event's data), which is not
+/// checked again; it comes back as it was when it is to be read the typed way.
+pub(crate) fn answer_text_into(
+    message: String,
+    ours: impl FnOnce(&RequestId) -> bool,
+    slot: &RawResult,
+) -> Result<ServerJsonRpcMessage, String> {
+    match Shallow::text(&message).and_then(|shallow| locate(shallow, ours)) {
+        Some(found) => fill(message.into_bytes(), found, slot).map_err(|_| String::new()),
+        None => Err(message),
+    }
+}
+
+/// The answer's id, and where its result lies in the message, if it is the call's and passes
+/// unchanged.
+fn locate(
+    message: Shallow<'_>,
+    ours: impl FnOnce(&RequestId) -> bool,
+) -> Option<(RequestId, std::ops::Range<usize>, bool)> {
+    let start = message.bytes().as_ptr() as usize;
+    let (id, found) = read(message)?;
+    // No line feed either (whitespace to JSON): the bytes go on as one line (stdio) or one SSE
+    // `data` line.
+    let (bytes, rebrace) =
+        found.filter(|(bytes, _)| ours(&id) && memchr::memchr(b'\n', bytes).is_none())?;
+    let at = bytes.as_ptr() as usize - start;
+    Some((id, at..at + bytes.len(), rebrace))
+}
+
+/// Moves the located result into `slot` and answers rmcp with the placeholder.
+fn fill(
+    message: Vec<u8>,
+    (id, range, rebrace): (RequestId, std::ops::Range<usize>, bool),
+    slot: &RawResult,
+) -> Result<ServerJsonRpcMessage, Vec<u8>> {
     match RawBytes::new(message, range, rebrace) {
         Some(bytes) => slot.fill(bytes),
         // Cannot be: the range was found in the message. (Read as nothing, it fails the call.)
@@ -420,6 +449,25 @@ mod tests {
         let modern = br#"{"jsonrpc":"2.0","id":7,"result":{"resultType":"complete","content":[]}}"#;
         assert!(answer_into(modern.to_vec(), |_| true, &slot).is_ok());
         assert_eq!(slot.take().unwrap().as_slice(), br#"{"content":[]}"#);
+    }
+
+    #[test]
+    fn an_answer_known_as_text_is_taken_alike_and_comes_back_as_it_was() {
+        let slot = RawResult::default();
+        let message = r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"é"}]}}"#;
+        let refused = answer_text_into(message.into(), |id| *id == RequestId::Number(8), &slot);
+        assert_eq!(refused.unwrap_err(), message);
+        let error = r#"{"jsonrpc":"2.0","id":7,"result":{"content":[],"isError":true}}"#;
+        assert_eq!(answer_text_into(error.into(), |_| true, &slot).unwrap_err(), error);
+        assert!(!slot.is_filled());
+        let Ok(ServerJsonRpcMessage::Response(answer)) =
+            answer_text_into(message.into(), |_| true, &slot)
+        else {
+            panic!("the placeholder");
+        };
+        assert_eq!(answer.id, RequestId::Number(7));
+        let result = r#"{"content":[{"type":"text","text":"é"}]}"#;
+        assert_eq!(slot.take().unwrap().as_slice(), result.as_bytes());
     }
 
     #[test]
