@@ -64,7 +64,7 @@ where
 /// A line that began in an earlier chunk.
 enum Partial {
     /// Slices of the chunks (no copy): at most [`MAX_SLICES`], none shorter than
-    /// [`SMALL_PIECE`].
+    /// [`SMALL_PIECE`] (and, when the line ends, the piece that ends it).
     Slices(Vec<Bytes>),
     /// Copied into one buffer: only the value when the line is its event's first `data:` line
     /// (`value`), else the whole line.
@@ -177,8 +177,9 @@ impl EventReader {
     fn read_slices(&mut self, pieces: &[Bytes], done: &mut Vec<Sse>) {
         let len = pieces.iter().map(Bytes::len).sum();
         let from = self.value_start(pieces, len);
-        let mut bytes = Vec::with_capacity(len - from.unwrap_or(0));
-        join_into(pieces, from.unwrap_or(0), bytes.capacity(), &mut bytes);
+        let start = from.unwrap_or(0);
+        let mut bytes = Vec::with_capacity(len - start);
+        join_into(pieces, start, len - start, &mut bytes);
         match from {
             Some(_) => self.first_data(bytes),
             None => self.read_line(&bytes, done),
