@@ -796,7 +796,6 @@ impl StreamableHttpClient for GuardedClient {
         }
     }
 
-
     async fn get_stream_with_max_sse_event_size(
         &self,
         uri: Arc<str>,
@@ -887,7 +886,6 @@ fn refused_answer(request: Option<&RequestId>, why: &str) -> StreamableHttpPostR
     let message = serde_json::from_value(error).expect("a JSON-RPC error");
     StreamableHttpPostResponse::Json(message, None)
 }
-
 
 /// rmcp's reqwest errors in our vocabulary. Variants rmcp's worker acts on by type (session
 /// expiry, auth challenges, no SSE support) are kept.

@@ -152,7 +152,6 @@ impl StreamableHttpClient for Signing {
         }
     }
 
-
     async fn get_stream_with_max_sse_event_size(
         &self,
         uri: Arc<str>,

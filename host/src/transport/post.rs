@@ -182,7 +182,6 @@ impl StreamableHttpClient for Posting {
             .await
     }
 
-
     /// The session's stream, or a call's stream picked up again after `last_event_id`, read as
     /// a call's streamed answer is: bounded by [`BoundedEvents`], so an event over the limit is
     /// dropped (an answer becomes its request's "too large" error) and the stream goes on, where

@@ -5,10 +5,10 @@
 //! on Debian, about 150 files, 3 ms of CPU. Tether builds a client for each session it opens and
 //! for the OAuth work of each server, so each reconnect spent 3 ms reading the same roots again
 //! (rmcp's OAuth manager builds two clients of its own, once a server, which this cannot reach).
-//! Here the verifier is made once and every client of Tether's shares it: the same TLS reqwest would set up (rustls on aws-lc, or the
-//! process's own provider if it installed one; the platform's verifier, which reads
-//! `SSL_CERT_FILE` and `SSL_CERT_DIR` when first made), offering each client the HTTP versions
-//! it speaks.
+//! Here the verifier is made once and every client of Tether's shares it: the same TLS reqwest
+//! would set up (rustls on aws-lc, or the process's own provider if it installed one; the
+//! platform's verifier, which reads `SSL_CERT_FILE` and `SSL_CERT_DIR` when first made),
+//! offering each client the HTTP versions it speaks.
 
 use std::sync::{Arc, OnceLock};
 

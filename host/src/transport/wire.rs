@@ -85,9 +85,21 @@ pub(crate) fn read_call_answer(message: Shallow) -> Option<JsonRpcResponse<Serve
 /// ([`read_call_answer`]), anything else (an error, another kind of result, a message nested
 /// too deep for sonic-rs) by rmcp's decoder.
 pub(crate) fn read_answer_to_call(message: &[u8]) -> serde_json::Result<ServerJsonRpcMessage> {
-    match Shallow::new(message).and_then(read_call_answer) {
+    answer_to_call(Shallow::new(message), || serde_json::from_slice(message))
+}
+
+/// [`read_answer_to_call`] for a message already known to be UTF-8 (an SSE event's data).
+pub(crate) fn read_answer_text_to_call(message: &str) -> serde_json::Result<ServerJsonRpcMessage> {
+    answer_to_call(Shallow::text(message), || serde_json::from_str(message))
+}
+
+fn answer_to_call(
+    message: Option<Shallow>,
+    otherwise: impl FnOnce() -> serde_json::Result<ServerJsonRpcMessage>,
+) -> serde_json::Result<ServerJsonRpcMessage> {
+    match message.and_then(read_call_answer) {
         Some(answer) => Ok(ServerJsonRpcMessage::Response(answer)),
-        None => serde_json::from_slice(message),
+        None => otherwise(),
     }
 }
 
@@ -290,6 +302,12 @@ mod tests {
                 serde_json::to_value(&theirs).unwrap(),
                 "{answer}"
             );
+            // Read as text (an SSE event's data), the same.
+            let text = read_answer_text_to_call(std::str::from_utf8(&bytes).unwrap()).unwrap();
+            assert_eq!(
+                serde_json::to_value(&text).unwrap(),
+                serde_json::to_value(&theirs).unwrap()
+            );
         }
         let others = [
             json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32602, "message": "no"}}),
@@ -301,6 +319,13 @@ mod tests {
         for other in others {
             let bytes = serde_json::to_vec(&other).unwrap();
             assert!(read_call_answer(Shallow::new(&bytes).unwrap()).is_none(), "{other}");
+            // Taken by rmcp's decoder instead, from text as from bytes.
+            let text = read_answer_text_to_call(std::str::from_utf8(&bytes).unwrap()).unwrap();
+            let theirs: ServerJsonRpcMessage = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(
+                serde_json::to_value(&text).unwrap(),
+                serde_json::to_value(&theirs).unwrap()
+            );
         }
         // serde_json reads 127 levels and refuses 128.
         for (levels, shallow) in [(127, true), (128, false)] {

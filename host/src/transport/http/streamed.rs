@@ -122,7 +122,7 @@ pub(super) async fn first_answer(
 pub(super) fn answer_to(data: &str, id: &RequestId, call: bool) -> Option<ServerJsonRpcMessage> {
     // Only a call's answer may be read as a call result: another request's could read as one.
     let message = match call {
-        true => wire::read_answer_to_call(data.as_bytes()).ok()?,
+        true => wire::read_answer_text_to_call(data).ok()?,
         false => serde_json::from_str(data).ok()?,
     };
     wire::answered_id(&message)

@@ -16,10 +16,11 @@
 //! path does not: no `Origin`, a `Host` rmcp serves, a JSON body within its limit (whether it
 //! says its length or comes in chunks), the protocol version 2026-07-28 in the header and in
 //! the body's `_meta` with the client's capabilities, `Mcp-Method: tools/call` and an
-//! `Mcp-Name` (not Base64-encoded) that names the body's tool, a tool whose input schema promotes no argument to a header
-//! (`x-mcp-header`, which rmcp checks against `Mcp-Param-*`). The log messages a call asks for
-//! (`logLevel` in `_meta`) are events of its stream, with its progress, as rmcp sends them on
-//! the request's stream. Everything else goes to rmcp unchanged.
+//! `Mcp-Name` (not Base64-encoded) that names the body's tool, a tool whose input schema
+//! promotes no argument to a header (`x-mcp-header`, which rmcp checks against
+//! `Mcp-Param-*`). The log messages a call asks for (`logLevel` in `_meta`) are events of its
+//! stream, with its progress, as rmcp sends them on the request's stream. Everything else goes
+//! to rmcp unchanged.
 
 use std::convert::Infallible;
 use std::sync::{Arc, LazyLock, Mutex};
