@@ -650,15 +650,17 @@ impl Authorizer {
         Ok(self.granted())
     }
 
-    /// Puts a manager that just obtained tokens in place of the shared one.
+    /// Puts a manager that just obtained tokens in place of the shared one. A signer that a
+    /// session is making meanwhile is waited for and given the manager: were it made after
+    /// this, with a manager that never read the tokens, `prepared` would keep it from reading
+    /// them and the server's requests would go unsigned.
     async fn adopt(&self, manager: AuthorizationManager) {
-        match self.signer.get() {
-            Some(signer) => *signer.auth_manager.lock().await = manager,
-            None => {
-                let _ = self
-                    .signer
-                    .set(AuthClient::new(Posting::new(tls::client()), manager));
-            }
+        let unused = fill_or_hand_back(&self.signer, manager, |manager| {
+            AuthClient::new(Posting::new(tls::client()), manager)
+        })
+        .await;
+        if let Some((signer, manager)) = unused {
+            *signer.auth_manager.lock().await = manager;
         }
         self.prepared.store(true, Ordering::Release);
     }
@@ -778,6 +780,21 @@ impl Authorizer {
     }
 }
 
+/// Fills `cell` with `make(value)`; if it is filled already, or by another task while this
+/// waited for it, gives `value` back with what the cell holds, never dropping it.
+async fn fill_or_hand_back<T, V>(
+    cell: &OnceCell<T>,
+    value: V,
+    make: impl FnOnce(V) -> T,
+) -> Option<(&T, V)> {
+    let mut slot = Some(value);
+    let taken = &mut slot;
+    let filled = cell
+        .get_or_init(|| async move { make(taken.take().expect("the value is taken once")) })
+        .await;
+    slot.map(|value| (filled, value))
+}
+
 /// A client for the few requests Tether makes outside rmcp (a challenge, a metadata
 /// document): short deadlines, no redirects.
 fn bounded_client() -> reqwest::Client {
@@ -804,6 +821,37 @@ impl std::fmt::Debug for Authorizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_value_meeting_a_cell_being_filled_is_handed_back_not_lost() {
+        let cell = OnceCell::<&str>::new();
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let (started, has_started) = tokio::sync::oneshot::channel::<()>();
+        let filling = cell.get_or_init(|| async {
+            let _ = started.send(());
+            let _ = released.await;
+            "made by a session"
+        });
+        let adopting = async {
+            let _ = has_started.await;
+            fill_or_hand_back(&cell, "just logged in", |value| value).await
+        };
+        let releasing = async {
+            // The adopting side is parked on the cell by now: it polls before this.
+            tokio::task::yield_now().await;
+            let _ = release.send(());
+        };
+        let (made, unused, ()) = tokio::join!(filling, adopting, releasing);
+        assert_eq!(*made, "made by a session");
+        assert_eq!(unused, Some((&"made by a session", "just logged in")));
+
+        let empty = OnceCell::<&str>::new();
+        assert_eq!(
+            fill_or_hand_back(&empty, "first", |value| value).await,
+            None
+        );
+        assert_eq!(empty.get(), Some(&"first"));
+    }
 
     #[test]
     fn only_https_or_loopback_endpoints_get_credentials() {
