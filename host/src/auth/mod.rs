@@ -34,8 +34,8 @@ use serde::Serialize;
 use tokio::sync::OnceCell;
 
 pub use login::{Browser, RedirectError};
-use store::ServerTokens;
 pub use store::{FileTokenStore, MemoryTokenStore, TokenStore};
+use store::{Record, ServerTokens};
 
 use crate::config::{Grant, OAuthConfig, ServerSpec};
 use crate::transport::post::Posting;
@@ -135,8 +135,10 @@ pub struct Authorizer {
     /// Signs the requests of every session of the server; its manager is replaced when a
     /// login completes (each session sets its own HTTP client on a copy).
     signer: OnceCell<AuthClient<Posting>>,
-    /// Whether the shared manager has read the stored client (refreshing needs it).
-    prepared: AtomicBool,
+    /// The client the shared manager is set up to refresh tokens for, from the stored record
+    /// and validated metadata (`None`: not set up). A login elsewhere (`tether auth login`,
+    /// another gateway) may store another client's tokens: then it is set up again.
+    prepared_for: Mutex<Option<String>>,
     need: Mutex<Option<Need>>,
     /// The gateway starts a login by itself once, and again only after a request succeeded
     /// since (the authorization server changed, or the grant was revoked): never a loop of
@@ -205,7 +207,7 @@ impl Authorizer {
             config,
             context,
             signer: OnceCell::new(),
-            prepared: AtomicBool::new(false),
+            prepared_for: Mutex::new(None),
             need: Mutex::new(None),
             auto_login_spent: AtomicBool::new(false),
             login_lock: tokio::sync::Mutex::new(()),
@@ -259,42 +261,115 @@ impl Authorizer {
     pub(crate) async fn client(&self, http: Posting) -> Result<AuthClient<Posting>, String> {
         let mut signer = self.signer().await?;
         signer.http_client = http;
-        let manager = signer.auth_manager.clone();
-        if !self.prepared.load(Ordering::Acquire)
-            && let Ok(Some(record)) = self.tokens.record()
-            && record.credentials.is_some()
+        if let Ok(Some(record)) = self.tokens.record()
+            && let Some(credentials) = &record.credentials
         {
-            let mut guard = manager.lock().await;
-            match guard.initialize_from_store().await {
-                Ok(true) => {
-                    let secret = self
+            // A configured client ID wins: tokens of another client then cannot be refreshed
+            // (rmcp refuses), and the fault asks for a login instead of a refresh failing.
+            let client_id = self
+                .config
+                .client_id
+                .clone()
+                .unwrap_or_else(|| credentials.client_id.clone());
+            if self.prepared_client().as_deref() != Some(client_id.as_str()) {
+                let mut manager = signer.auth_manager.lock().await;
+                // Another session may have set it up while this one waited for the lock.
+                if self.prepared_client().as_deref() != Some(client_id.as_str()) {
+                    self.prepare(&mut manager, &record, client_id).await;
+                }
+            }
+        }
+        Ok(signer)
+    }
+
+    fn prepared_client(&self) -> Option<String> {
+        self.prepared_for
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn set_prepared_client(&self, client_id: Option<String>) {
+        *self.prepared_for.lock().unwrap_or_else(|e| e.into_inner()) = client_id;
+    }
+
+    /// Sets `manager` up to refresh the stored tokens as `client_id`, with the authorization
+    /// server's metadata discovered again and checked as a login checks it. Left not set up
+    /// (tried again at the next session) when the metadata cannot be trusted now.
+    async fn prepare(
+        &self,
+        manager: &mut AuthorizationManager,
+        record: &Record,
+        client_id: String,
+    ) {
+        let stored_issuer = record
+            .credentials
+            .as_ref()
+            .and_then(|credentials| credentials.issuer.as_deref());
+        let mut resolution = manager.resolve_metadata().await;
+        if let Ok(found) = &resolution
+            && fit_for_refresh(&found.metadata, found.source.is_discovered(), stored_issuer)
+                .is_err()
+            && let Some(challenge) = self.fetch_challenge().await
+        {
+            // The well-known documents did not lead there; the server's 401 may.
+            resolution = manager
+                .resolve_metadata_from_challenge(Some(&challenge))
+                .await;
+        }
+        let metadata = match resolution {
+            Ok(found) => {
+                match fit_for_refresh(&found.metadata, found.source.is_discovered(), stored_issuer)
+                {
+                    Ok(()) => found.metadata,
+                    Err(why) => {
+                        tracing::warn!(server = %self.server, "not setting up token refresh now: {why} (the stored token is used until it must be refreshed)");
+                        return;
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(
+                    server = %self.server,
+                    "{} (the stored token is used until it must be refreshed)",
+                    self.words("reading the authorization server's metadata", &error)
+                );
+                return;
+            }
+        };
+        manager.set_metadata(metadata);
+        match manager.initialize_from_store().await {
+            Ok(true) => {
+                let secret = match &self.config.client_id {
+                    Some(_) => self
+                        .config
+                        .client_secret
+                        .as_ref()
+                        .map(|s| s.expose().to_string()),
+                    None => self
                         .config
                         .client_secret
                         .as_ref()
                         .map(|secret| secret.expose().to_string())
-                        .or(record.client_secret);
-                    if let (Some(secret), Some(credentials)) = (secret, record.credentials) {
-                        let mut client = OAuthClientConfig::new(
-                            credentials.client_id.clone(),
-                            self.endpoint.clone(),
-                        );
-                        client.client_secret = Some(secret);
-                        client.application_type = None;
-                        if let Err(error) = guard.configure_client(client) {
-                            tracing::warn!(server = %self.server, "{}", self.words("configuring the client", &error));
-                        }
+                        .or_else(|| record.client_secret.clone()),
+                };
+                let mut client = OAuthClientConfig::new(client_id.clone(), self.endpoint.clone());
+                client.client_secret = secret;
+                client.application_type = None;
+                match manager.configure_client(client) {
+                    Ok(()) => self.set_prepared_client(Some(client_id)),
+                    Err(error) => {
+                        tracing::warn!(server = %self.server, "{}", self.words("configuring the client", &error))
                     }
-                    self.prepared.store(true, Ordering::Release);
                 }
-                Ok(false) => {}
-                Err(error) => tracing::warn!(
-                    server = %self.server,
-                    "{} (the stored token is used until it must be refreshed)",
-                    self.words("reading the authorization server's metadata", &error)
-                ),
             }
+            Ok(false) => {}
+            Err(error) => tracing::warn!(
+                server = %self.server,
+                "{} (the stored token is used until it must be refreshed)",
+                self.words("reading the stored tokens", &error)
+            ),
         }
-        Ok(signer)
     }
 
     /// Whether a failed request may be sent again after new tokens: only then does the
@@ -652,8 +727,8 @@ impl Authorizer {
 
     /// Puts a manager that just obtained tokens in place of the shared one. A signer that a
     /// session is making meanwhile is waited for and given the manager: were it made after
-    /// this, with a manager that never read the tokens, `prepared` would keep it from reading
-    /// them and the server's requests would go unsigned.
+    /// this, with a manager that never read the tokens, it would be taken as set up and the
+    /// server's tokens could not be refreshed.
     async fn adopt(&self, manager: AuthorizationManager) {
         let unused = fill_or_hand_back(&self.signer, manager, |manager| {
             AuthClient::new(Posting::new(tls::client()), manager)
@@ -662,7 +737,14 @@ impl Authorizer {
         if let Some((signer, manager)) = unused {
             *signer.auth_manager.lock().await = manager;
         }
-        self.prepared.store(true, Ordering::Release);
+        let client_id = self
+            .tokens
+            .record()
+            .ok()
+            .flatten()
+            .and_then(|record| record.credentials)
+            .map(|credentials| credentials.client_id);
+        self.set_prepared_client(client_id);
     }
 
     fn granted(&self) -> Granted {
@@ -773,11 +855,35 @@ impl Authorizer {
 
     /// Forgets the server's tokens (logout, or the server left the config).
     pub fn forget(&self) -> Result<(), String> {
-        self.prepared.store(false, Ordering::Release);
+        self.set_prepared_client(None);
         self.tokens
             .remove()
             .map_err(|error| self.words("removing the tokens", &error))
     }
+}
+
+/// Whether discovered metadata may be used to refresh tokens issued by `stored_issuer`: its
+/// endpoints https or loopback (as for a login), and, when the tokens name their issuer,
+/// metadata that names one too. Endpoints guessed from the server's URL (nothing discovered,
+/// as when a proxy answers 502 for a moment) would send the refresh token to the MCP server.
+fn fit_for_refresh(
+    metadata: &AuthorizationMetadata,
+    discovered: bool,
+    stored_issuer: Option<&str>,
+) -> Result<(), String> {
+    if let Some(field) = insecure_endpoint(metadata) {
+        return Err(format!(
+            "the authorization server's {field} is neither https nor on loopback"
+        ));
+    }
+    if let Some(issuer) = stored_issuer
+        && (!discovered || metadata.issuer.is_none())
+    {
+        return Err(format!(
+            "the metadata of the authorization server that issued the tokens ({issuer}) was not found"
+        ));
+    }
+    Ok(())
 }
 
 /// Fills `cell` with `make(value)`; if it is filled already, or by another task while this
@@ -821,6 +927,33 @@ impl std::fmt::Debug for Authorizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tokens_are_refreshed_only_where_their_issuer_is_found_and_secure() {
+        let mut found = AuthorizationMetadata::default();
+        found.authorization_endpoint = "https://as.example/authorize".into();
+        found.token_endpoint = "https://as.example/token".into();
+        found.issuer = Some("https://as.example".into());
+        let issuer = Some("https://as.example");
+        assert_eq!(fit_for_refresh(&found, true, issuer), Ok(()));
+        assert_eq!(fit_for_refresh(&found, true, None), Ok(()));
+        // Endpoints guessed from the MCP server's URL: not where these tokens came from.
+        let mut guessed = AuthorizationMetadata::default();
+        guessed.authorization_endpoint = "https://mcp.example/authorize".into();
+        guessed.token_endpoint = "https://mcp.example/token".into();
+        let refused = fit_for_refresh(&guessed, false, issuer).unwrap_err();
+        assert!(refused.contains("https://as.example"), "{refused}");
+        // Tokens from a login that found no metadata either: the same guess serves.
+        assert_eq!(fit_for_refresh(&guessed, false, None), Ok(()));
+        // Discovered without an issuer, for tokens that name theirs.
+        let mut anonymous = found.clone();
+        anonymous.issuer = None;
+        assert!(fit_for_refresh(&anonymous, true, issuer).is_err());
+        let mut plain = found.clone();
+        plain.token_endpoint = "http://as.example/token".into();
+        let refused = fit_for_refresh(&plain, true, issuer).unwrap_err();
+        assert!(refused.contains("token_endpoint"), "{refused}");
+    }
 
     #[tokio::test]
     async fn a_value_meeting_a_cell_being_filled_is_handed_back_not_lost() {

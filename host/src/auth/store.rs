@@ -111,9 +111,13 @@ impl TokenStore for FileTokenStore {
         let path = self.path(server);
         // Written whole to a private temporary file, then renamed over the record: a reader
         // never sees half a record, and the secret is never in a file others can read.
+        // A name of its own per save: two saves of one record at once (a refresh and a login)
+        // must not write into one file.
+        static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let save = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let temporary = self
             .dir
-            .join(format!(".{server}.json.{}.tmp", std::process::id()));
+            .join(format!(".{server}.json.{}.{save}.tmp", std::process::id()));
         let mut file = fs::OpenOptions::new()
             .write(true)
             .create(true)

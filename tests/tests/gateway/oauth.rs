@@ -357,6 +357,32 @@ async fn a_server_behind_oauth_stays_connected_across_refreshes_and_revives_afte
     })
     .await;
     assert_eq!(echo(&client, "after").await, Ok("after".to_string()));
+    // That login registered another client: the running gateway refreshes its tokens as that
+    // client (as the first, it would be refused: a login needed every token lifetime).
+    let stats = oauth.stats().await;
+    assert_eq!(stats["registrations"], 2, "{stats}");
+    let refreshes_after_login = stats["refreshes"].as_u64().unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut calls = 0;
+    loop {
+        let text = format!("after the login {calls}");
+        assert_eq!(
+            echo(&client, &text).await,
+            Ok(text.clone()),
+            "{}",
+            gateway.stderr.lock().unwrap()
+        );
+        calls += 1;
+        let stats = oauth.stats().await;
+        if stats["refreshes"].as_u64().unwrap() >= refreshes_after_login + 2 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "two refreshes within {PATIENCE:?}: {stats}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // Nothing secret reached the gateway's log.
     let log = gateway.stderr.lock().unwrap().clone();

@@ -303,10 +303,8 @@ impl Post {
         }
         let mut wait = match (resume.failures, broke) {
             (0, true) => None,
-            (0, false) => resume
-                .server_retry
-                .take()
-                .or_else(|| shared.retry.retry(0)),
+            // The server's `retry` stays in force for every later reconnection (SSE).
+            (0, false) => resume.server_retry.or_else(|| shared.retry.retry(0)),
             (failures, _) => Some(resume.delay(shared.retry.retry(failures)?)),
         };
         loop {
@@ -500,6 +498,11 @@ mod tests {
                 let progress = progress(id, 1);
                 event_stream(format!("id: f1\ndata: {progress}\n\n"))
             }
+            // The same, with the server's own reconnection time.
+            ("tools/call", Some("fruitless-slow")) => {
+                let progress = progress(id, 1);
+                event_stream(format!("id: f1\nretry: 60\ndata: {progress}\n\n"))
+            }
             // Progress, then the stream ends; picked up again, the answer is over the limit.
             ("tools/call", Some("huge")) => {
                 *script.resumed_call.lock().unwrap() = id.clone();
@@ -671,6 +674,25 @@ mod tests {
         for (gap, times) in gaps.iter().zip([2, 4, 8]) {
             assert!(*gap >= first * times, "{gaps:?}");
         }
+    }
+
+    /// The server's `retry` interval stays in force for every time its stream is asked for
+    /// again (as SSE says), not only the first: the schedule's shorter delays do not apply.
+    #[tokio::test]
+    async fn the_servers_reconnection_time_holds_for_every_attempt() {
+        let (script, session) = scripted(None).await;
+        let calls = session.calls.as_ref().expect("Streamable HTTP posts its calls");
+        let started = std::time::Instant::now();
+        let fruitless = calls.send(calls.next_id(), call("fruitless-slow")).unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(20), fruitless.answer()).await;
+        assert!(matches!(outcome.expect("given up"), Err(NotAnswered::Closed)));
+        let at: Vec<std::time::Instant> =
+            script.resumed_after.lock().unwrap().iter().map(|(_, at)| *at).collect();
+        assert_eq!(at.len(), StreamRetry::ATTEMPTS);
+        let server = Duration::from_millis(60);
+        assert!(at[0] - started >= server);
+        let gaps: Vec<Duration> = at.windows(2).map(|pair| pair[1] - pair[0]).collect();
+        assert!(gaps.iter().all(|gap| *gap >= server), "{gaps:?}");
     }
 
     /// A call whose stream, picked up again after its last event, brings an answer over the

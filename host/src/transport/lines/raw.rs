@@ -287,8 +287,10 @@ fn fill(
 /// carriage return (whitespace to JSON) is refused by the caller: line readers that take it
 /// for a line's end would split the answer.
 fn escapes_valid(json: &[u8]) -> bool {
+    // `from_str_radix` alone would take a sign: `\u+041` is no escape to a JSON parser.
     let hex = |at: usize| {
         json.get(at..at + 4)
+            .filter(|digits| digits.iter().all(u8::is_ascii_hexdigit))
             .and_then(|digits| std::str::from_utf8(digits).ok())
             .and_then(|digits| u16::from_str_radix(digits, 16).ok())
     };
@@ -488,6 +490,8 @@ mod tests {
         for (result, passes) in [
             (r#"{"content":[{"type":"text","text":"\ud83d\ude00 \u00e9 \\u \n"}]}"#, true),
             (r#"{"content":[{"type":"text","text":"\uZZZZ"}]}"#, false),
+            (r#"{"content":[{"type":"text","text":"\u+041"}]}"#, false),
+            (r#"{"content":[{"type":"text","text":"\u-041"}]}"#, false),
             (r#"{"content":[{"type":"text","text":"\ud800"}]}"#, false),
             (r#"{"content":[{"type":"text","text":"\ud800\u0041"}]}"#, false),
             (r#"{"content":[{"type":"text","text":"\ude00"}]}"#, false),
