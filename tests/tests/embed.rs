@@ -209,6 +209,98 @@ async fn a_program_embeds_tether_mounts_its_mcp_endpoint_and_shuts_it_down() {
     );
 }
 
+/// A session quiet for most of its idle time, then used by a tool call served past rmcp's
+/// session machinery, lives another idle time from that call, as with rmcp alone (the tend
+/// that tells rmcp's worker may come only after the worker's keep-alive has run out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_late_in_a_sessions_idle_time_keeps_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let alpha = StateDir(dir.path().join("alpha"));
+    std::fs::create_dir_all(&alpha.0).unwrap();
+    let tether = Tether::builder()
+        .server(stdio_fixture("alpha", &alpha, &[]))
+        .policy_settings(FAST_POLICY)
+        .log_dir(dir.path().join("logs"))
+        .start()
+        .await
+        .expect("Tether starts");
+    wait_healthy(&tether, "alpha").await;
+    let idle = Duration::from_secs(2);
+    let options = tether::gateway::HttpOptions {
+        session_idle: Some(idle),
+        ..Default::default()
+    };
+    let addr = tether
+        .serve_http("127.0.0.1:0".parse().unwrap(), options)
+        .await
+        .unwrap();
+    let url = format!("http://{addr}/mcp");
+    let http = reqwest::Client::new();
+    let post = |message: serde_json::Value, session: Option<String>| {
+        let mut request = http
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25");
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        let sent = request.json(&message).send();
+        async move {
+            let response = sent.await.expect("the gateway answers");
+            let status = response.status();
+            (status, response.text().await.unwrap_or_default())
+        }
+    };
+    let initialize = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "caller", "version": "1"}}});
+    let response = http
+        .post(&url)
+        .header("accept", "application/json, text/event-stream")
+        .json(&initialize)
+        .send()
+        .await
+        .unwrap();
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let initialized = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    post(initialized, Some(session.clone())).await;
+    let quiet_since = std::time::Instant::now();
+
+    // Between two tends (every quarter of the idle time): none follows the call before the
+    // idle time from the session's start has run out.
+    tokio::time::sleep(idle * 13 / 16).await;
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "alpha__echo", "arguments": {"text": "late"}}});
+    let (status, body) = post(call, Some(session.clone())).await;
+    assert!(
+        status.is_success() && body.contains("late"),
+        "{status}: {body}"
+    );
+    assert!(body.contains("id: t"), "served past rmcp: {body}");
+    assert!(
+        quiet_since.elapsed() < idle,
+        "the call came within the idle time (a machine this slow proves nothing)"
+    );
+
+    // Past the idle time counted from the session's start, within the one from the call.
+    tokio::time::sleep_until((quiet_since + idle * 5 / 4).into()).await;
+    let list = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let (status, body) = post(list, Some(session)).await;
+    assert!(
+        status.is_success() && body.contains("alpha__echo"),
+        "the session lives: {status} {body}"
+    );
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        tether.shutdown(Duration::from_secs(5)),
+    )
+    .await
+    .expect("shutdown completes");
+}
+
 /// An HTTP session whose tool calls are all served past rmcp's session machinery
 /// (`gateway/http/calls.rs`) lives as long as it is used: rmcp, which ends a session it has not
 /// heard from for `session_idle`, is told it is in use. Unused, it ends.

@@ -119,6 +119,8 @@ pub(in crate::gateway) struct Settings {
 
 /// A session whose calls are served here.
 pub(in crate::gateway) struct CallSession {
+    /// Its `Mcp-Session-Id`.
+    id: Arc<str>,
     direct: Direct,
     /// The protocol version its requests name in their header.
     version: HeaderValue,
@@ -255,6 +257,7 @@ impl HttpCalls {
         direct.serving(context.peer.clone());
         let now = self.now_ms();
         let session = Arc::new(CallSession {
+            id: Arc::from(id),
             direct,
             version,
             streams: Mutex::default(),
@@ -404,7 +407,10 @@ impl HttpCalls {
     ) -> Response {
         let read = match taken {
             Taken::Rmcp => return rmcp(request).await,
-            Taken::Resume(session, stream) => return self.resume(&session, stream),
+            Taken::Resume(session, stream) => {
+                self.used(&session);
+                return self.resume(&session, stream);
+            }
             Taken::Delete(session) => return self.serve_delete(session, request, rmcp).await,
             Taken::Read(read) => read,
         };
@@ -465,7 +471,7 @@ impl HttpCalls {
             match session.direct.call(id, call, &answers) {
                 None => {
                     drop(answers);
-                    session.used_ms.store(self.now_ms(), Ordering::Relaxed);
+                    self.used(&session);
                     return event_stream(number, stream, None, &self.settings);
                 }
                 // Not taken (the session is ending): rmcp answers as it would.
@@ -495,6 +501,7 @@ impl HttpCalls {
                 .collect()
         };
         let now = self.now_ms();
+        let mut touches = Vec::new();
         for (id, session) in live {
             let running = {
                 let mut streams = lock(&session.streams);
@@ -509,11 +516,41 @@ impl HttpCalls {
             let used = session.used_ms.load(Ordering::Relaxed);
             if running || used > session.touched_ms.load(Ordering::Relaxed) {
                 session.touched_ms.store(now, Ordering::Relaxed);
-                let handle = self.manager.sessions.read().await.get(id.as_str()).cloned();
-                if let Some(handle) = handle {
-                    let _ = handle.close_request_wise_channel(u64::MAX).await;
-                }
+                touches.push(self.touch(id));
             }
+        }
+        // At once, each bounded: a worker stuck on a client that reads nothing must not keep
+        // the others' sessions from being tended.
+        futures::future::join_all(touches).await;
+    }
+
+    /// A request of `session` was served here: rmcp's worker, which ends a session it has not
+    /// heard from for its keep-alive, hears of it now if the last tend may not have told it
+    /// (a tend may come only after the keep-alive has run out, as rmcp counts from the last
+    /// request it saw).
+    fn used(self: &Arc<Self>, session: &CallSession) {
+        let now = self.now_ms();
+        session.used_ms.store(now, Ordering::Relaxed);
+        let touched = session.touched_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(touched) >= self.tend_every.as_millis() as u64
+            && session
+                .touched_ms
+                .compare_exchange(touched, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let calls = self.clone();
+            let id = session.id.to_string();
+            tokio::spawn(async move { calls.touch(id).await });
+        }
+    }
+
+    /// Tells rmcp's worker that session `id` is in use (a request to close a stream that does
+    /// not exist, which resets its keep-alive and does nothing else), waiting at most a tend.
+    async fn touch(&self, id: String) {
+        let handle = self.manager.sessions.read().await.get(id.as_str()).cloned();
+        if let Some(handle) = handle {
+            let touched = handle.close_request_wise_channel(u64::MAX);
+            let _ = tokio::time::timeout(self.tend_every, touched).await;
         }
     }
 
