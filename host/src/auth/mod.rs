@@ -21,7 +21,7 @@
 pub mod login;
 pub mod store;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -146,6 +146,9 @@ pub struct Authorizer {
     auto_login_spent: AtomicBool,
     /// One login or token request at a time.
     login_lock: tokio::sync::Mutex<()>,
+    /// Tokens obtained in this process (logins and client-credentials grants): a request for
+    /// tokens that waited while another obtained ones that will do takes those.
+    grants: AtomicU64,
 }
 
 /// How long a request that met a 401 waits for the login the gateway opened: a browser that
@@ -211,6 +214,7 @@ impl Authorizer {
             need: Mutex::new(None),
             auto_login_spent: AtomicBool::new(false),
             login_lock: tokio::sync::Mutex::new(()),
+            grants: AtomicU64::new(0),
         }))
     }
 
@@ -576,7 +580,12 @@ impl Authorizer {
         browser: Option<&Browser>,
         show: &(dyn Fn(&str) + Send + Sync),
     ) -> Result<Granted, String> {
+        let before = self.grants.load(Ordering::Acquire);
         let _one_at_a_time = self.login_lock.lock().await;
+        // Concurrent requests met the same 401 or 403: one login, not one after another.
+        if let Some(granted) = self.granted_meanwhile(before, &scopes) {
+            return Ok(granted);
+        }
         let outcome = self.login_now(challenge, scopes, browser, show).await;
         match &outcome {
             Ok(_) => {
@@ -691,7 +700,11 @@ impl Authorizer {
         challenge: Option<&str>,
         scopes: Vec<String>,
     ) -> Result<Granted, String> {
+        let before = self.grants.load(Ordering::Acquire);
         let _one_at_a_time = self.login_lock.lock().await;
+        if let Some(granted) = self.granted_meanwhile(before, &scopes) {
+            return Ok(granted);
+        }
         let (Some(client_id), Some(secret)) = (&self.config.client_id, &self.config.client_secret)
         else {
             return Err(
@@ -745,6 +758,20 @@ impl Authorizer {
             .and_then(|record| record.credentials)
             .map(|credentials| credentials.client_id);
         self.set_prepared_client(client_id);
+        self.grants.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// What was granted since `before` (a count of `grants`), if it holds every scope asked
+    /// for (none asked: any grant will do).
+    fn granted_meanwhile(&self, before: u64, scopes: &[String]) -> Option<Granted> {
+        if self.grants.load(Ordering::Acquire) == before {
+            return None;
+        }
+        let granted = self.granted();
+        scopes
+            .iter()
+            .all(|scope| granted.scopes.contains(scope))
+            .then_some(granted)
     }
 
     fn granted(&self) -> Granted {
@@ -797,21 +824,30 @@ impl Authorizer {
             }
         }
         for url in candidates {
-            let Ok(answer) = bounded_client().get(url).send().await else {
+            let Ok(mut answer) = bounded_client().get(url).send().await else {
                 continue;
             };
             if !answer.status().is_success() {
                 continue;
             }
-            let Ok(body) = answer.bytes().await else {
-                continue;
-            };
+            // Read no further than a metadata document can be.
+            let mut body = Vec::new();
+            while let Ok(Some(chunk)) = answer.chunk().await {
+                body.extend_from_slice(&chunk);
+                if body.len() > 64 << 10 {
+                    break;
+                }
+            }
             if body.len() > 64 << 10 {
                 continue;
             }
-            if let Some(resource) = serde_json::from_slice::<serde_json::Value>(&body)
+            let resource = serde_json::from_slice::<serde_json::Value>(&body)
                 .ok()
-                .and_then(|document| document.get("resource")?.as_str().map(str::to_string))
+                .and_then(|document| document.get("resource")?.as_str().map(str::to_string));
+            // Only a resource that names this server (RFC 9728): a document elsewhere must not
+            // have a token minted for another resource and sent here.
+            if let Some(resource) = resource
+                && names_endpoint(&resource, &base)
             {
                 return resource;
             }
@@ -860,6 +896,21 @@ impl Authorizer {
             .remove()
             .map_err(|error| self.words("removing the tokens", &error))
     }
+}
+
+/// Whether `resource` identifies `endpoint`: the same origin, and a path that is the
+/// endpoint's or a parent of it (a query carries no identity).
+fn names_endpoint(resource: &str, endpoint: &url::Url) -> bool {
+    let Ok(resource) = url::Url::parse(resource) else {
+        return false;
+    };
+    if resource.origin() != endpoint.origin() {
+        return false;
+    }
+    let (parent, path) = (resource.path(), endpoint.path());
+    path == parent
+        || (path.starts_with(parent)
+            && (parent.ends_with('/') || path.as_bytes().get(parent.len()) == Some(&b'/')))
 }
 
 /// Whether discovered metadata may be used to refresh tokens issued by `stored_issuer`: its
@@ -927,6 +978,27 @@ impl std::fmt::Debug for Authorizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resource_is_taken_only_when_it_names_the_server() {
+        let endpoint = url::Url::parse("https://mcp.example/team/mcp?x=1").unwrap();
+        for (resource, names) in [
+            ("https://mcp.example/team/mcp", true),
+            ("https://mcp.example/team/mcp?y=2", true),
+            ("https://mcp.example/team", true),
+            ("https://mcp.example/team/", true),
+            ("https://mcp.example/", true),
+            ("https://mcp.example:443/team/mcp", true),
+            ("https://mcp.example/te", false),
+            ("https://mcp.example/team/mcp/more", false),
+            ("https://api.bank.example/team/mcp", false),
+            ("http://mcp.example/team/mcp", false),
+            ("https://mcp.example:8443/team/mcp", false),
+            ("not a url", false),
+        ] {
+            assert_eq!(names_endpoint(resource, &endpoint), names, "{resource}");
+        }
+    }
 
     #[test]
     fn tokens_are_refreshed_only_where_their_issuer_is_found_and_secure() {

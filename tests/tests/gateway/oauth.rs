@@ -604,3 +604,45 @@ async fn a_hostile_authorization_server_gets_a_clear_fault_and_nothing_is_stored
         .count();
     assert_eq!(stored, 0, "nothing is stored");
 }
+
+/// Requests that meet a 401 or 403 at once each ask for a login; the first one's tokens serve
+/// them all: one login, one registration, one code exchanged (not a browser window each,
+/// one after another).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logins_asked_for_at_once_make_one() {
+    use tether::auth::{AuthContext, Authorizer, Browser, MemoryTokenStore};
+    use tether::config::{ServerSpec, TransportSpec};
+
+    let oauth = OAuthServer::start("60").await;
+    let spec = ServerSpec::new(
+        "remote",
+        TransportSpec::Http {
+            url: format!("{}/mcp", oauth.base),
+            headers: Default::default(),
+            sse_fallback: false,
+        },
+    );
+    let context = AuthContext::new(Arc::new(MemoryTokenStore::default()));
+    let authorizer = Authorizer::for_server(&spec, Arc::new(context)).expect("an HTTP server");
+    let browser = Browser::new(vec![
+        env!("CARGO_BIN_EXE_conformance-client").to_string(),
+        "browse".to_string(),
+    ]);
+    let show = |_: &str| {};
+    let (first, second, third) = tokio::join!(
+        authorizer.login(None, Vec::new(), browser.as_ref(), &show),
+        authorizer.login(None, Vec::new(), browser.as_ref(), &show),
+        authorizer.login(None, Vec::new(), browser.as_ref(), &show),
+    );
+    for outcome in [&first, &second, &third] {
+        assert!(outcome.is_ok(), "{outcome:?}");
+    }
+    assert!(authorizer.status().authorized);
+    let stats = oauth.stats().await;
+    assert_eq!(
+        (&stats["registrations"], &stats["code_exchanges"]),
+        (&json!(1), &json!(1)),
+        "{stats}"
+    );
+    drop(oauth.child);
+}
