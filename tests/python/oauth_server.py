@@ -1,6 +1,9 @@
 """A local OAuth 2.1 authorization server + protected MCP resource server, for Tether's tests.
 
-Usage: oauth_server.py [--port 0] [--token-lifetime SECONDS] [--scopes "mcp:basic"]
+Usage: oauth_server.py [--port 0] [--token-lifetime SECONDS] [--scopes "mcp:basic"] [--sse]
+
+With --sse the MCP server speaks legacy HTTP+SSE at /sse (and /messages/), the resource being
+/sse; otherwise Streamable HTTP at /mcp.
 
 Built on the official MCP Python SDK 1.x (`mcp.server.auth`), which serves the endpoints:
 RFC 8414 metadata, RFC 9728 protected-resource metadata, RFC 7591 registration, /authorize
@@ -238,9 +241,9 @@ class Provider:
         return {**self.stats, "active_access_tokens": len(self.access)}
 
 
-def build(port: int, scopes: list[str], token_lifetime: float) -> tuple[FastMCP, Provider]:
+def build(port: int, scopes: list[str], token_lifetime: float, path: str) -> tuple[FastMCP, Provider]:
     base = f"http://127.0.0.1:{port}"
-    provider = Provider(f"{base}/mcp", scopes, token_lifetime)
+    provider = Provider(f"{base}{path}", scopes, token_lifetime)
     mcp = FastMCP(
         "tether-oauth-test",
         auth_server_provider=provider,
@@ -248,7 +251,7 @@ def build(port: int, scopes: list[str], token_lifetime: float) -> tuple[FastMCP,
         port=port,
         auth=AuthSettings(
             issuer_url=base,
-            resource_server_url=f"{base}/mcp",
+            resource_server_url=f"{base}{path}",
             validate_token_resource=True,
             required_scopes=scopes or None,
             client_registration_options=ClientRegistrationOptions(
@@ -276,10 +279,9 @@ def build(port: int, scopes: list[str], token_lifetime: float) -> tuple[FastMCP,
     return mcp, provider
 
 
-async def serve(sock: socket.socket, mcp: FastMCP, port: int) -> None:
-    config = uvicorn.Config(
-        mcp.streamable_http_app(), log_config=None, lifespan="on", timeout_graceful_shutdown=2
-    )
+async def serve(sock: socket.socket, mcp: FastMCP, port: int, sse: bool) -> None:
+    app = mcp.sse_app() if sse else mcp.streamable_http_app()
+    config = uvicorn.Config(app, log_config=None, lifespan="on", timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
@@ -296,6 +298,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--token-lifetime", type=float, default=3600.0)
     parser.add_argument("--scopes", default="mcp:basic", help="space-separated; empty for none")
+    parser.add_argument("--sse", action="store_true", help="legacy HTTP+SSE at /sse")
     args = parser.parse_args()
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -305,12 +308,12 @@ def main() -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
     port = sock.getsockname()[1]
-    mcp, _ = build(port, args.scopes.split(), args.token_lifetime)
+    mcp, _ = build(port, args.scopes.split(), args.token_lifetime, "/sse" if args.sse else "/mcp")
 
     # uvicorn handles SIGTERM, then re-raises it under the handler that was there before; a
     # no-op one here makes that re-raise return, so the process exits 0 instead of dying by signal.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    asyncio.run(serve(sock, mcp, port))
+    asyncio.run(serve(sock, mcp, port, args.sse))
 
 
 if __name__ == "__main__":

@@ -259,6 +259,14 @@ impl Authorizer {
             .cloned()
     }
 
+    /// The `Authorization` value for a request sent now, the token refreshed first if it is
+    /// about to expire; `None` when there is no token to send (the server's 401 then says
+    /// what is needed).
+    pub(crate) async fn access_token(&self) -> Option<reqwest::header::HeaderValue> {
+        let token = self.signer().await.ok()?.get_access_token().await.ok()?;
+        reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).ok()
+    }
+
     /// Before a session opens: the client that signs its requests. Stored tokens are read
     /// here (their client is configured for refreshing); a failure to reach the
     /// authorization server now is not fatal while the access token is still valid.

@@ -195,6 +195,21 @@ impl Transport<RoleClient> for SseTransport {
         let end = self.end.clone();
         let auth = self.auth.clone();
         async move {
+            // Each POST carries the token as it is now: refreshed before it expires (the
+            // stream's GET carried the token of its opening, which a long session outlives).
+            let request = match &auth {
+                Some(authorizer) => match authorizer.access_token().await {
+                    Some(mut value) => {
+                        value.set_sensitive(true);
+                        // In place of the one the stream opened with (`header` would add).
+                        let mut now = HeaderMap::new();
+                        now.insert(header::AUTHORIZATION, value);
+                        request.headers(now)
+                    }
+                    None => request,
+                },
+                None => request,
+            };
             let exchange = async {
                 let response = request
                     .send()

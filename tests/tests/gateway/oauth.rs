@@ -24,6 +24,11 @@ struct OAuthServer {
 
 impl OAuthServer {
     async fn start(token_lifetime: &str) -> OAuthServer {
+        Self::start_with(token_lifetime, &[]).await
+    }
+
+    /// With `flags` for `oauth_server.py` (`--sse`: legacy HTTP+SSE at `/sse`).
+    async fn start_with(token_lifetime: &str, flags: &[&str]) -> OAuthServer {
         let python = python_venv("mcp-1.30.0", "mcp==1.30.0", "constraints-1.txt")
             .join("bin")
             .join("python");
@@ -33,6 +38,7 @@ impl OAuthServer {
         let mut child = Command::new(python)
             .arg(script)
             .args(["--port", "0", "--token-lifetime", token_lifetime])
+            .args(flags)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true)
@@ -644,5 +650,72 @@ async fn logins_asked_for_at_once_make_one() {
         (&json!(1), &json!(1)),
         "{stats}"
     );
+    drop(oauth.child);
+}
+
+/// A legacy HTTP+SSE server behind OAuth: its POSTs carry the token as it is when each is
+/// sent, refreshed before it expires, so calls go on across refreshes as over Streamable HTTP
+/// (the token the stream opened with expires within the session).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_sse_server_behind_oauth_stays_connected_across_refreshes() {
+    let oauth = OAuthServer::start_with("2", &["--sse"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tether.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[servers.remote]\ntype = \"sse\"\nurl = \"{}/sse\"\n",
+            oauth.base
+        ),
+    )
+    .unwrap();
+    let machine = Machine { dir, config };
+    machine.login().await;
+
+    let mut serve = machine.tether(&["serve", "--http", "127.0.0.1:0"], false);
+    serve
+        .arg("--config")
+        .arg(&machine.config)
+        .args([
+            "--log-dir",
+            machine.dir.path().join("logs").to_str().unwrap(),
+        ])
+        .args(["--policy-settings", FAST_POLICY])
+        .stderr(Stdio::piped());
+    let gateway = start_http(serve).await;
+    let client = Agent::default()
+        .serve(StreamableHttpClientTransport::from_uri(gateway.url.clone()))
+        .await
+        .expect("MCP over HTTP");
+    wait_for_tools(&client, "remote's tools are served", |t| {
+        t.contains(&"remote__echo".to_string())
+    })
+    .await;
+    let refreshes_at_start = oauth.stats().await["refreshes"].as_u64().unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut calls = 0;
+    loop {
+        let text = format!("call {calls}");
+        assert_eq!(
+            echo(&client, &text).await,
+            Ok(text.clone()),
+            "{}",
+            gateway.stderr.lock().unwrap()
+        );
+        calls += 1;
+        let stats = oauth.stats().await;
+        if stats["refreshes"].as_u64().unwrap() >= refreshes_at_start + 2 {
+            assert_eq!(stats["refresh_failures"], 0, "{stats}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "two refreshes within {PATIENCE:?}: {stats}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let view = machine.server_status().await;
+    assert_eq!(view["parks"], json!(0), "{view}");
+    assert!(terminate(gateway.tether).await.success());
     drop(oauth.child);
 }
