@@ -423,9 +423,9 @@ fn read_head(head: &[u8]) -> Head {
         .and_then(|key| id_value(&top_level[key + 4..]))
         .map(|(id, _)| id);
     // Only requests and notifications have `method` and `params`: a server that writes its
-    // params first names neither before the first nested value opens.
+    // params before its method has the params open the first nested value.
     let from_server = find(top_level, b"\"method\"").is_some()
-        || top_level.trim_ascii_start().starts_with(b"\"params\"");
+        || find(top_level, b"\"params\"").is_some();
     match from_server {
         true => Head::FromServer(id),
         false => Head::Answer(id),
@@ -853,10 +853,14 @@ mod tests {
         let notice = format!("{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{params}}}");
         // Params first: nothing names the method before the first nested value.
         let params_first = format!("{{\"params\":{params},\"method\":\"roots/list\",\"jsonrpc\":\"2.0\",\"id\":4}}");
+        // The id first, then the params, the method last: the id is the server's, not an
+        // answer's (a "too large" answer would fail Tether's own request 5).
+        let method_last = format!("{{\"jsonrpc\":\"2.0\",\"id\":5,\"params\":{params},\"method\":\"sampling/createMessage\"}}");
         let cases = [
             (&first, Some(json!("s-1"))),
             (&last, Some(json!(9))),
             (&params_first, Some(json!(4))),
+            (&method_last, Some(json!(5))),
             (&notice, None),
         ];
         for (message, id) in cases {
