@@ -169,7 +169,12 @@ impl Builder {
     /// Must run inside a multi-threaded tokio runtime.
     pub async fn check(mut self) -> Result<CheckedConfig> {
         self.record = None;
-        let (servers, policy, warnings) = self.prepare().await?;
+        let Prepared {
+            servers,
+            policy,
+            warnings,
+            ..
+        } = self.prepare().await?;
         let running = policy.running();
         Ok(CheckedConfig {
             servers: servers
@@ -191,7 +196,7 @@ impl Builder {
 
     /// The servers, the running policy and the config file's warnings, each checked as
     /// [`Builder::check`] says; what `start` and `check` share.
-    async fn prepare(&mut self) -> Result<(Vec<ServerSpec>, PolicyRuntime, Vec<String>)> {
+    async fn prepare(&mut self) -> Result<Prepared> {
         let mut servers = Vec::new();
         let origin = self
             .config_file
@@ -199,13 +204,16 @@ impl Builder {
             .map_or_else(|| "config".to_string(), |f| f.display().to_string());
         let mut file_settings = None;
         let mut warnings = Vec::new();
+        let mut disabled = Vec::new();
         if let Some(path) = &self.config_file {
             let loaded = load_config(path)?;
             servers = loaded.servers;
             file_settings = loaded.policy_settings;
             warnings = loaded.warnings;
+            disabled = loaded.disabled;
         }
-        servers.append(&mut self.servers);
+        // Kept for reloads too: servers given in code are not the file's to remove.
+        servers.extend(self.servers.iter().cloned());
         // Before anything starts: a bad list starts nothing.
         check_names(&servers, &origin)?;
         let settings = match (self.policy_settings.take(), file_settings) {
@@ -229,17 +237,28 @@ impl Builder {
         let running = policy.running();
         tracing::info!(policy = %running.label, name = %running.name, version = %running.version, "policy loaded");
         check_with_policy(&policy, &servers, self.config_file.as_deref()).await?;
-        Ok((servers, policy, warnings))
+        Ok(Prepared {
+            servers,
+            policy,
+            warnings,
+            disabled,
+        })
     }
 
     /// Loads the config and the policy, checks every server's settings with the policy, and
     /// starts supervising. Must run inside a multi-threaded tokio runtime.
     pub async fn start(mut self) -> Result<Tether> {
-        let (servers, policy, _) = self.prepare().await?;
+        let Prepared {
+            servers,
+            policy,
+            disabled,
+            ..
+        } = self.prepare().await?;
 
         let log_dir = self.log_dir.unwrap_or_else(default_log_dir);
         let supervisor = Supervisor::start(policy, log_dir);
         supervisor.begin_startup(self.startup_wait);
+        supervisor.set_disabled(&disabled);
         let mut auth = AuthContext::new(
             self.token_store
                 .unwrap_or_else(|| Arc::new(MemoryTokenStore::default())),
@@ -279,6 +298,7 @@ impl Builder {
             announcer,
             observer_task,
             config_file: self.config_file,
+            given_servers: Arc::new(self.servers),
             admin: None,
             probes: None,
             fronts: Mutex::default(),
@@ -346,6 +366,8 @@ pub struct Tether {
     /// The observer's task, and what tells it to hear the last events and end.
     observer_task: Option<(JoinHandle<()>, Arc<tokio::sync::Notify>)>,
     config_file: Option<PathBuf>,
+    /// The servers the builder was given in code: a reload of the file keeps them.
+    given_servers: Arc<Vec<ServerSpec>>,
     admin: Option<AdminServer>,
     probes: Option<ProbeServer>,
     fronts: Mutex<Vec<Front>>,
@@ -388,11 +410,12 @@ impl Tether {
     /// ones; the others keep their sessions. A bad file changes nothing.
     pub async fn reload(&self) -> Result<ReloadReport> {
         let path = self.config_file.as_deref().ok_or(Error::NoConfigFile)?;
-        reload_file(&self.supervisor, path).await
+        reload_file(&self.supervisor, path, &self.given_servers).await
     }
 
     /// Supervises exactly `servers` from now on, as [`Tether::reload`] does with a file's.
     pub async fn reload_servers(&self, servers: Vec<ServerSpec>) -> Result<ReloadReport> {
+        let _turn = self.supervisor.reload_turn().await;
         check_names(&servers, "config")?;
         check_with_policy(self.supervisor.policy(), &servers, None).await?;
         Ok(self.supervisor.reload(servers).await)
@@ -545,12 +568,14 @@ impl Tether {
     fn reload_fn(&self) -> crate::admin::server::ReloadFn {
         let supervisor = self.supervisor.clone();
         let path = self.config_file.clone();
+        let given = self.given_servers.clone();
         Arc::new(move || {
             let supervisor = supervisor.clone();
             let path = path.clone();
+            let given = given.clone();
             Box::pin(async move {
                 let path = path.ok_or(Error::NoConfigFile)?;
-                reload_file(&supervisor, &path).await
+                reload_file(&supervisor, &path, &given).await
             })
         })
     }
@@ -577,6 +602,15 @@ fn check_names(servers: &[ServerSpec], origin: &str) -> Result<()> {
     }
 }
 
+/// What [`Builder::prepare`] found: the servers to supervise, the running policy, the config
+/// file's warnings and the servers it disables.
+struct Prepared {
+    servers: Vec<ServerSpec>,
+    policy: PolicyRuntime,
+    warnings: Vec<String>,
+    disabled: Vec<String>,
+}
+
 fn default_log_dir() -> PathBuf {
     dirs::state_dir()
         .or_else(|| dirs::home_dir().map(|home| home.join(".local").join("state")))
@@ -593,10 +627,20 @@ fn load_config(path: &Path) -> Result<crate::config::file::LoadedConfig> {
     Ok(loaded)
 }
 
-async fn reload_file(supervisor: &Supervisor, path: &Path) -> Result<ReloadReport> {
-    let servers = load_config(path)?.servers;
+/// The file's servers and those `given` in code, as at the start; a server disabled in the
+/// file keeps its tokens.
+async fn reload_file(
+    supervisor: &Supervisor,
+    path: &Path,
+    given: &[ServerSpec],
+) -> Result<ReloadReport> {
+    let _turn = supervisor.reload_turn().await;
+    let loaded = load_config(path)?;
+    let mut servers = loaded.servers;
+    servers.extend(given.iter().cloned());
+    check_names(&servers, &path.display().to_string())?;
     check_with_policy(supervisor.policy(), &servers, Some(path)).await?;
-    Ok(supervisor.reload(servers).await)
+    Ok(supervisor.reload_keeping(servers, &loaded.disabled).await)
 }
 
 /// Per-server policy overrides and tool filters are the policy's to judge: each server that

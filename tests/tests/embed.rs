@@ -209,6 +209,55 @@ async fn a_program_embeds_tether_mounts_its_mcp_endpoint_and_shuts_it_down() {
     );
 }
 
+/// A Tether given a config file and servers in code: reloading the file keeps the servers
+/// given in code (they are not the file's to remove), as at the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_the_servers_given_in_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = |name: &str| {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        StateDir(path)
+    };
+    let (alpha, beta) = (state("alpha"), state("beta"));
+    let config = dir.path().join("tether.toml");
+    let file = |extra: &str| {
+        format!(
+            "[servers.alpha]\ncommand = {FIXTURE:?}\nargs = [\"--transport\", \"stdio\", \"--state-dir\", {:?}]\n{extra}",
+            alpha.path_str()
+        )
+    };
+    std::fs::write(&config, file("")).unwrap();
+    let tether = Tether::builder()
+        .config_file(&config)
+        .server(stdio_fixture("beta", &beta, &[]))
+        .policy_settings(FAST_POLICY)
+        .log_dir(dir.path().join("logs"))
+        .start()
+        .await
+        .expect("Tether starts");
+    wait_healthy(&tether, "beta").await;
+    let beta_pid = beta.pid().expect("beta runs");
+    let report = tether.reload().await.unwrap();
+    assert!(report.removed.is_empty(), "{report:?}");
+    assert_eq!(report.unchanged, ["alpha", "beta"]);
+    // A file server named as one given in code is refused, as at the start.
+    std::fs::write(&config, file("[servers.beta]\ncommand = \"true\"\n")).unwrap();
+    let refused = tether.reload().await;
+    assert!(
+        matches!(&refused, Err(Error::Server { problems, .. })
+            if matches!(&problems[..], [ServerProblem::Duplicate { server }] if server == "beta")),
+        "{refused:?}"
+    );
+    assert_eq!(beta.pid(), Some(beta_pid), "beta was not touched");
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        tether.shutdown(Duration::from_secs(5)),
+    )
+    .await
+    .expect("shutdown completes");
+}
+
 /// A session quiet for most of its idle time, then used by a tool call served past rmcp's
 /// session machinery, lives another idle time from that call, as with rmcp alone (the tend
 /// that tells rmcp's worker may come only after the worker's keep-alive has run out).

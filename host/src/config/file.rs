@@ -102,6 +102,8 @@ use super::{Grant, OAuthConfig, ProtocolChoice, Secret, ServerSpec, Timeouts, Tr
 pub struct LoadedConfig {
     /// In file order; disabled servers are left out.
     pub servers: Vec<ServerSpec>,
+    /// The names of the disabled servers: still in the config (a reload keeps their tokens).
+    pub disabled: Vec<String>,
     /// The global policy settings object (top-level `policy`), if the file has one.
     pub policy_settings: Option<serde_json::Value>,
     /// Unknown keys, ignored keys, clamped values; each names the file, server and key.
@@ -598,6 +600,7 @@ impl<'a> Loader<'a> {
             }
         };
         let mut specs = Vec::new();
+        let mut disabled = Vec::new();
         for (name, value) in servers {
             let table = match value {
                 Raw::Table(t) => t,
@@ -608,7 +611,10 @@ impl<'a> Loader<'a> {
             };
             match table_get(table, "disabled") {
                 None | Some(Raw::Bool(false)) => {}
-                Some(Raw::Bool(true)) => continue,
+                Some(Raw::Bool(true)) => {
+                    disabled.push(name.clone());
+                    continue;
+                }
                 Some(other) => {
                     return Err(self.wrong(Place::key(name, "disabled"), "a boolean", other));
                 }
@@ -640,6 +646,7 @@ impl<'a> Loader<'a> {
         }
         Ok(LoadedConfig {
             servers: specs,
+            disabled,
             policy_settings,
             warnings: self.warnings,
         })

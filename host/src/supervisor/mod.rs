@@ -15,7 +15,7 @@
 //! once: `WithdrawTools` (the registry drops the routes and broadcasts the change) and `WakeAt`
 //! (the lifecycle's timer) → `Timer` → `Connect` → a new session → `Connected` → `PublishTools`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -173,6 +173,11 @@ pub(crate) struct Shared {
     startup: Arc<startup::Startup>,
     /// Where OAuth servers' tokens are kept, and the browser (see `crate::auth`).
     auth: std::sync::RwLock<Option<Arc<AuthContext>>>,
+    /// One reload at a time, from reading the config to the last server started (a SIGHUP
+    /// and `tether reload` at once would otherwise apply two versions of the file).
+    reloads: tokio::sync::Mutex<()>,
+    /// Servers disabled in the config (their tokens kept): when they leave it, theirs go.
+    disabled: Mutex<BTreeSet<String>>,
 }
 
 /// A server's current session (possibly dead) and its spec, for the gateway's other requests.
@@ -226,6 +231,8 @@ impl Supervisor {
             calls: Calls::default(),
             startup: Arc::default(),
             auth: std::sync::RwLock::new(None),
+            reloads: tokio::sync::Mutex::new(()),
+            disabled: Mutex::default(),
         });
         Self { shared }
     }
@@ -529,9 +536,31 @@ impl Supervisor {
         true
     }
 
+    /// The servers the config names but disables (their tokens are kept until they leave it).
+    pub(crate) fn set_disabled(&self, names: &[String]) {
+        *self.shared.disabled.lock().unwrap_or_else(|e| e.into_inner()) =
+            names.iter().cloned().collect();
+    }
+
+    /// Held by a reload from before it reads its config until it is applied.
+    pub(crate) async fn reload_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.shared.reloads.lock().await
+    }
+
     /// Makes the supervised set equal `specs`: starts added servers, stops removed ones,
     /// restarts changed ones; servers whose spec is unchanged keep their sessions untouched.
+    /// A removed server's tokens are forgotten.
     pub async fn reload(&self, specs: Vec<ServerSpec>) -> ReloadReport {
+        self.reload_keeping(specs, &[]).await
+    }
+
+    /// As [`Supervisor::reload`], but the servers named in `still_configured` (disabled in the
+    /// config, not gone from it) keep their tokens when they stop.
+    pub async fn reload_keeping(
+        &self,
+        specs: Vec<ServerSpec>,
+        still_configured: &[String],
+    ) -> ReloadReport {
         let current: BTreeMap<String, ServerSpec> = self
             .specs()
             .into_iter()
@@ -540,12 +569,29 @@ impl Supervisor {
         let wanted: BTreeMap<String, ServerSpec> =
             specs.into_iter().map(|s| (s.name.clone(), s)).collect();
         let mut report = ReloadReport::default();
+        // Servers disabled until now that left the config: their tokens go.
+        let was_disabled = std::mem::replace(
+            &mut *self.shared.disabled.lock().unwrap_or_else(|e| e.into_inner()),
+            still_configured.iter().cloned().collect(),
+        );
+        let context = self.shared.auth.read().unwrap_or_else(|e| e.into_inner()).clone();
+        for name in was_disabled
+            .iter()
+            .filter(|n| !still_configured.contains(n) && !wanted.contains_key(n.as_str()))
+        {
+            if let Some(context) = &context
+                && let Err(why) = context.store.remove(name)
+            {
+                tracing::warn!(server = %name, "reload: removing the tokens failed: {why}");
+            }
+        }
         for name in current.keys().filter(|n| !wanted.contains_key(*n)) {
             let auth = self.authorizer(name);
             if self.remove_server(name).await {
                 report.removed.push(name.clone());
                 // It left the config: its tokens go with it.
                 if let Some(auth) = auth
+                    && !still_configured.contains(name)
                     && let Err(why) = auth.forget()
                 {
                     tracing::warn!("reload: {why}");

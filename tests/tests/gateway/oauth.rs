@@ -396,8 +396,28 @@ async fn a_server_behind_oauth_stays_connected_across_refreshes_and_revives_afte
         assert!(!log.contains(secret.as_str()), "the log shows a secret");
     }
 
-    // The server leaves the config: a reload stops it and forgets its tokens.
+    // Disabled, the server stops but is still in the config: its tokens stay (other gateways
+    // of the user may use them; enabling it again needs no login).
     let kept = std::fs::read_to_string(&machine.config).unwrap();
+    std::fs::write(&machine.config, format!("{kept}disabled = true\n")).unwrap();
+    let output = machine.run(&["reload"], false).await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("remote"),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    assert_eq!(
+        machine.token_files().1.len(),
+        1,
+        "a disabled server keeps its tokens"
+    );
+
+    // The server leaves the config: a reload stops it and forgets its tokens.
     std::fs::write(&machine.config, "[servers]\n").unwrap();
     let output = machine.run(&["reload"], false).await;
     assert!(
