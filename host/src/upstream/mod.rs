@@ -1033,9 +1033,14 @@ impl Session {
                     GaveUp::OutOfTime(_, reason) => reason,
                 };
                 let cancelled = CancelledNotificationParam::new(Some(id), Some(reason.into()));
-                if let Err(error) = self.peer.notify_cancelled(cancelled).await {
-                    tracing::debug!(server = %self.server, "could not pass a cancellation on: {error}");
-                }
+                // Not awaited: a server that stopped reading holds the writer, and the caller
+                // must have its answer at the deadline, not when the keepalive gives up.
+                let (peer, server) = (self.peer.clone(), self.server.clone());
+                tokio::spawn(async move {
+                    if let Err(error) = peer.notify_cancelled(cancelled).await {
+                        tracing::debug!(%server, "could not pass a cancellation on: {error}");
+                    }
+                });
                 match gave_up {
                     GaveUp::Cancelled => return Err(CallFailure::Cancelled),
                     GaveUp::OutOfTime(timeout, _) => Err(ServiceError::Timeout { timeout }),
@@ -1251,6 +1256,8 @@ impl Session {
     }
 
     /// Ends the session: closes the transport (stdin for a child), then stops the process.
+    /// A session dropped unclosed (an attempt given up while it listed the server's tools)
+    /// ends its service loop in `Drop`.
     pub async fn close(&self, grace: Duration) {
         let token = self.cancel.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(token) = token {
@@ -1258,6 +1265,15 @@ impl Session {
         }
         if let Some(process) = &self.process {
             process.terminate(grace).await;
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let token = self.cancel.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(token) = token {
+            token.cancel();
         }
     }
 }
@@ -1321,9 +1337,12 @@ impl ToolPage {
             .into_iter()
             .map(|item| {
                 serde_json::from_value::<rmcp::model::Tool>(item).map_err(|error| {
-                    let mut reason = error.to_string();
-                    reason.truncate(200);
-                    reason
+                    // The error quotes the server's text: cut on a character, not a byte.
+                    let reason = error.to_string();
+                    match reason.char_indices().nth(200) {
+                        Some((end, _)) => reason[..end].to_string(),
+                        None => reason,
+                    }
                 })
             })
             .collect();
@@ -1361,5 +1380,26 @@ pub fn tool_from_rmcp(tool: rmcp::model::Tool) -> Tool {
         description: tool.description.map(|d| d.into_owned()),
         input_schema: serde_json::Value::Object((*tool.input_schema).clone()).to_string(),
         extra,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tool that does not parse is skipped with a reason that quotes the server's text, cut
+    /// to 200 characters on a character (a cut on a byte panicked the server's task).
+    #[test]
+    fn a_tool_that_does_not_parse_is_named_within_200_characters_of_any_text() {
+        let schema = "中".repeat(500);
+        let page = serde_json::json!({"tools": [
+            {"name": "good", "inputSchema": {"type": "object"}},
+            {"name": "bad", "inputSchema": schema},
+        ]});
+        let page = ToolPage::lenient(page).expect("a page of tools");
+        assert_eq!(page.tools[0].as_ref().map(|tool| tool.name.as_ref()), Ok("good"));
+        let reason = page.tools[1].as_ref().expect_err("the schema is no object");
+        assert_eq!(reason.chars().count(), 200, "{reason}");
+        assert!(reason.contains('中'), "{reason}");
     }
 }
