@@ -258,23 +258,19 @@ async fn a_reload_keeps_the_servers_given_in_code() {
     .expect("shutdown completes");
 }
 
-/// A session quiet for most of its idle time, then used by a tool call served past rmcp's
-/// session machinery, lives another idle time from that call, as with rmcp alone (the tend
-/// that tells rmcp's worker may come only after the worker's keep-alive has run out).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tool_call_late_in_a_sessions_idle_time_keeps_the_session() {
-    let dir = tempfile::tempdir().unwrap();
-    let alpha = StateDir(dir.path().join("alpha"));
+/// A Tether supervising the fixture `alpha`, serving MCP over HTTP with sessions that end
+/// after `idle` unused, and a client of its endpoint that speaks raw JSON-RPC.
+async fn alpha_over_http(dir: &std::path::Path, idle: Duration) -> (Tether, RawHttp) {
+    let alpha = StateDir(dir.join("alpha"));
     std::fs::create_dir_all(&alpha.0).unwrap();
     let tether = Tether::builder()
         .server(stdio_fixture("alpha", &alpha, &[]))
         .policy_settings(FAST_POLICY)
-        .log_dir(dir.path().join("logs"))
+        .log_dir(dir.join("logs"))
         .start()
         .await
         .expect("Tether starts");
     wait_healthy(&tether, "alpha").await;
-    let idle = Duration::from_secs(2);
     let options = tether::gateway::HttpOptions {
         session_idle: Some(idle),
         ..Default::default()
@@ -283,47 +279,84 @@ async fn a_tool_call_late_in_a_sessions_idle_time_keeps_the_session() {
         .serve_http("127.0.0.1:0".parse().unwrap(), options)
         .await
         .unwrap();
-    let url = format!("http://{addr}/mcp");
-    let http = reqwest::Client::new();
-    let post = |message: serde_json::Value, session: Option<String>| {
-        let mut request = http
-            .post(&url)
+    let client = RawHttp {
+        http: reqwest::Client::new(),
+        url: format!("http://{addr}/mcp"),
+    };
+    (tether, client)
+}
+
+/// JSON-RPC POSTed as a 2025-11-25 client does, answers read whole.
+struct RawHttp {
+    http: reqwest::Client,
+    url: String,
+}
+
+impl RawHttp {
+    async fn post(
+        &self,
+        message: serde_json::Value,
+        session: Option<&str>,
+    ) -> (reqwest::StatusCode, reqwest::header::HeaderMap, String) {
+        let mut request = self
+            .http
+            .post(&self.url)
             .header("accept", "application/json, text/event-stream")
             .header("mcp-protocol-version", "2025-11-25");
         if let Some(session) = session {
             request = request.header("mcp-session-id", session);
         }
-        let sent = request.json(&message).send();
-        async move {
-            let response = sent.await.expect("the gateway answers");
-            let status = response.status();
-            (status, response.text().await.unwrap_or_default())
-        }
-    };
-    let initialize = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "caller", "version": "1"}}});
-    let response = http
-        .post(&url)
-        .header("accept", "application/json, text/event-stream")
-        .json(&initialize)
-        .send()
-        .await
-        .unwrap();
-    let session = response.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    let initialized = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    post(initialized, Some(session.clone())).await;
+        let response = request
+            .json(&message)
+            .send()
+            .await
+            .expect("the gateway answers");
+        let (status, headers) = (response.status(), response.headers().clone());
+        (status, headers, response.text().await.unwrap_or_default())
+    }
+
+    /// A session, initialized.
+    async fn session(&self) -> String {
+        let initialize = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "caller", "version": "1"}}});
+        let (_, headers, _) = self.post(initialize, None).await;
+        let session = headers["mcp-session-id"].to_str().unwrap().to_string();
+        let initialized =
+            serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        self.post(initialized, Some(&session)).await;
+        session
+    }
+
+    async fn echo(&self, session: &str, id: u64, text: &str) -> (reqwest::StatusCode, String) {
+        let call = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "alpha__echo", "arguments": {"text": text}}});
+        let (status, _, body) = self.post(call, Some(session)).await;
+        (status, body)
+    }
+
+    async fn list_tools(&self, session: &str) -> (reqwest::StatusCode, String) {
+        let list = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+        let (status, _, body) = self.post(list, Some(session)).await;
+        (status, body)
+    }
+}
+
+/// A session quiet for most of its idle time, then used by a tool call served past rmcp's
+/// session machinery, lives another idle time from that call, as with rmcp alone (the tend
+/// that tells rmcp's worker may come only after the worker's keep-alive has run out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_late_in_a_sessions_idle_time_keeps_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let idle = Duration::from_secs(2);
+    let (tether, client) = alpha_over_http(dir.path(), idle).await;
+    let session = client.session().await;
     let quiet_since = std::time::Instant::now();
 
     // Between two tends (every quarter of the idle time): none follows the call before the
     // idle time from the session's start has run out.
     tokio::time::sleep(idle * 13 / 16).await;
-    let call = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": "alpha__echo", "arguments": {"text": "late"}}});
-    let (status, body) = post(call, Some(session.clone())).await;
+    let (status, body) = client.echo(&session, 1, "late").await;
     assert!(
         status.is_success() && body.contains("late"),
         "{status}: {body}"
@@ -336,8 +369,7 @@ async fn a_tool_call_late_in_a_sessions_idle_time_keeps_the_session() {
 
     // Past the idle time counted from the session's start, within the one from the call.
     tokio::time::sleep_until((quiet_since + idle * 5 / 4).into()).await;
-    let list = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
-    let (status, body) = post(list, Some(session)).await;
+    let (status, body) = client.list_tools(&session).await;
     assert!(
         status.is_success() && body.contains("alpha__echo"),
         "the session lives: {status} {body}"
@@ -356,76 +388,29 @@ async fn a_tool_call_late_in_a_sessions_idle_time_keeps_the_session() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_session_used_only_for_tool_calls_lives_while_used_and_ends_idle() {
     let dir = tempfile::tempdir().unwrap();
-    let alpha = StateDir(dir.path().join("alpha"));
-    std::fs::create_dir_all(&alpha.0).unwrap();
-    let tether = Tether::builder()
-        .server(stdio_fixture("alpha", &alpha, &[]))
-        .policy_settings(FAST_POLICY)
-        .log_dir(dir.path().join("logs"))
-        .start()
-        .await
-        .expect("Tether starts");
-    wait_healthy(&tether, "alpha").await;
     let idle = Duration::from_millis(400);
-    let options = tether::gateway::HttpOptions {
-        session_idle: Some(idle),
-        ..Default::default()
-    };
-    let addr = tether
-        .serve_http("127.0.0.1:0".parse().unwrap(), options)
-        .await
-        .unwrap();
-    let url = format!("http://{addr}/mcp");
-    let http = reqwest::Client::new();
-    let post = |message: serde_json::Value, session: Option<String>| {
-        let mut request = http
-            .post(&url)
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25");
-        if let Some(session) = session {
-            request = request.header("mcp-session-id", session);
-        }
-        let sent = request.json(&message).send();
-        async move {
-            let response = sent.await.expect("the gateway answers");
-            let status = response.status();
-            let headers = response.headers().clone();
-            (status, headers, response.text().await.unwrap_or_default())
-        }
-    };
-    let (_, headers, _) = post(
-        serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "caller", "version": "1"}}}),
-        None,
-    )
-    .await;
-    let session = headers["mcp-session-id"].to_str().unwrap().to_string();
-    let initialized = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    post(initialized, Some(session.clone())).await;
+    let (tether, client) = alpha_over_http(dir.path(), idle).await;
+    let session = client.session().await;
 
     // Calls for three times the idle time, none of them seen by rmcp.
     let started = std::time::Instant::now();
     let mut id = 1;
     while started.elapsed() < idle * 3 {
         id += 1;
-        let call = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": "alpha__echo", "arguments": {"text": "still here"}}});
-        let (status, _, body) = post(call, Some(session.clone())).await;
+        let (status, body) = client.echo(&session, id, "still here").await;
         assert!(status.is_success(), "{status}: {body}");
         assert!(body.contains("id: t"), "served past rmcp: {body}");
         assert!(body.contains("still here"), "{body}");
         tokio::time::sleep(idle / 8).await;
     }
-    let list = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
-    let (status, _, body) = post(list.clone(), Some(session.clone())).await;
+    let (status, body) = client.list_tools(&session).await;
     assert!(
         status.is_success() && body.contains("alpha__echo"),
         "the session lives: {status} {body}"
     );
 
     tokio::time::sleep(idle * 3).await;
-    let (status, _, body) = post(list, Some(session)).await;
+    let (status, body) = client.list_tools(&session).await;
     assert_eq!(
         status,
         reqwest::StatusCode::NOT_FOUND,

@@ -169,6 +169,28 @@ impl Machine {
             .unwrap_or_default()
     }
 
+    /// A headless `tether serve --http` (no browser) on this machine's config, and an agent
+    /// that has seen `remote`'s tools.
+    async fn serve_headless(&self) -> (HttpGateway, RunningService<RoleClient, Agent>) {
+        let mut serve = self.tether(&["serve", "--http", "127.0.0.1:0"], false);
+        serve
+            .arg("--config")
+            .arg(&self.config)
+            .args(["--log-dir", self.dir.path().join("logs").to_str().unwrap()])
+            .args(["--policy-settings", FAST_POLICY])
+            .stderr(Stdio::piped());
+        let gateway = start_http(serve).await;
+        let client = Agent::default()
+            .serve(StreamableHttpClientTransport::from_uri(gateway.url.clone()))
+            .await
+            .expect("MCP over HTTP");
+        wait_for_tools(&client, "remote's tools are served", |t| {
+            t.contains(&"remote__echo".to_string())
+        })
+        .await;
+        (gateway, client)
+    }
+
     /// Every token file with its mode, and the token directory's mode.
     fn token_files(&self) -> (u32, Vec<(PathBuf, u32)>) {
         let dir = self.state_home().join("tether").join("auth");
@@ -194,6 +216,43 @@ impl Machine {
             .iter()
             .flat_map(|(path, _)| secret_values(&std::fs::read_to_string(path).unwrap()))
             .collect()
+    }
+}
+
+/// Calls `echo` until the authorization server has refreshed `refreshes` more times, each call
+/// answered and no refresh refused; how many calls that took.
+async fn calls_across_refreshes(
+    oauth: &OAuthServer,
+    client: &RunningService<RoleClient, Agent>,
+    gateway: &HttpGateway,
+    refreshes: u64,
+) -> usize {
+    let stats = oauth.stats().await;
+    let (at_start, failures) = (
+        stats["refreshes"].as_u64().unwrap(),
+        stats["refresh_failures"].clone(),
+    );
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut calls = 0;
+    loop {
+        let text = format!("call {calls}");
+        assert_eq!(
+            echo(client, &text).await,
+            Ok(text.clone()),
+            "{}",
+            gateway.stderr.lock().unwrap()
+        );
+        calls += 1;
+        let stats = oauth.stats().await;
+        if stats["refreshes"].as_u64().unwrap() >= at_start + refreshes {
+            assert_eq!(stats["refresh_failures"], failures, "{stats}");
+            return calls;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{refreshes} refreshes within {PATIENCE:?}: {stats}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -249,45 +308,10 @@ async fn a_server_behind_oauth_stays_connected_across_refreshes_and_revives_afte
     }
 
     // A headless gateway (no browser): it uses the stored tokens.
-    let mut serve = machine.tether(&["serve", "--http", "127.0.0.1:0"], false);
-    serve
-        .arg("--config")
-        .arg(&machine.config)
-        .args([
-            "--log-dir",
-            machine.dir.path().join("logs").to_str().unwrap(),
-        ])
-        .args(["--policy-settings", FAST_POLICY])
-        .stderr(Stdio::piped());
-    let gateway = start_http(serve).await;
-    let client = Agent::default()
-        .serve(StreamableHttpClientTransport::from_uri(gateway.url.clone()))
-        .await
-        .expect("MCP over HTTP");
-    wait_for_tools(&client, "remote's tools are served", |t| {
-        t.contains(&"remote__echo".to_string())
-    })
-    .await;
+    let (gateway, client) = machine.serve_headless().await;
 
     // Tokens live two seconds: calls keep working across three refreshes, nothing withdrawn.
-    let refreshes_at_start = oauth.stats().await["refreshes"].as_u64().unwrap();
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    let mut calls = 0;
-    loop {
-        let text = format!("call {calls}");
-        assert_eq!(echo(&client, &text).await, Ok(text.clone()));
-        calls += 1;
-        let stats = oauth.stats().await;
-        if stats["refreshes"].as_u64().unwrap() >= refreshes_at_start + 3 {
-            assert_eq!(stats["refresh_failures"], 0, "{stats}");
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "three refreshes within {PATIENCE:?}: {stats}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let calls = calls_across_refreshes(&oauth, &client, &gateway, 3).await;
     assert!(calls >= 3);
     // The gateway logs every change of the visible tools: one, the first publication.
     let view = machine.server_status().await;
@@ -367,28 +391,7 @@ async fn a_server_behind_oauth_stays_connected_across_refreshes_and_revives_afte
     // client (as the first, it would be refused: a login needed every token lifetime).
     let stats = oauth.stats().await;
     assert_eq!(stats["registrations"], 2, "{stats}");
-    let refreshes_after_login = stats["refreshes"].as_u64().unwrap();
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    let mut calls = 0;
-    loop {
-        let text = format!("after the login {calls}");
-        assert_eq!(
-            echo(&client, &text).await,
-            Ok(text.clone()),
-            "{}",
-            gateway.stderr.lock().unwrap()
-        );
-        calls += 1;
-        let stats = oauth.stats().await;
-        if stats["refreshes"].as_u64().unwrap() >= refreshes_after_login + 2 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "two refreshes within {PATIENCE:?}: {stats}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    calls_across_refreshes(&oauth, &client, &gateway, 2).await;
 
     // Nothing secret reached the gateway's log.
     let log = gateway.stderr.lock().unwrap().clone();
@@ -692,48 +695,8 @@ async fn a_legacy_sse_server_behind_oauth_stays_connected_across_refreshes() {
     let machine = Machine { dir, config };
     machine.login().await;
 
-    let mut serve = machine.tether(&["serve", "--http", "127.0.0.1:0"], false);
-    serve
-        .arg("--config")
-        .arg(&machine.config)
-        .args([
-            "--log-dir",
-            machine.dir.path().join("logs").to_str().unwrap(),
-        ])
-        .args(["--policy-settings", FAST_POLICY])
-        .stderr(Stdio::piped());
-    let gateway = start_http(serve).await;
-    let client = Agent::default()
-        .serve(StreamableHttpClientTransport::from_uri(gateway.url.clone()))
-        .await
-        .expect("MCP over HTTP");
-    wait_for_tools(&client, "remote's tools are served", |t| {
-        t.contains(&"remote__echo".to_string())
-    })
-    .await;
-    let refreshes_at_start = oauth.stats().await["refreshes"].as_u64().unwrap();
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    let mut calls = 0;
-    loop {
-        let text = format!("call {calls}");
-        assert_eq!(
-            echo(&client, &text).await,
-            Ok(text.clone()),
-            "{}",
-            gateway.stderr.lock().unwrap()
-        );
-        calls += 1;
-        let stats = oauth.stats().await;
-        if stats["refreshes"].as_u64().unwrap() >= refreshes_at_start + 2 {
-            assert_eq!(stats["refresh_failures"], 0, "{stats}");
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "two refreshes within {PATIENCE:?}: {stats}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let (gateway, client) = machine.serve_headless().await;
+    calls_across_refreshes(&oauth, &client, &gateway, 2).await;
     let view = machine.server_status().await;
     assert_eq!(view["parks"], json!(0), "{view}");
     assert!(terminate(gateway.tether).await.success());
