@@ -169,6 +169,17 @@ impl Machine {
             .unwrap_or_default()
     }
 
+    /// `tether reload`, which must succeed; what it printed.
+    async fn reload(&self) -> String {
+        let output = self.run(&["reload"], false).await;
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
     /// A headless `tether serve --http` (no browser) on this machine's config, and an agent
     /// that has seen `remote`'s tools.
     async fn serve_headless(&self) -> (HttpGateway, RunningService<RoleClient, Agent>) {
@@ -403,17 +414,8 @@ async fn a_server_behind_oauth_stays_connected_across_refreshes_and_revives_afte
     // of the user may use them; enabling it again needs no login).
     let kept = std::fs::read_to_string(&machine.config).unwrap();
     std::fs::write(&machine.config, format!("{kept}disabled = true\n")).unwrap();
-    let output = machine.run(&["reload"], false).await;
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&output.stdout).contains("remote"),
-        "{}",
-        String::from_utf8_lossy(&output.stdout)
-    );
+    let said = machine.reload().await;
+    assert!(said.contains("remote"), "{said}");
     assert_eq!(
         machine.token_files().1.len(),
         1,
@@ -422,12 +424,7 @@ async fn a_server_behind_oauth_stays_connected_across_refreshes_and_revives_afte
 
     // The server leaves the config: a reload stops it and forgets its tokens.
     std::fs::write(&machine.config, "[servers]\n").unwrap();
-    let output = machine.run(&["reload"], false).await;
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    machine.reload().await;
     assert!(
         machine.token_files().1.is_empty(),
         "a server that left the config keeps no tokens"
