@@ -27,8 +27,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use oauth2::TokenResponse;
 use rmcp::transport::auth::{
-    AuthClient, AuthError, AuthorizationManager, AuthorizationMetadata, AuthorizationRequest,
-    AuthorizationSession, ClientCredentialsConfig, OAuthClientConfig, WWWAuthenticateParams,
+    AuthClient, AuthError, AuthorizationManager, AuthorizationMetadata,
+    AuthorizationMetadataResolution, AuthorizationRequest, AuthorizationSession,
+    ClientCredentialsConfig, OAuthClientConfig, WWWAuthenticateParams,
 };
 use serde::Serialize;
 use tokio::sync::OnceCell;
@@ -318,53 +319,38 @@ impl Authorizer {
             .credentials
             .as_ref()
             .and_then(|credentials| credentials.issuer.as_deref());
-        let mut resolution = manager.resolve_metadata().await;
-        if let Ok(found) = &resolution
-            && fit_for_refresh(&found.metadata, found.source.is_discovered(), stored_issuer)
-                .is_err()
+        let fit = |found: &AuthorizationMetadataResolution| {
+            fit_for_refresh(&found.metadata, found.source.is_discovered(), stored_issuer)
+        };
+        let words = |error| self.words("reading the authorization server's metadata", &error);
+        let mut resolution = manager.resolve_metadata().await.map_err(words);
+        if matches!(&resolution, Ok(found) if fit(found).is_err())
             && let Some(challenge) = self.fetch_challenge().await
         {
             // The well-known documents did not lead there; the server's 401 may.
             resolution = manager
                 .resolve_metadata_from_challenge(Some(&challenge))
-                .await;
+                .await
+                .map_err(words);
         }
-        let metadata = match resolution {
-            Ok(found) => {
-                match fit_for_refresh(&found.metadata, found.source.is_discovered(), stored_issuer)
-                {
-                    Ok(()) => found.metadata,
-                    Err(why) => {
-                        tracing::warn!(server = %self.server, "not setting up token refresh now: {why} (the stored token is used until it must be refreshed)");
-                        return;
-                    }
-                }
-            }
-            Err(error) => {
-                tracing::warn!(
-                    server = %self.server,
-                    "{} (the stored token is used until it must be refreshed)",
-                    self.words("reading the authorization server's metadata", &error)
-                );
+        let metadata = match resolution.and_then(|found| fit(&found).map(|()| found.metadata)) {
+            Ok(metadata) => metadata,
+            Err(why) => {
+                tracing::warn!(server = %self.server, "not setting up token refresh now: {why} (the stored token is used until it must be refreshed)");
                 return;
             }
         };
         manager.set_metadata(metadata);
         match manager.initialize_from_store().await {
             Ok(true) => {
-                let secret = match &self.config.client_id {
-                    Some(_) => self
-                        .config
-                        .client_secret
-                        .as_ref()
-                        .map(|s| s.expose().to_string()),
-                    None => self
-                        .config
-                        .client_secret
-                        .as_ref()
-                        .map(|secret| secret.expose().to_string())
-                        .or_else(|| record.client_secret.clone()),
-                };
+                // A registered client's secret is the record's; a configured client's, the config's.
+                let registered = self.config.client_id.is_none();
+                let secret = self
+                    .config
+                    .client_secret
+                    .as_ref()
+                    .map(|secret| secret.expose().to_string())
+                    .or_else(|| record.client_secret.clone().filter(|_| registered));
                 let mut client = OAuthClientConfig::new(client_id.clone(), self.endpoint.clone());
                 client.client_secret = secret;
                 client.application_type = None;

@@ -569,32 +569,24 @@ impl Supervisor {
         let wanted: BTreeMap<String, ServerSpec> =
             specs.into_iter().map(|s| (s.name.clone(), s)).collect();
         let mut report = ReloadReport::default();
-        // Servers disabled until now that left the config: their tokens go.
+        for name in current.keys().filter(|n| !wanted.contains_key(*n)) {
+            if self.remove_server(name).await {
+                report.removed.push(name.clone());
+            }
+        }
+        // Servers that left the config (stopped now, or disabled until now): their tokens go.
         let was_disabled = std::mem::replace(
             &mut *self.shared.disabled.lock().unwrap_or_else(|e| e.into_inner()),
             still_configured.iter().cloned().collect(),
         );
         let context = self.shared.auth.read().unwrap_or_else(|e| e.into_inner()).clone();
-        for name in was_disabled
-            .iter()
-            .filter(|n| !still_configured.contains(n) && !wanted.contains_key(n.as_str()))
-        {
-            if let Some(context) = &context
-                && let Err(why) = context.store.remove(name)
-            {
-                tracing::warn!(server = %name, "reload: removing the tokens failed: {why}");
-            }
-        }
-        for name in current.keys().filter(|n| !wanted.contains_key(*n)) {
-            let auth = self.authorizer(name);
-            if self.remove_server(name).await {
-                report.removed.push(name.clone());
-                // It left the config: its tokens go with it.
-                if let Some(auth) = auth
-                    && !still_configured.contains(name)
-                    && let Err(why) = auth.forget()
-                {
-                    tracing::warn!("reload: {why}");
+        if let Some(context) = context {
+            let gone = report.removed.iter().chain(&was_disabled).filter(|name| {
+                !still_configured.contains(name) && !wanted.contains_key(name.as_str())
+            });
+            for name in gone {
+                if let Err(why) = context.store.remove(name) {
+                    tracing::warn!(server = %name, "reload: removing the tokens failed: {why}");
                 }
             }
         }
