@@ -166,7 +166,7 @@ async fn the_host_sees_the_server_exit_as_it_was_through_the_guard() {
     kill(server, 9);
     assert_eq!(process.wait_exit(PATIENCE).await, Some(None));
     assert!(!process_exists(server), "the guard reaped the server");
-    assert!(!process_exists(guard), "the host reaped the guard");
+    wait_until("the host reaped the guard", || !process_exists(guard)).await;
 
     // A SIGKILLed guard takes its server along (the server's death signal), and the host then
     // kills what the server left in its group.
@@ -190,6 +190,63 @@ async fn the_host_sees_the_server_exit_as_it_was_through_the_guard() {
     assert_eq!(process.wait_exit(PATIENCE).await, Some(None));
     wait_until("the grandchild got the SIGTERM too", || {
         !process_alive(grandchild)
+    })
+    .await;
+}
+
+/// Tether as PID 1 (a container's entry point) inherits every orphan: nothing a server leaves
+/// may come to it to become a zombie. A subreaper test process stands in for PID 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_a_server_leaves_becomes_a_zombie_of_the_host() {
+    if !in_own_process("host_death::nothing_a_server_leaves_becomes_a_zombie_of_the_host") {
+        return;
+    }
+    // SAFETY: prctl on this process only; orphans below it now come to it, as to PID 1.
+    assert_eq!(
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong) },
+        0
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let state = StateDir(dir.path().join("state"));
+    let args: Vec<String> = [
+        "--transport",
+        "stdio",
+        "--state-dir",
+        state.path_str(),
+        "--spawn-grandchild",
+        "--spawn-daemon",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    let (process, _stdout, _stdin) = spawn_child("leaves", &args, &dir.path().join("logs"));
+    let daemon_file = state.0.join("daemon.pid");
+    wait_until("the daemon runs", || daemon_file.exists()).await;
+    let (server, grandchild) = (process.pid(), grandchild(&state.0));
+    let daemon: u32 = std::fs::read_to_string(&daemon_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let guard = guard_of(server);
+    assert_ne!(process_group(daemon), server, "the daemon left the group");
+
+    kill(server, 9);
+    assert_eq!(process.wait_exit(PATIENCE).await, Some(None));
+    // The group was killed with its leader, and reaped: not even a zombie is left.
+    wait_until("the grandchild is gone", || !process_exists(grandchild)).await;
+    // What left the group lives on, as without Tether, in the guard's care.
+    assert!(process_alive(daemon), "the daemon lives on");
+    assert_eq!(stat_field(daemon, 1), guard, "the guard adopted the daemon");
+    assert!(
+        process_alive(guard),
+        "the guard stays while the daemon runs"
+    );
+
+    kill(daemon, 9);
+    wait_until("the daemon is reaped", || !process_exists(daemon)).await;
+    wait_until("the guard ends with nothing left", || {
+        !process_exists(guard)
     })
     .await;
 }

@@ -140,8 +140,6 @@ pub struct LifecycleEvent {
 struct ServerHandle {
     /// Shared with every call's lookup: a call copies none of it.
     spec: Arc<ServerSpec>,
-    /// Its OAuth, when it is an HTTP server that may use it.
-    auth: Option<Arc<Authorizer>>,
     commands: mpsc::UnboundedSender<Command>,
     session: watch::Receiver<Option<Arc<Session>>>,
     view: Arc<Mutex<ServerView>>,
@@ -260,16 +258,6 @@ impl Supervisor {
         });
     }
 
-    /// The OAuth of a supervised server, if it has one.
-    pub fn authorizer(&self, name: &str) -> Option<Arc<Authorizer>> {
-        self.shared
-            .servers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-            .and_then(|handle| handle.auth.clone())
-    }
-
     /// From now until `wait` has passed, lists and calls wait for the first attempt of every
     /// server added meanwhile (see `startup.rs`).
     pub fn begin_startup(&self, wait: Duration) {
@@ -368,7 +356,7 @@ impl Supervisor {
             .and_then(|context| Authorizer::for_server(&spec, context));
         let task = ServerTask {
             spec: spec.clone(),
-            auth: auth.clone(),
+            auth,
             connector: self.shared.connector.clone(),
             own_commands: commands.downgrade(),
             feeder: self.shared.feeder.clone(),
@@ -391,7 +379,6 @@ impl Supervisor {
         let refused = view.clone();
         let handle = ServerHandle {
             spec: Arc::new(spec),
-            auth,
             commands,
             session,
             view,

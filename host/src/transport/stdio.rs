@@ -3,9 +3,9 @@
 //! Every child gets its own process group (so grandchildren die with it), a minimal environment
 //! (an allowlist of the host's plus what the config sets: host secrets never leak), its stderr
 //! appended to a private per-server log file, and on Linux a guard process (`mod guard`) that
-//! takes the whole group down with the host even when the host is SIGKILLed. A reaper task owns
-//! the `Child`, so no child is ever left a zombie, and ends the session with the exit status the
-//! moment the child is reaped ([`SessionEnd`]).
+//! takes the whole group down with the host even when the host is SIGKILLed, and reaps all the
+//! server leaves. A reaper task owns the `Child`, so no child is ever left a zombie, and ends the
+//! session with the exit status the moment the server is reaped ([`SessionEnd`]).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -249,10 +249,13 @@ pub fn spawn(
     }
     let mut child = cmd.spawn().map_err(|e| spawn_fault(command, &e))?;
     #[cfg(target_os = "linux")]
-    let pid = {
+    let (pid, mut report) = {
         // spawn() returned, so the guard has written the pid (or died): no wait here.
         drop(report_tx);
-        guard::server_pid(&mut report).or(child.id())
+        let pid = guard::server_pid(&mut report).or(child.id());
+        // The server's exit comes on the same pipe, read without blocking.
+        let report = tokio::net::unix::pipe::Receiver::from_owned_fd(report.into()).ok();
+        (pid, report)
     };
     #[cfg(not(target_os = "linux"))]
     let pid = child.id();
@@ -262,14 +265,31 @@ pub fn spawn(
     let (exit_tx, exit_rx) = watch::channel(None);
     let end = end.clone();
     tokio::spawn(async move {
-        // `code()` is None when a signal ended the process.
-        let code = child.wait().await.ok().and_then(|status| status.code());
-        // The group never outlives its leader (on Linux the guard saw to it already, unless it
-        // was killed itself).
-        signal_group(pid, libc::SIGKILL);
+        // On Linux the guard tells the server's exit as soon as it has reaped it, and may live
+        // on to reap what the server left outside its group.
+        #[cfg(target_os = "linux")]
+        let told = match report.as_mut() {
+            Some(report) => guard::server_exit(report).await,
+            None => None,
+        };
+        #[cfg(not(target_os = "linux"))]
+        let told: Option<Option<i32>> = None;
+        let code = match told {
+            Some(code) => code,
+            None => {
+                // `code()` is None when a signal ended the process.
+                let code = child.wait().await.ok().and_then(|status| status.code());
+                // The group never outlives its leader (on Linux the guard saw to it already,
+                // unless it was killed itself).
+                signal_group(pid, libc::SIGKILL);
+                code
+            }
+        };
         // The session's end first: whoever sees the exit finds the end recorded.
         end.finish(Fault::ProcessExited(code));
         let _ = exit_tx.send(Some(code));
+        // The guard is reaped whenever it ends: never a zombie.
+        let _ = child.wait().await;
     });
     Ok((ChildProcess { pid, exit: exit_rx }, stdout, stdin))
 }
@@ -288,9 +308,13 @@ pub fn spawn(
 /// async-signal-safe calls only (it is a fork of a multithreaded process):
 /// - its own death signal (Tether died): SIGKILL the server's group;
 /// - SIGTERM/SIGINT/SIGHUP sent to the guard: pass them on to the server's group;
-/// - SIGCHLD: once the server has exited, SIGKILL what it left in its group, reap (the guard is
-///   a subreaper, so orphans come to it too) and exit the way the server did (its code, or its
-///   signal), so Tether's view of the exit is the server's own.
+/// - SIGCHLD: once the server has exited, SIGKILL what it left in its group, reap the server and
+///   tell Tether its exit status on the report pipe at once. Then reap everything the server
+///   left (the guard is a subreaper, so orphans come to it): the killed group, and processes
+///   that left the group (`setsid` daemons, such as a `tmux` server), which live on as they
+///   would without Tether. Once none is left, exit the way the server did (its code, or its
+///   signal). Nothing the server started is ever left a zombie, even when Tether runs as PID 1
+///   and would otherwise inherit them.
 #[cfg(target_os = "linux")]
 mod guard {
     use std::io::{self, Read};
@@ -353,19 +377,22 @@ mod guard {
     unsafe fn watch(host: pid_t, server: pid_t, report: c_int) -> ! {
         // SAFETY: as in `split`: syscalls on local values only.
         unsafe {
-            let bytes = server.to_ne_bytes();
-            libc::write(report, bytes.as_ptr().cast(), bytes.len());
+            tell(report, server);
             libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as c_ulong);
             // Its name in ps and top; it would otherwise show the forking thread's.
             libc::prctl(libc::PR_SET_NAME, c"tether-guard".as_ptr() as c_ulong);
-            // Close every fd: the pipes are the server's business now, and std's exec-error
-            // socket must close here or spawn() would wait for it forever.
-            if libc::syscall(libc::SYS_close_range, 0 as c_uint, c_uint::MAX, 0 as c_uint) != 0 {
+            // Close every fd but the report pipe: the pipes are the server's business now, and
+            // std's exec-error socket must close here or spawn() would wait for it forever.
+            let report = report as c_uint;
+            let closed =
+                |from: c_uint, to: c_uint| libc::syscall(libc::SYS_close_range, from, to, 0 as c_uint) == 0;
+            if !((report == 0 || closed(0, report - 1)) && closed(report + 1, c_uint::MAX)) {
                 // Kernels before 5.9: std's socket is one of the lowest fds.
-                for fd in 0..1024 {
+                for fd in (0..1024).filter(|&fd| fd != report as c_int) {
                     libc::close(fd);
                 }
             }
+            let report = report as c_int;
             release_host_memory();
             let mut waited: sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut waited);
@@ -384,7 +411,11 @@ mod guard {
                             // Its zombie still holds the group's id: no other group is hit.
                             libc::killpg(server, libc::SIGKILL);
                         }
-                        reap(server);
+                        if let Some(status) = reap(server) {
+                            tell(report, status);
+                            libc::close(report);
+                            linger(status);
+                        }
                     }
                     signal if FORWARDED.contains(&signal) => {
                         libc::killpg(server, signal);
@@ -494,22 +525,60 @@ mod guard {
         }
     }
 
-    /// Reaps every exited child; once the server is among them, exits as it did.
+    /// Reaps every exited child; answers the server's wait status once it is among them.
     ///
     /// # Safety
     /// Only in the guard.
-    unsafe fn reap(server: pid_t) {
+    unsafe fn reap(server: pid_t) -> Option<c_int> {
         loop {
             let mut status = 0;
             // SAFETY: waitpid writes only to `status`.
             let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
             if pid <= 0 {
-                return;
+                return None;
             }
             if pid == server {
-                // SAFETY: we are the guard (see the caller).
-                unsafe { exit_as(status) }
+                return Some(status);
             }
+        }
+    }
+
+    /// After the server: reaps what it left until nothing is, then exits as the server did.
+    /// Signals other than SIGCHLD are ignored now: the server's group id may be reused, and
+    /// what left the group is not the guard's to stop.
+    ///
+    /// # Safety
+    /// Only in the guard, once the server is reaped.
+    unsafe fn linger(status: c_int) -> ! {
+        // SAFETY: waitpid and sigwaitinfo write only to locals.
+        unsafe {
+            let mut child_exits: sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut child_exits);
+            libc::sigaddset(&mut child_exits, libc::SIGCHLD);
+            loop {
+                let mut ignored = 0;
+                match libc::waitpid(-1, &mut ignored, libc::WNOHANG) {
+                    // ECHILD: nothing is left.
+                    -1 => exit_as(status),
+                    0 => {
+                        let mut info: libc::siginfo_t = std::mem::zeroed();
+                        libc::sigwaitinfo(&child_exits, &mut info);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// Writes `value` whole to the report pipe; a Tether that is gone is not an error here.
+    ///
+    /// # Safety
+    /// Only in the guard.
+    unsafe fn tell(report: c_int, value: c_int) {
+        let bytes = value.to_ne_bytes();
+        // SAFETY: write reads only `bytes`; 4 bytes to a pipe are written at once or not at all.
+        unsafe {
+            libc::write(report, bytes.as_ptr().cast(), bytes.len());
         }
     }
 
@@ -544,6 +613,18 @@ mod guard {
         u32::try_from(pid_t::from_ne_bytes(bytes))
             .ok()
             .filter(|&pid| pid > 0)
+    }
+
+    /// The server's exit code (`None`: a signal killed it) as the guard told it once it reaped
+    /// the server; `None` if the guard died first (then its own exit says what is known).
+    pub async fn server_exit(
+        report: &mut tokio::net::unix::pipe::Receiver,
+    ) -> Option<Option<i32>> {
+        use tokio::io::AsyncReadExt;
+        let mut bytes = [0; size_of::<c_int>()];
+        report.read_exact(&mut bytes).await.ok()?;
+        let status = c_int::from_ne_bytes(bytes);
+        Some(libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)))
     }
 }
 

@@ -134,6 +134,10 @@ pub struct Behaviour {
     /// outlives this process unless its process group is killed.
     #[arg(long)]
     pub spawn_grandchild: bool,
+    /// At startup, leave a daemon (`sleep 3600` in a session of its own, pid in `daemon.pid`):
+    /// it has left the process group, as a `tmux` server does, and outlives this process.
+    #[arg(long)]
+    pub spawn_daemon: bool,
     /// Every tool call waits T ms before running.
     #[arg(long, value_name = "T", default_value_t = 0)]
     pub slow_ms: u64,

@@ -66,9 +66,15 @@ fn main() -> ExitCode {
     }
 
     if fixture.settings().spawn_grandchild
-        && let Err(error) = grandchild::spawn(&cli.state_dir)
+        && let Err(error) = grandchild::spawn(&cli.state_dir, grandchild::Leaves::InGroup)
     {
         eprintln!("mcp-fixture: --spawn-grandchild: {error}");
+        return ExitCode::from(exit_code::SERVE_FAILED);
+    }
+    if fixture.settings().spawn_daemon
+        && let Err(error) = grandchild::spawn(&cli.state_dir, grandchild::Leaves::OwnSession)
+    {
+        eprintln!("mcp-fixture: --spawn-daemon: {error}");
         return ExitCode::from(exit_code::SERVE_FAILED);
     }
 
