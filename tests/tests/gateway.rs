@@ -24,7 +24,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// An agent that counts `notifications/tools/list_changed`.
@@ -982,6 +982,36 @@ async fn serve_to_end(mut command: Command) -> (Option<i32>, String) {
         output.status.code(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
+}
+
+/// Whoever started Tether on stdio learns from its exit code whether the session failed: a
+/// client that leaves before a session began has ended it (0); one that opens with an answer to
+/// a request never made has failed it (1), and stderr says how.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_stdio_session_exits_with_an_error_and_a_client_that_left_does_not() {
+    let (dir, _state, config) = one_upstream();
+    let mut left = serve_command(dir.path(), &config, &[]);
+    left.stdin(Stdio::null());
+    let (code, stderr) = serve_to_end(left).await;
+    assert_eq!(code, Some(0), "{stderr}");
+
+    let mut tether = serve_command(dir.path(), &config, &[]).spawn().unwrap();
+    let mut stdin = tether.stdin.take().unwrap();
+    stdin
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n")
+        .await
+        .unwrap();
+    drop(stdin);
+    let output = tokio::time::timeout(PATIENCE, tether.wait_with_output())
+        .await
+        .expect("tether serve ends")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error: MCP over stdio: expect initialized request"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

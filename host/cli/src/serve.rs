@@ -288,6 +288,7 @@ async fn serve_until_done(
     admin_addr: std::net::SocketAddr,
 ) -> anyhow::Result<()> {
     let has_token = http_options.token.is_some();
+    let mut served = Ok(());
     match args.http {
         Some(bind) => {
             let addr = tether.serve_http(bind, http_options).await?;
@@ -302,17 +303,19 @@ async fn serve_until_done(
             // Its own task, so it keeps answering while calls drain.
             let session = tether.serve_stdio();
             tokio::select! {
-                result = session => {
-                    if let Ok(Err(error)) = result {
-                        tracing::warn!("{error}");
+                result = session => match result {
+                    Ok(Ok(())) => tracing::info!("the MCP client closed stdin; shutting down"),
+                    // Whoever started Tether learns it from the exit code, after the shutdown.
+                    Ok(Err(error)) => served = Err(anyhow::anyhow!(error)),
+                    Err(error) => {
+                        served = Err(anyhow::anyhow!("the MCP session on stdin ended: {error}"))
                     }
-                    tracing::info!("the MCP client closed stdin; shutting down");
-                }
+                },
                 _ = shutdown_signal() => {}
             }
         }
     }
-    Ok(())
+    served
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -153,10 +153,12 @@ impl Gateway {
         let transport: Lines<RoleServer, _, _> =
             Lines::new(input, output, crate::transport::lines::DEFAULT_MAX_LINE)
                 .with_direct(direct.clone());
-        let service = self
-            .serve(transport)
-            .await
-            .map_err(|e| crate::Error::Stdio(e.to_string()))?;
+        let service = match self.serve(transport).await {
+            Ok(service) => service,
+            // The client left before a session began: its end, as closing stdin later is.
+            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
+            Err(error) => return Err(crate::Error::Stdio(error.to_string())),
+        };
         direct.serving(service.peer().clone());
         let served = service.waiting().await;
         crate::transport::lines::DirectCalls::closed(&*direct);

@@ -269,9 +269,15 @@ pub fn spawn(
         // on to reap what the server left outside its group.
         #[cfg(target_os = "linux")]
         let told = match report.as_mut() {
-            Some(report) => guard::server_exit(report).await,
+            // A guard that ended told the exit before it did, or never will.
+            Some(report) => tokio::select! {
+                told = guard::server_exit(report) => told,
+                _ = child.wait() => guard::server_exit_told(report),
+            },
             None => None,
         };
+        #[cfg(target_os = "linux")]
+        drop(report);
         #[cfg(not(target_os = "linux"))]
         let told: Option<Option<i32>> = None;
         let code = match told {
@@ -379,6 +385,8 @@ mod guard {
         unsafe {
             tell(report, server);
             libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as c_ulong);
+            // An ignored SIGCHLD (inherited by Tether) would reap the server unseen.
+            libc::signal(libc::SIGCHLD, libc::SIG_DFL);
             // Its name in ps and top; it would otherwise show the forking thread's.
             libc::prctl(libc::PR_SET_NAME, c"tether-guard".as_ptr() as c_ulong);
             // Close every fd but the report pipe: the pipes are the server's business now, and
@@ -387,8 +395,14 @@ mod guard {
             let closed =
                 |from: c_uint, to: c_uint| libc::syscall(libc::SYS_close_range, from, to, 0 as c_uint) == 0;
             if !((report == 0 || closed(0, report - 1)) && closed(report + 1, c_uint::MAX)) {
-                // Kernels before 5.9: std's socket is one of the lowest fds.
-                for fd in (0..1024).filter(|&fd| fd != report as c_int) {
+                // Kernels before 5.9 (or a seccomp profile without close_range): every fd up
+                // to the limit, so no other spawn's report pipe stays open here.
+                let mut limit: libc::rlimit = std::mem::zeroed();
+                let top = match libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) {
+                    0 => limit.rlim_cur.min(1 << 20) as c_int,
+                    _ => 1024,
+                };
+                for fd in (0..top).filter(|&fd| fd != report as c_int) {
                     libc::close(fd);
                 }
             }
@@ -407,10 +421,6 @@ mod guard {
                         libc::killpg(server, libc::SIGKILL);
                     }
                     libc::SIGCHLD => {
-                        if exited(server) {
-                            // Its zombie still holds the group's id: no other group is hit.
-                            libc::killpg(server, libc::SIGKILL);
-                        }
                         if let Some(status) = reap(server) {
                             tell(report, status);
                             libc::close(report);
@@ -511,34 +521,31 @@ mod guard {
         })
     }
 
-    /// Whether the server has exited (without reaping it).
-    ///
-    /// # Safety
-    /// Only in the guard.
-    unsafe fn exited(server: pid_t) -> bool {
-        // SAFETY: waitid writes only to `info`.
-        unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            let options = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
-            libc::waitid(libc::P_PID, server as libc::id_t, &mut info, options) == 0
-                && info.si_pid() == server
-        }
-    }
-
-    /// Reaps every exited child; answers the server's wait status once it is among them.
+    /// Reaps every exited child; answers the server's wait status once it is among them,
+    /// having SIGKILLed what it left in its group first.
     ///
     /// # Safety
     /// Only in the guard.
     unsafe fn reap(server: pid_t) -> Option<c_int> {
         loop {
-            let mut status = 0;
-            // SAFETY: waitpid writes only to `status`.
-            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-            if pid <= 0 {
-                return None;
-            }
-            if pid == server {
-                return Some(status);
+            // SAFETY: waitid and waitpid write only to locals.
+            unsafe {
+                // Looked at before it is reaped: the server's zombie holds the group's id while
+                // the group is killed, so no other group is hit.
+                let mut info: libc::siginfo_t = std::mem::zeroed();
+                let options = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+                if libc::waitid(libc::P_ALL, 0, &mut info, options) != 0 || info.si_pid() <= 0 {
+                    return None;
+                }
+                let pid = info.si_pid();
+                if pid == server {
+                    libc::killpg(server, libc::SIGKILL);
+                }
+                let mut status = 0;
+                libc::waitpid(pid, &mut status, 0);
+                if pid == server {
+                    return Some(status);
+                }
             }
         }
     }
@@ -623,8 +630,21 @@ mod guard {
         use tokio::io::AsyncReadExt;
         let mut bytes = [0; size_of::<c_int>()];
         report.read_exact(&mut bytes).await.ok()?;
-        let status = c_int::from_ne_bytes(bytes);
-        Some(libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)))
+        Some(exit_code(c_int::from_ne_bytes(bytes)))
+    }
+
+    /// [`server_exit`] once the guard has ended: what it wrote, without waiting for more.
+    pub fn server_exit_told(report: &tokio::net::unix::pipe::Receiver) -> Option<Option<i32>> {
+        let mut bytes = [0; size_of::<c_int>()];
+        match report.try_read(&mut bytes) {
+            Ok(4) => Some(exit_code(c_int::from_ne_bytes(bytes))),
+            _ => None,
+        }
+    }
+
+    /// The code of a wait status; `None` when a signal ended the process.
+    fn exit_code(status: c_int) -> Option<i32> {
+        libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status))
     }
 }
 
