@@ -1438,6 +1438,18 @@ async fn many_agents_start_their_own_gateways_on_stdio_side_by_side() {
         agents.push(stdio_agent(&home, &["serve", "--config", config]).await);
     }
     let pids: Vec<u32> = agents.iter().map(|(t, _)| t.id().unwrap()).collect();
+    // What a SIGKILLed gateway leaves, its pid since taken by a live process (this one).
+    let stale = home
+        .join("tether")
+        .join("stdio")
+        .join(format!("{}.json", std::process::id()));
+    std::fs::write(
+        &stale,
+        json!({"addr": "127.0.0.1:9", "token": "t", "pid": std::process::id(), "serves": "stdio"})
+            .to_string(),
+    )
+    .unwrap();
+    std::fs::write(stale.with_extension("json.lock"), "1\n").unwrap();
 
     let listed = tether_in(&home, &["gateways", "--json"])
         .output()
@@ -1458,6 +1470,7 @@ async fn many_agents_start_their_own_gateways_on_stdio_side_by_side() {
     let mut expected = pids.clone();
     expected.sort();
     assert_eq!(seen, expected, "{listed}");
+    assert!(!stale.exists(), "the leftover state file is removed");
 
     // Two are running: the admin commands do not guess.
     let ambiguous = tether_in(&home, &["status"]).output().await.unwrap();
@@ -1476,6 +1489,33 @@ async fn many_agents_start_their_own_gateways_on_stdio_side_by_side() {
         assert!(picked.status.success(), "{stdout}");
         assert!(stdout.lines().any(|l| l.starts_with("up ")), "{stdout}");
     }
+    // The address and token given: no state file is consulted, however many run. A token in
+    // the environment for some other gateway does not override a state file's.
+    let first = &listed[0];
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(first["state_file"].as_str().unwrap()).unwrap())
+            .unwrap();
+    let admin = first["admin"].as_str().unwrap();
+    let token = written["token"].as_str().unwrap();
+    let pid = first["pid"].to_string();
+    for args in [
+        &["status", "--admin", admin, "--token", token][..],
+        &["status", "--admin", admin],
+    ] {
+        let output = tether_in(&home, args).output().await.unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{args:?}: {stdout}");
+    }
+    let output = tether_in(&home, &["status", "--pid", &pid])
+        .env("TETHER_ADMIN_TOKEN", "for-another-gateway")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 
     // One HTTP gateway owns the default state file; a second is refused, saying so once.
     let http = start_http({

@@ -255,7 +255,8 @@ pub struct AdminArgs {
     /// The gateway's admin address (default: from the state file).
     #[arg(long)]
     pub admin: Option<SocketAddr>,
-    /// Bearer token (default: from the state file, for that address).
+    /// Bearer token for the gateway at --admin (default: from the state file naming that
+    /// address). Without --admin, the state file's token is used.
     #[arg(long, env = "TETHER_ADMIN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// The state file `tether serve` wrote (default: the one running gateway's).

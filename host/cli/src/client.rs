@@ -1,9 +1,10 @@
 //! CLI commands that talk to a running gateway's admin API.
 //!
 //! The gateway is found from `--admin ADDR` (its token from `--token`/`TETHER_ADMIN_TOKEN`, else
-//! from the state file when that names the same address), from the state file `tether serve`
-//! wrote (`--state-file`), or among the running gateways ([`state_file::running`]): the one
-//! there is, or the one `--pid` names.
+//! from the running gateway's state file that names the same address), from the state file
+//! `tether serve` wrote (`--state-file`), or among the running gateways
+//! ([`state_file::running`]): the one there is, or the one `--pid` names. Without `--admin`,
+//! the token is the state file's.
 //!
 //! Exit codes: 0 done, 1 the request failed or was refused, 2 the gateway cannot be reached.
 
@@ -146,25 +147,30 @@ pub fn gateways(json: bool) -> ExitCode {
 }
 
 fn locate(admin: &AdminArgs) -> Result<Gateway, Failure> {
-    let path = state_path(admin)?;
     let token_given = admin.token.clone().filter(|t| !t.is_empty());
-    let (addr, token) = match admin.admin {
-        Some(addr) => {
-            let token = match token_given {
-                Some(token) => token,
-                None => match state_file::read(&path) {
-                    Ok(state) if state.addr == addr => state.token,
-                    _ => {
-                        return Err(Failure::Usage(format!(
-                            "no admin token for {addr}: pass --token or set TETHER_ADMIN_TOKEN (the state file {} does not name {addr})",
-                            path.display()
-                        )));
-                    }
-                },
+    let (addr, token) = match (admin.admin, token_given) {
+        // Address and token given: no state file is looked at (several gateways may run).
+        (Some(addr), Some(token)) => (addr, token),
+        (Some(addr), None) => {
+            // The token of the gateway at that address: its state file's.
+            let named = match &admin.state_file {
+                Some(path) => state_file::read(path)
+                    .ok()
+                    .filter(|state| state.addr == addr),
+                None => state_file::running()
+                    .into_iter()
+                    .map(|running| running.state)
+                    .find(|state| state.addr == addr),
             };
-            (addr, token)
+            let Some(state) = named else {
+                return Err(Failure::Usage(format!(
+                    "no admin token for {addr}: pass --token or set TETHER_ADMIN_TOKEN (no running gateway's state file names {addr})"
+                )));
+            };
+            (addr, state.token)
         }
-        None => {
+        (None, _) => {
+            let path = state_path(admin)?;
             let state = match state_file::read(&path) {
                 Ok(state) => state,
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
@@ -180,14 +186,15 @@ fn locate(admin: &AdminArgs) -> Result<Gateway, Failure> {
                     )));
                 }
             };
-            if !process_exists(state.pid) {
+            if !state_file::is_running(&path, &state) {
                 return Err(Failure::Unreachable(format!(
                     "no running gateway found: {} was written by process {}, which is no longer running; start `tether serve` or pass --admin",
                     path.display(),
                     state.pid
                 )));
             }
-            (state.addr, token_given.unwrap_or(state.token))
+            // The state file's own token: TETHER_ADMIN_TOKEN may be set for another gateway.
+            (state.addr, state.token)
         }
     };
     let http = reqwest::Client::builder()
@@ -197,8 +204,6 @@ fn locate(admin: &AdminArgs) -> Result<Gateway, Failure> {
         .map_err(|e| Failure::Failed(format!("cannot set up an HTTP client: {e}")))?;
     Ok(Gateway { addr, token, http })
 }
-
-use state_file::process_exists;
 
 impl Gateway {
     fn url(&self, path: &str) -> String {

@@ -9,7 +9,8 @@
 //! `<state file>.lock` (the state file itself is replaced on every write, so it cannot carry
 //! the lock) and holds it for the life of the gateway. A second gateway is refused instead of
 //! overwriting the first one's file; the kernel drops the lock of a process that dies, so a
-//! crashed gateway's leftovers never block the next one.
+//! crashed gateway's leftovers never block the next one. The lock is also how the CLI tells a
+//! running gateway from a crashed one's leftovers ([`is_running`]): a pid may be reused.
 //!
 //! Where: an HTTP gateway uses [`default_path`] (`serve.json`), one at a time. Gateways on stdio
 //! are started by agents — two agents, two gateways — so each gets its own file by default,
@@ -79,11 +80,12 @@ pub fn running() -> Vec<Running> {
     let mut found = Vec::new();
     let mut consider = |path: PathBuf| {
         let Ok(state) = read(&path) else { return };
-        if process_exists(state.pid) {
+        if is_running(&path, &state) {
             found.push(Running { path, state });
         } else if path.starts_with(stdio_dir()) {
-            // A stdio gateway that died: nobody else will ever use its file.
+            // A stdio gateway that died: nobody else will ever use its files.
             let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_file(lock_path(&path));
         }
     };
     consider(default_path());
@@ -102,8 +104,26 @@ pub fn running() -> Vec<Running> {
     found
 }
 
-/// Whether a process with this id runs (a state file's writer, for one).
-pub fn process_exists(pid: u32) -> bool {
+/// Whether the gateway that wrote `state` to `path` still runs: it holds the state file's lock
+/// for its whole life, and the kernel drops the lock when it dies. Its pid alone cannot say: a
+/// SIGKILLed gateway's pid may belong to another process by now.
+pub fn is_running(path: &Path, state: &StateFile) -> bool {
+    let lock = match File::open(lock_path(path)) {
+        Ok(file) => file,
+        // Removed on a clean shutdown, never there for a gateway that did not start.
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return false,
+        Err(_) => return process_exists(state.pid),
+    };
+    // Held for an instant only: a gateway starting meanwhile tries its lock again (`lock`).
+    match lock.try_lock_shared() {
+        Ok(()) => false,
+        Err(TryLockError::WouldBlock) => true,
+        Err(TryLockError::Error(_)) => process_exists(state.pid),
+    }
+}
+
+/// Whether a process with this id runs.
+fn process_exists(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return false;
     };
@@ -277,7 +297,7 @@ pub fn lock(state_file: &Path) -> Result<StateLock, LockError> {
             .mode(0o600)
             .open(&path)
             .map_err(io_error)?;
-        match file.try_lock() {
+        match try_lock_patiently(&file) {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
                 return Err(LockError::Held {
@@ -309,6 +329,21 @@ pub fn lock(state_file: &Path) -> Result<StateLock, LockError> {
     Err(io_error(io::Error::other(
         "the lock file kept being replaced; is another gateway starting and stopping?",
     )))
+}
+
+/// An exclusive lock on `file`, tried a few times over 50 ms: a CLI command checking whether a
+/// gateway runs holds a shared lock for an instant ([`is_running`]), which must not make a
+/// starting gateway think another one runs.
+fn try_lock_patiently(file: &File) -> Result<(), TryLockError> {
+    for _ in 0..10 {
+        match file.try_lock() {
+            Err(TryLockError::WouldBlock) => {
+                std::thread::sleep(std::time::Duration::from_millis(5))
+            }
+            done => return done,
+        }
+    }
+    file.try_lock()
 }
 
 /// The pid a lock holder recorded (none while it is still writing it).
@@ -361,6 +396,32 @@ mod tests {
         // A stale lock file nobody holds does not block.
         std::fs::write(lock_path(&state), "999999999\n").unwrap();
         let again = lock(&state).unwrap();
+        drop(again);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_gateway_runs_while_it_holds_its_lock_whatever_its_pid() {
+        let dir = tempfile_dir();
+        let path = dir.join("stdio").join("1.json");
+        // A live pid (this process) in every case: only the lock tells.
+        let state = StateFile {
+            addr: "127.0.0.1:9".parse().unwrap(),
+            token: "t".into(),
+            pid: std::process::id(),
+            serves: "stdio".into(),
+            config: None,
+        };
+        let held = lock(&path).unwrap();
+        assert!(is_running(&path, &state), "the lock is held");
+        // Asking takes a shared lock for an instant; a gateway starting meanwhile still gets
+        // its own (here: the next one, once the holder is gone).
+        drop(held);
+        assert!(!is_running(&path, &state), "no lock file: a clean exit");
+        std::fs::write(lock_path(&path), "1\n").unwrap();
+        assert!(!is_running(&path, &state), "a lock nobody holds: a crash");
+        let again = lock(&path).unwrap();
+        assert!(is_running(&path, &state));
         drop(again);
         std::fs::remove_dir_all(&dir).unwrap();
     }
