@@ -216,7 +216,8 @@ impl Builder {
         servers.extend(self.servers.iter().cloned());
         // Before anything starts: a bad list starts nothing.
         check_names(&servers, &origin)?;
-        let settings = match (self.policy_settings.take(), file_settings) {
+        let settings_given = self.policy_settings.is_some();
+        let settings = match (self.policy_settings.take(), &file_settings) {
             (Some(given), _) => given,
             (None, Some(from_file)) => from_file.to_string(),
             (None, None) => "{}".to_string(),
@@ -242,6 +243,8 @@ impl Builder {
             policy,
             warnings,
             disabled,
+            file_settings,
+            settings_given,
         })
     }
 
@@ -252,6 +255,8 @@ impl Builder {
             servers,
             policy,
             disabled,
+            file_settings,
+            settings_given,
             ..
         } = self.prepare().await?;
 
@@ -297,8 +302,12 @@ impl Builder {
             gateway,
             announcer,
             observer_task,
-            config_file: self.config_file,
-            given_servers: Arc::new(self.servers),
+            reloads: Arc::new(Reloads {
+                config_file: self.config_file,
+                given_servers: self.servers,
+                settings_given,
+                file_settings: Mutex::new(file_settings),
+            }),
             admin: None,
             probes: None,
             fronts: Mutex::default(),
@@ -365,9 +374,7 @@ pub struct Tether {
     announcer: JoinHandle<()>,
     /// The observer's task, and what tells it to hear the last events and end.
     observer_task: Option<(JoinHandle<()>, Arc<tokio::sync::Notify>)>,
-    config_file: Option<PathBuf>,
-    /// The servers the builder was given in code: a reload of the file keeps them.
-    given_servers: Arc<Vec<ServerSpec>>,
+    reloads: Arc<Reloads>,
     admin: Option<AdminServer>,
     probes: Option<ProbeServer>,
     fronts: Mutex<Vec<Front>>,
@@ -409,8 +416,7 @@ impl Tether {
     /// Re-reads the config file: starts added servers, stops removed ones, restarts changed
     /// ones; the others keep their sessions. A bad file changes nothing.
     pub async fn reload(&self) -> Result<ReloadReport> {
-        let path = self.config_file.as_deref().ok_or(Error::NoConfigFile)?;
-        reload_file(&self.supervisor, path, &self.given_servers).await
+        reload_file(&self.supervisor, &self.reloads).await
     }
 
     /// Supervises exactly `servers` from now on, as [`Tether::reload`] does with a file's.
@@ -567,16 +573,11 @@ impl Tether {
 
     fn reload_fn(&self) -> crate::admin::server::ReloadFn {
         let supervisor = self.supervisor.clone();
-        let path = self.config_file.clone();
-        let given = self.given_servers.clone();
+        let reloads = self.reloads.clone();
         Arc::new(move || {
             let supervisor = supervisor.clone();
-            let path = path.clone();
-            let given = given.clone();
-            Box::pin(async move {
-                let path = path.ok_or(Error::NoConfigFile)?;
-                reload_file(&supervisor, &path, &given).await
-            })
+            let reloads = reloads.clone();
+            Box::pin(async move { reload_file(&supervisor, &reloads).await })
         })
     }
 }
@@ -609,6 +610,23 @@ struct Prepared {
     policy: PolicyRuntime,
     warnings: Vec<String>,
     disabled: Vec<String>,
+    /// The file's top-level `policy`.
+    file_settings: Option<serde_json::Value>,
+    /// Whether the policy settings were given in code (they win over the file's).
+    settings_given: bool,
+}
+
+/// What a reload of the config file works from.
+struct Reloads {
+    config_file: Option<PathBuf>,
+    /// The servers the builder was given in code: a reload of the file keeps them.
+    given_servers: Vec<ServerSpec>,
+    /// Policy settings given in code (`--policy-settings`) win over the file's, as at the start.
+    settings_given: bool,
+    /// The file's top-level `policy` as last read. A reload applies the file's settings only
+    /// when they changed since, so settings changed at runtime (the admin API) stay until the
+    /// file changes them.
+    file_settings: Mutex<Option<serde_json::Value>>,
 }
 
 fn default_log_dir() -> PathBuf {
@@ -627,20 +645,63 @@ fn load_config(path: &Path) -> Result<crate::config::file::LoadedConfig> {
     Ok(loaded)
 }
 
-/// The file's servers and those `given` in code, as at the start; a server disabled in the
-/// file keeps its tokens.
-async fn reload_file(
-    supervisor: &Supervisor,
-    path: &Path,
-    given: &[ServerSpec],
-) -> Result<ReloadReport> {
+/// The file's servers and those given in code, as at the start; a server disabled in the
+/// file keeps its tokens. The file's top-level `policy`, when it changed, is given to the
+/// policy first (the servers' settings are checked with it); anything refused changes nothing.
+async fn reload_file(supervisor: &Supervisor, reloads: &Reloads) -> Result<ReloadReport> {
+    let path = reloads.config_file.as_deref().ok_or(Error::NoConfigFile)?;
     let _turn = supervisor.reload_turn().await;
     let loaded = load_config(path)?;
     let mut servers = loaded.servers;
-    servers.extend(given.iter().cloned());
+    servers.extend(reloads.given_servers.iter().cloned());
     check_names(&servers, &path.display().to_string())?;
-    check_with_policy(supervisor.policy(), &servers, Some(path)).await?;
-    Ok(supervisor.reload_keeping(servers, &loaded.disabled).await)
+    let mut warnings = loaded.warnings;
+    let policy = supervisor.policy();
+    let changed = *reloads
+        .file_settings
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        != loaded.policy_settings;
+    // The settings to go back to if a server's are refused under the new ones.
+    let mut before = None;
+    if changed && reloads.settings_given {
+        warnings.push(format!(
+            "{}: the top-level `policy` changed and is not used: the policy settings were given on the command line or in code",
+            path.display()
+        ));
+    } else if changed {
+        let settings = loaded
+            .policy_settings
+            .as_ref()
+            .map_or_else(|| "{}".to_string(), |settings| settings.to_string());
+        let current = policy.running().settings;
+        policy
+            .set_settings(settings)
+            .await
+            .map_err(|cause| Error::Settings {
+                origin: path.display().to_string(),
+                cause,
+            })?;
+        before = Some(current);
+    }
+    if let Err(error) = check_with_policy(policy, &servers, Some(path)).await {
+        if let Some(settings) = before
+            && let Err(restore) = policy.set_settings(settings).await
+        {
+            tracing::error!(
+                "the policy settings before the reload could not be restored: {restore}"
+            );
+        }
+        return Err(error);
+    }
+    *reloads
+        .file_settings
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = loaded.policy_settings;
+    let mut report = supervisor.reload_keeping(servers, &loaded.disabled).await;
+    report.policy_settings_changed = before.is_some();
+    report.warnings = warnings;
+    Ok(report)
 }
 
 /// Per-server policy overrides and tool filters are the policy's to judge: each server that

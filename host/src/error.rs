@@ -22,6 +22,14 @@ pub enum Error {
     /// The policy could not be loaded, refused its settings, failed, or has stopped.
     #[error(transparent)]
     Policy(#[from] crate::policy::PolicyError),
+    /// The policy refused the settings a config file gives it (its top-level `policy`).
+    #[error("{origin}: the policy refuses the top-level `policy` settings: {cause}")]
+    Settings {
+        /// The config file.
+        origin: String,
+        /// The policy's refusal.
+        cause: crate::policy::PolicyError,
+    },
     /// The admin API could not start.
     #[error(transparent)]
     Admin(#[from] crate::admin::AdminError),

@@ -258,6 +258,91 @@ async fn a_reload_keeps_the_servers_given_in_code() {
     .expect("shutdown completes");
 }
 
+/// A reload applies a config file's changed top-level `policy` (settings changed at runtime
+/// stay while the file's do not change), says what the file has that Tether ignores, and
+/// changes nothing when the policy refuses the new settings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_applies_the_files_changed_policy_settings_and_says_what_it_ignores() {
+    let dir = tempfile::tempdir().unwrap();
+    let alpha = StateDir(dir.path().join("alpha"));
+    std::fs::create_dir_all(&alpha.0).unwrap();
+    let config = dir.path().join("tether.toml");
+    let file = |top: &str| {
+        format!(
+            "{top}\n[servers.alpha]\ncommand = {FIXTURE:?}\nargs = [\"--transport\", \"stdio\", \"--state-dir\", {:?}]\n",
+            alpha.path_str()
+        )
+    };
+    std::fs::write(&config, file("[policy]\nbreaker = { open_ms = 300 }")).unwrap();
+    let start = |settings: Option<&str>| {
+        let mut builder = Tether::builder()
+            .config_file(&config)
+            .log_dir(dir.path().join("logs"));
+        if let Some(settings) = settings {
+            builder = builder.policy_settings(settings);
+        }
+        builder.start()
+    };
+    let tether = start(None).await.expect("Tether starts");
+    wait_healthy(&tether, "alpha").await;
+    let open_ms = |settings: serde_json::Value| settings["breaker"]["open_ms"].clone();
+    assert_eq!(open_ms(tether.status().await.policy.settings), 300);
+
+    // Changed at runtime, kept by a reload of an unchanged file.
+    tether
+        .set_policy_settings(r#"{"breaker": {"open_ms": 555}}"#)
+        .await
+        .unwrap();
+    let report = tether.reload().await.unwrap();
+    assert!(
+        !report.policy_settings_changed && report.warnings.is_empty(),
+        "{report:?}"
+    );
+    assert_eq!(open_ms(tether.status().await.policy.settings), 555);
+
+    // The file's changed: applied, and what it has that Tether ignores is reported.
+    std::fs::write(
+        &config,
+        file("colour = \"blue\"\n[policy]\nbreaker = { open_ms = 432 }"),
+    )
+    .unwrap();
+    let report = tether.reload().await.unwrap();
+    assert!(report.policy_settings_changed, "{report:?}");
+    assert_eq!(report.unchanged, ["alpha"]);
+    assert!(
+        report.warnings.iter().any(|w| w.contains("colour")),
+        "{report:?}"
+    );
+    assert_eq!(open_ms(tether.status().await.policy.settings), 432);
+
+    // Refused: an error naming the file, the settings as they were.
+    let pid = alpha.pid();
+    std::fs::write(&config, file("[policy]\nreconnect_budget = 0")).unwrap();
+    let refused = tether.reload().await;
+    assert!(
+        matches!(&refused, Err(Error::Settings { origin, .. }) if origin.ends_with("tether.toml")),
+        "{refused:?}"
+    );
+    assert_eq!(open_ms(tether.status().await.policy.settings), 432);
+    assert_eq!(alpha.pid(), pid, "alpha was not touched");
+    tether.shutdown(Duration::from_secs(5)).await;
+
+    // Settings given in code win over the file's, on a reload as at the start.
+    std::fs::write(&config, file("[policy]\nbreaker = { open_ms = 300 }")).unwrap();
+    let tether = start(Some(r#"{"breaker": {"open_ms": 777}}"#))
+        .await
+        .expect("Tether starts");
+    std::fs::write(&config, file("[policy]\nbreaker = { open_ms = 432 }")).unwrap();
+    let report = tether.reload().await.unwrap();
+    assert!(!report.policy_settings_changed, "{report:?}");
+    assert!(
+        report.warnings.iter().any(|w| w.contains("not used")),
+        "{report:?}"
+    );
+    assert_eq!(open_ms(tether.status().await.policy.settings), 777);
+    tether.shutdown(Duration::from_secs(5)).await;
+}
+
 /// A Tether supervising the fixture `alpha`, serving MCP over HTTP with sessions that end
 /// after `idle` unused, and a client of its endpoint that speaks raw JSON-RPC.
 async fn alpha_over_http(dir: &std::path::Path, idle: Duration) -> (Tether, RawHttp) {

@@ -736,6 +736,26 @@ async fn sighup_reloads_the_config_without_touching_unchanged_servers() {
         "the unchanged server keeps its process"
     );
     assert_eq!(state.starts(), 1);
+
+    // `tether reload` says what the file has that Tether ignores.
+    let mut odd = both.clone();
+    odd["colour"] = json!("blue");
+    std::fs::write(&config, odd.to_string()).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_tether-cli"))
+        .args(["reload", "--state-file"])
+        .arg(dir.path().join("state.json"))
+        .env_remove("TETHER_ADMIN_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("warning: ") && l.contains("colour")),
+        "{stdout}"
+    );
     assert!(terminate(tether).await.success());
 }
 

@@ -620,6 +620,12 @@ pub async fn reload(admin: &AdminArgs) -> ExitCode {
                 };
                 println!("  {key:<10} {list}");
             }
+            if report.policy_settings_changed {
+                println!("  the policy runs with the file's new top-level `policy` settings");
+            }
+            for warning in &report.warnings {
+                println!("warning: {warning}");
+            }
         },
     )
     .await

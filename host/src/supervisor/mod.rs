@@ -124,6 +124,12 @@ pub struct ReloadReport {
     pub restarted: Vec<String>,
     /// Servers whose spec is the same; their sessions were not touched.
     pub unchanged: Vec<String>,
+    /// Whether the config file's top-level `policy` changed and the policy now runs with it.
+    #[serde(default)]
+    pub policy_settings_changed: bool,
+    /// What the config file says that Tether ignores (unknown keys, and the like).
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
 
 /// A lifecycle event for operators (admin event stream, logs).
