@@ -9,7 +9,7 @@
 //! | key | mcpServers JSON | VS Code JSON | TOML | meaning |
 //! |---|---|---|---|---|
 //! | `command`, `args`, `env`, `cwd` | yes | yes | yes | a stdio server |
-//! | `envFile` | — | yes | — | a dotenv file merged under `env` |
+//! | `envFile` | — | yes | — | a dotenv file merged under `env`, read as VS Code does |
 //! | `url`, `headers` | yes | yes | yes | an HTTP server |
 //! | `type` | optional | required | optional | transport, see below |
 //! | `timeout` | yes | — | — | tool call deadline in milliseconds (`timeouts.call`) |
@@ -85,6 +85,7 @@
 //! not be set). Every error and warning names the file, and the server and key when there is
 //! one; none quotes a variable's value or a string from the file that might hold a secret.
 
+mod env_file;
 mod expand;
 mod raw;
 
@@ -1221,39 +1222,37 @@ impl<'a> Loader<'a> {
     }
 
     /// A dotenv file: `KEY=VALUE` lines, `#` comments, optional `export ` and quotes.
-    fn read_env_file(&self, name: &str, path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
+    /// The variables of a VS Code `envFile`, read as VS Code reads it (`env_file.rs`); lines it
+    /// would skip are skipped with a warning naming them.
+    fn read_env_file(
+        &mut self,
+        name: &str,
+        path: &Path,
+    ) -> Result<Vec<(String, String)>, ConfigError> {
         let place = Place::key(name, "envFile");
         // The path may be built from variables: report the I/O error, not the path.
         let text = std::fs::read_to_string(path)
             .map_err(|e| self.invalid(place.clone(), &format!("cannot read the env file: {e}")))?;
-        let mut out = Vec::new();
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let line = line.strip_prefix("export ").unwrap_or(line);
-            let Some((key, value)) = line.split_once('=') else {
-                return Err(self.invalid(
-                    place,
-                    &format!("env file line {}: expected KEY=VALUE", i + 1),
-                ));
-            };
-            let key = key.trim();
-            if !valid_env_key(key) {
-                return Err(self.invalid(
-                    place,
-                    &format!("env file line {}: invalid variable name", i + 1),
-                ));
-            }
-            let value = value.trim();
-            let value = ['"', '\'']
-                .iter()
-                .find_map(|q| value.strip_prefix(*q).and_then(|v| v.strip_suffix(*q)))
-                .unwrap_or(value);
-            out.push((key.to_string(), value.to_string()));
+        let file = env_file::parse(&text);
+        if !file.skipped.is_empty() {
+            let lines: Vec<String> = file.skipped.iter().map(usize::to_string).collect();
+            self.warn_at(
+                &place,
+                &format!(
+                    "env file line {} defines nothing (not KEY=VALUE) and is skipped",
+                    lines.join(", ")
+                ),
+            );
         }
-        Ok(out)
+        for (key, value) in &file.vars {
+            if !valid_env_key(key) || value.contains('\0') {
+                return Err(self.invalid(
+                    place,
+                    &format!("env file variable {key:?}: a name or value with = or NUL in it cannot be passed"),
+                ));
+            }
+        }
+        Ok(file.vars)
     }
 
     /// The expanded string under `key`, if present.

@@ -297,7 +297,7 @@ fn vscode_env_file_is_merged_under_env() {
     let dir = TempDir::new();
     dir.write(
         "secrets.env",
-        "# comment\n\nexport A=from-file\nB=\"quoted value\"\nC='single'\n",
+        "# comment\n\nexport A=from-file\nB=\"quoted value\" # a note\nC='single'\ngarbage\n",
     );
     let path = dir
         .write(
@@ -313,6 +313,14 @@ fn vscode_env_file_is_merged_under_env() {
     assert_eq!(
         env,
         &map(&[("A", "explicit"), ("B", "quoted value"), ("C", "single")])
+    );
+    assert!(
+        config
+            .warnings
+            .iter()
+            .any(|w| w.contains("envFile") && w.contains("line 6 defines nothing")),
+        "{:?}",
+        config.warnings
     );
 }
 
