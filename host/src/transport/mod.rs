@@ -65,6 +65,7 @@ pub(crate) mod oauth;
 pub(crate) mod own_stdio;
 pub(crate) mod post;
 mod redirect;
+pub(crate) mod server_log;
 pub mod sse;
 pub mod stdio;
 pub(crate) mod tls;

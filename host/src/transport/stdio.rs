@@ -8,9 +8,7 @@
 //! session with the exit status the moment the server is reaped ([`SessionEnd`]).
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +21,7 @@ use rmcp::{ClientHandler, ClientServiceExt, RoleClient};
 
 use super::gate::Guarded;
 use super::lines::{CallSender, Lines};
+use super::server_log::ServerLog;
 use super::{Fault, SessionEnd, generation};
 use crate::config::ServerSpec;
 use crate::upstream::route::Routes;
@@ -212,7 +211,13 @@ pub fn spawn(
             dir.display()
         )));
     }
-    let stderr = open_log(server, command, args.len(), log_dir).map_err(|e| {
+    let log = ServerLog::open(server, command, args.len(), log_dir).map_err(|e| {
+        Fault::SpawnFailed(format!(
+            "cannot open the log file in {}: {e}",
+            log_dir.display()
+        ))
+    })?;
+    let stderr = log.for_child().map_err(|e| {
         Fault::SpawnFailed(format!(
             "cannot open the log file in {}: {e}",
             log_dir.display()
@@ -263,6 +268,7 @@ pub fn spawn(
     let stdin = child.stdin.take().expect("stdin is piped");
     let stdout = child.stdout.take().expect("stdout is piped");
     let (exit_tx, exit_rx) = watch::channel(None);
+    tokio::spawn(log.keep_bounded(exit_rx.clone()));
     let end = end.clone();
     tokio::spawn(async move {
         // On Linux the guard tells the server's exit as soon as it has reaped it, and may live
@@ -662,47 +668,3 @@ fn allowed_host_env() -> Vec<(String, String)> {
         .collect()
 }
 
-/// The server's stderr log, with a header marking this start.
-pub fn log_path(log_dir: &Path, server: &str) -> PathBuf {
-    log_dir.join(format!("{server}.log"))
-}
-
-/// Opens the server's log for appending, private to the user (dir 0700, file 0600, whatever the
-/// umask or an earlier run left), and writes a start header. The header never holds expanded
-/// values (arguments and paths may carry secrets): the server's name, the command's file name
-/// and the number of arguments only.
-fn open_log(
-    server: &str,
-    command: &str,
-    arg_count: usize,
-    log_dir: &Path,
-) -> std::io::Result<std::fs::File> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(log_dir)?;
-    let dir = std::fs::metadata(log_dir)?;
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    // Never someone else's directory, nor a shared sticky one like /tmp.
-    if dir.uid() == uid && dir.mode() & 0o1000 == 0 && dir.mode() & 0o777 != 0o700 {
-        std::fs::set_permissions(log_dir, std::fs::Permissions::from_mode(0o700))?;
-    }
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(log_path(log_dir, server))?;
-    if file.metadata()?.mode() & 0o777 != 0o600 {
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    }
-    let program = Path::new(command)
-        .file_name()
-        .map_or_else(|| "?".into(), |name| name.to_string_lossy());
-    writeln!(
-        file,
-        "=== {} tether starting {server}: {program} with {arg_count} args ===",
-        humantime::format_rfc3339_seconds(std::time::SystemTime::now()),
-    )?;
-    Ok(file)
-}
