@@ -237,7 +237,7 @@ impl Builder {
             })??;
         let running = policy.running();
         tracing::info!(policy = %running.label, name = %running.name, version = %running.version, "policy loaded");
-        check_with_policy(&policy, &servers, self.config_file.as_deref()).await?;
+        check_with_policy(&policy, &servers, self.config_file.as_deref(), None).await?;
         Ok(Prepared {
             servers,
             policy,
@@ -423,7 +423,7 @@ impl Tether {
     pub async fn reload_servers(&self, servers: Vec<ServerSpec>) -> Result<ReloadReport> {
         let _turn = self.supervisor.reload_turn().await;
         check_names(&servers, "config")?;
-        check_with_policy(self.supervisor.policy(), &servers, None).await?;
+        check_with_policy(self.supervisor.policy(), &servers, None, None).await?;
         Ok(self.supervisor.reload(servers).await)
     }
 
@@ -447,6 +447,7 @@ impl Tether {
 
     /// Gives the running policy new settings (a JSON object), keeping its state.
     pub async fn set_policy_settings(&self, json: impl Into<String>) -> Result<()> {
+        let _turn = self.supervisor.reload_turn().await;
         Ok(self.supervisor.policy().set_settings(json.into()).await?)
     }
 
@@ -646,8 +647,9 @@ fn load_config(path: &Path) -> Result<crate::config::file::LoadedConfig> {
 }
 
 /// The file's servers and those given in code, as at the start; a server disabled in the
-/// file keeps its tokens. The file's top-level `policy`, when it changed, is given to the
-/// policy first (the servers' settings are checked with it); anything refused changes nothing.
+/// file keeps its tokens. The file's top-level `policy`, when it changed, is checked (and the
+/// servers' settings with it) on scratch instances before the policy gets it: anything
+/// refused changes nothing.
 async fn reload_file(supervisor: &Supervisor, reloads: &Reloads) -> Result<ReloadReport> {
     let path = reloads.config_file.as_deref().ok_or(Error::NoConfigFile)?;
     let _turn = supervisor.reload_turn().await;
@@ -657,60 +659,64 @@ async fn reload_file(supervisor: &Supervisor, reloads: &Reloads) -> Result<Reloa
     check_names(&servers, &path.display().to_string())?;
     let mut warnings = loaded.warnings;
     let policy = supervisor.policy();
-    let changed = *reloads
-        .file_settings
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        != loaded.policy_settings;
-    // The settings to go back to if a server's are refused under the new ones.
-    let mut before = None;
-    if changed && reloads.settings_given {
-        warnings.push(format!(
-            "{}: the top-level `policy` changed and is not used: the policy settings were given on the command line or in code",
-            path.display()
-        ));
-    } else if changed {
-        let settings = loaded
-            .policy_settings
+    // No table and an empty one say the same.
+    let as_given = |settings: &Option<serde_json::Value>| {
+        settings
             .as_ref()
-            .map_or_else(|| "{}".to_string(), |settings| settings.to_string());
-        let current = policy.running().settings;
-        policy
-            .set_settings(settings)
-            .await
-            .map_err(|cause| Error::Settings {
-                origin: path.display().to_string(),
-                cause,
-            })?;
-        before = Some(current);
-    }
-    if let Err(error) = check_with_policy(policy, &servers, Some(path)).await {
-        if let Some(settings) = before
-            && let Err(restore) = policy.set_settings(settings).await
-        {
-            tracing::error!(
-                "the policy settings before the reload could not be restored: {restore}"
-            );
+            .map_or_else(|| "{}".to_string(), |settings| settings.to_string())
+    };
+    let settings = as_given(&loaded.policy_settings);
+    let changed = as_given(
+        &reloads
+            .file_settings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()),
+    ) != settings;
+    let refused = |cause| Error::Settings {
+        origin: path.display().to_string(),
+        cause,
+    };
+    let new_settings = match changed {
+        true if reloads.settings_given => {
+            warnings.push(format!(
+                "{}: the top-level `policy` changed and is not used: the policy settings were given on the command line or in code",
+                path.display()
+            ));
+            None
         }
-        return Err(error);
+        true => {
+            policy
+                .check_settings(settings.clone())
+                .await
+                .map_err(refused)?;
+            Some(settings)
+        }
+        false => None,
+    };
+    check_with_policy(policy, &servers, Some(path), new_settings.clone()).await?;
+    let policy_settings_changed = new_settings.is_some();
+    if let Some(settings) = new_settings {
+        policy.set_settings(settings).await.map_err(refused)?;
     }
     *reloads
         .file_settings
         .lock()
         .unwrap_or_else(|e| e.into_inner()) = loaded.policy_settings;
     let mut report = supervisor.reload_keeping(servers, &loaded.disabled).await;
-    report.policy_settings_changed = before.is_some();
+    report.policy_settings_changed = policy_settings_changed;
     report.warnings = warnings;
     Ok(report)
 }
 
 /// Per-server policy overrides and tool filters are the policy's to judge: each server that
-/// has any is shown to the running policy (on a scratch instance) before it is supervised, so
-/// an invalid one is an error naming the file and the server, not a server parked later.
+/// has any is shown to the running policy (on a scratch instance, with `settings` when they
+/// are about to change) before it is supervised, so an invalid one is an error naming the file
+/// and the server, not a server parked later.
 async fn check_with_policy(
     policy: &PolicyRuntime,
     servers: &[ServerSpec],
     file: Option<&Path>,
+    settings: Option<String>,
 ) -> Result<()> {
     let origin = file.map_or_else(|| "config".to_string(), |f| f.display().to_string());
     // Every server is shown: the operator fixes all of them in one go.
@@ -720,7 +726,10 @@ async fn check_with_policy(
             continue;
         }
         let server = spec.name.clone();
-        match policy.check_server(spec.policy_config()).await {
+        match policy
+            .check_server(spec.policy_config(), settings.clone())
+            .await
+        {
             Ok(None) => {}
             Ok(Some(reason)) => problems.push(ServerProblem::RefusedByPolicy { server, reason }),
             Err(error) => problems.push(ServerProblem::Unchecked { server, error }),

@@ -862,7 +862,8 @@ async fn reload_applies_the_config_or_reports_its_error() {
     assert_eq!(code, StatusCode::OK, "{report}");
     assert_eq!(
         report,
-        json!({"added": ["alpha"], "removed": [], "restarted": [], "unchanged": []})
+        json!({"added": ["alpha"], "removed": [], "restarted": [], "unchanged": [],
+            "policy_settings_changed": false, "warnings": []})
     );
     wait_until("alpha's tools are visible", || {
         !admin.host.tools("alpha").is_empty()
@@ -1210,7 +1211,9 @@ async fn the_cli_finds_the_gateway_through_the_state_file_and_explains_failures(
         "{stderr}"
     );
 
-    // The state file names this (live) process and the admin API.
+    // The state file names this process, which holds its lock as a gateway does, and the
+    // admin API.
+    let _lock = state_file::lock(&path).unwrap();
     state_file::write(&path, addr, TOKEN, "http", None).unwrap();
     let (code, stdout, stderr) = cli(&["status", "--state-file", path_str]).await;
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");

@@ -410,7 +410,21 @@ impl RawHttp {
         let initialized =
             serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
         self.post(initialized, Some(&session)).await;
-        session
+        // rmcp handles `initialized` on its own task, after the 202: until then a call goes to
+        // rmcp, as it may (calls.rs takes a session's calls once it is up).
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            let (status, body) = self.echo(&session, 0, "up?").await;
+            assert!(status.is_success(), "{status}: {body}");
+            if body.contains("id: t") {
+                return session;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the session's calls were never taken past rmcp: {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     async fn echo(&self, session: &str, id: u64, text: &str) -> (reqwest::StatusCode, String) {

@@ -6,7 +6,8 @@
 //! ([`state_file::running`]): the one there is, or the one `--pid` names. Without `--admin`,
 //! the token is the state file's.
 //!
-//! Exit codes: 0 done, 1 the request failed or was refused, 2 the gateway cannot be reached.
+//! Exit codes: 0 done, 1 the request failed or was refused, 2 a usage error, 3 the gateway
+//! cannot be found or reached.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

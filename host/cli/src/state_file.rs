@@ -2,8 +2,7 @@
 //!
 //! It holds a secret, so it is created 0600 (set on the file itself, whatever the umask) in a
 //! directory created 0700, and replaced atomically (write a temp file, then rename) so a reader
-//! never sees half of it. It also records the gateway's pid, so the CLI can tell a stale file
-//! from a running gateway.
+//! never sees half of it. It also records the gateway's pid, which the lock file records too.
 //!
 //! One gateway owns a state file at a time: [`lock`] takes an exclusive `flock` on
 //! `<state file>.lock` (the state file itself is replaced on every write, so it cannot carry
@@ -83,9 +82,9 @@ pub fn running() -> Vec<Running> {
         if is_running(&path, &state) {
             found.push(Running { path, state });
         } else if path.starts_with(stdio_dir()) {
-            // A stdio gateway that died: nobody else will ever use its files.
-            let _ = std::fs::remove_file(&path);
-            let _ = std::fs::remove_file(lock_path(&path));
+            // A stdio gateway that died: nobody else will use its files, unless its pid is
+            // reused by a gateway starting right now.
+            remove_leftovers(&path, &state);
         }
     };
     consider(default_path());
@@ -115,10 +114,43 @@ pub fn is_running(path: &Path, state: &StateFile) -> bool {
         Err(_) => return process_exists(state.pid),
     };
     // Held for an instant only: a gateway starting meanwhile tries its lock again (`lock`).
+    let mut lock = lock;
     match lock.try_lock_shared() {
         Ok(()) => false,
-        Err(TryLockError::WouldBlock) => true,
+        // Held by the gateway that wrote `state`, or by a newer one still starting, whose state
+        // is not written yet (then `state` is a crashed gateway's).
+        Err(TryLockError::WouldBlock) => holder_pid(&mut lock) == Some(state.pid),
         Err(TryLockError::Error(_)) => process_exists(state.pid),
+    }
+}
+
+/// Removes a dead gateway's state and lock files, holding the lock meanwhile, so a gateway that
+/// takes them at that moment keeps its own (see `lock`).
+fn remove_leftovers(path: &Path, state: &StateFile) {
+    let lock_file = lock_path(path);
+    let still_the_dead_ones = || read(path).is_ok_and(|now| now == *state);
+    let held = match OpenOptions::new().read(true).write(true).open(&lock_file) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            if still_the_dead_ones() {
+                let _ = std::fs::remove_file(path);
+            }
+            return;
+        }
+        Err(_) => return,
+    };
+    if held.try_lock().is_err() {
+        return;
+    }
+    let named = held.metadata().and_then(|ours| {
+        std::fs::metadata(&lock_file)
+            .map(|named| named.dev() == ours.dev() && named.ino() == ours.ino())
+    });
+    if named.is_ok_and(|same| same) {
+        if still_the_dead_ones() {
+            let _ = std::fs::remove_file(path);
+        }
+        let _ = std::fs::remove_file(&lock_file);
     }
 }
 
@@ -422,6 +454,12 @@ mod tests {
         assert!(!is_running(&path, &state), "a lock nobody holds: a crash");
         let again = lock(&path).unwrap();
         assert!(is_running(&path, &state));
+        // Held by a newer gateway still starting: the state is a crashed one's.
+        let crashed = StateFile {
+            pid: std::process::id() + 1,
+            ..state.clone()
+        };
+        assert!(!is_running(&path, &crashed));
         drop(again);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -633,6 +633,8 @@ async fn set_settings(
         return Err(unprocessable("the settings must be a JSON object".into()));
     }
     let _operation = app.operations.lock().await;
+    // Read, merged and set with no reload in between (see `reload_turn`).
+    let _turn = app.ctx.supervisor.reload_turn().await;
     let policy = app.ctx.supervisor.policy();
     let mut settings = match crate::status::settings_json(&policy.running().settings) {
         object @ Value::Object(_) => object,

@@ -1221,7 +1221,6 @@ impl<'a> Loader<'a> {
         }))
     }
 
-    /// A dotenv file: `KEY=VALUE` lines, `#` comments, optional `export ` and quotes.
     /// The variables of a VS Code `envFile`, read as VS Code reads it (`env_file.rs`); lines it
     /// would skip are skipped with a warning naming them.
     fn read_env_file(
@@ -1244,13 +1243,13 @@ impl<'a> Loader<'a> {
                 ),
             );
         }
-        for (key, value) in &file.vars {
-            if !valid_env_key(key) || value.contains('\0') {
-                return Err(self.invalid(
-                    place,
-                    &format!("env file variable {key:?}: a name or value with = or NUL in it cannot be passed"),
-                ));
-            }
+        if let Some(line) = file.unusable.first() {
+            return Err(self.invalid(
+                place,
+                &format!(
+                    "env file line {line}: a name with `=` or a NUL character in it cannot be passed to a process"
+                ),
+            ));
         }
         Ok(file.vars)
     }

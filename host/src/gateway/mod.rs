@@ -162,9 +162,12 @@ impl Gateway {
         direct.serving(service.peer().clone());
         let served = service.waiting().await;
         crate::transport::lines::DirectCalls::closed(&*direct);
-        served
-            .map(drop)
-            .map_err(|e| crate::Error::Stdio(e.to_string()))
+        match served {
+            Ok(rmcp::service::QuitReason::JoinError(error)) | Err(error) => Err(
+                crate::Error::Stdio(format!("the session's task failed: {error}")),
+            ),
+            Ok(_) => Ok(()),
+        }
     }
 
     /// An upstream's resource update or log message, to the clients that asked for it. An

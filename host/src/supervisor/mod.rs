@@ -177,8 +177,9 @@ pub(crate) struct Shared {
     startup: Arc<startup::Startup>,
     /// Where OAuth servers' tokens are kept, and the browser (see `crate::auth`).
     auth: std::sync::RwLock<Option<Arc<AuthContext>>>,
-    /// One reload at a time, from reading the config to the last server started (a SIGHUP
-    /// and `tether reload` at once would otherwise apply two versions of the file).
+    /// One reload or policy change at a time, from reading the config to the last server
+    /// started (a SIGHUP and `tether reload` at once would otherwise apply two versions of the
+    /// file, and a settings change during a reload could be lost to it).
     reloads: tokio::sync::Mutex<()>,
     /// Servers disabled in the config (their tokens kept): when they leave it, theirs go.
     disabled: Mutex<BTreeSet<String>>,
@@ -463,6 +464,7 @@ impl Supervisor {
     /// and the incoming policy's actions (publications, timers) run in decision order. Between
     /// implementations the state is handed over (see [`SwapReport`]).
     pub async fn swap_policy(&self, source: PolicySource) -> Result<SwapReport, PolicyError> {
+        let _turn = self.reload_turn().await;
         let policy = self.shared.policy.clone();
         let loaded = tokio::task::spawn_blocking(move || policy.load(&source))
             .await
@@ -491,6 +493,7 @@ impl Supervisor {
     /// Promotes the shadow policy (see [`PolicyRuntime::shadow_blocking`]): a swap to it, as
     /// [`Self::swap_policy`] does.
     pub async fn swap_policy_from_shadow(&self) -> Result<SwapReport, PolicyError> {
+        let _turn = self.reload_turn().await;
         let (answer, answered) = oneshot::channel();
         let shared = Arc::downgrade(&self.shared);
         self.shared.policy.swap_from_shadow_then(move |result| {
@@ -535,7 +538,8 @@ impl Supervisor {
             names.iter().cloned().collect();
     }
 
-    /// Held by a reload from before it reads its config until it is applied.
+    /// Held by a reload from before it reads its config until it is applied, and by a change
+    /// of the policy or its settings.
     pub(crate) async fn reload_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
         self.shared.reloads.lock().await
     }

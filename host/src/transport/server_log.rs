@@ -1,14 +1,15 @@
 //! A stdio server's stderr log, `<log dir>/<server>.log`: private to the user (directory 0700,
 //! file 0600, whatever the umask or an earlier run left), written by the server itself (its
 //! stderr is the file, so nothing of Tether sits in the way and a server's last words survive
-//! Tether), and kept bounded. A log over [`LOG_LIMIT`] is moved to `<server>.log.1` when the
-//! server starts, and while it runs its last [`LOG_LIMIT`] bytes are copied there and the file
-//! emptied (as logrotate's `copytruncate` does: a line written during the copy may be lost). So
-//! a server's logs never take more than twice the limit.
+//! Tether), and kept bounded. Once a log reaches [`LOG_LIMIT`] (looked at when the server
+//! starts, then every 10 s), its last [`LOG_LIMIT`] bytes are copied to `<server>.log.1` and the
+//! log is emptied, as logrotate's `copytruncate` does (a line written during the copy may be
+//! lost). The server appends, so it writes on at the new end. A server's logs take about twice
+//! the limit, plus what it writes between two looks.
 
 use std::fs::File;
-use std::io::{self, Seek, SeekFrom, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,7 +41,7 @@ fn previous_path(path: &Path) -> PathBuf {
 }
 
 impl ServerLog {
-    /// Opens the server's log for appending (moving a full one aside first) and writes a start
+    /// Opens the server's log for appending (rotating a full one first) and writes a start
     /// header. The header never holds expanded values (arguments and paths may carry secrets):
     /// the server's name, the command's file name and the number of arguments only.
     pub(crate) fn open(
@@ -71,26 +72,27 @@ impl ServerLog {
             std::fs::set_permissions(log_dir, std::fs::Permissions::from_mode(0o700))?;
         }
         let path = log_path(log_dir, server);
-        if std::fs::metadata(&path).is_ok_and(|log| log.len() >= limit) {
-            std::fs::rename(&path, previous_path(&path))?;
-        }
-        let mut file = std::fs::OpenOptions::new()
+        // Readable too: a rotation copies from this very file.
+        let file = std::fs::OpenOptions::new()
             .create(true)
+            .read(true)
             .append(true)
             .mode(0o600)
             .open(&path)?;
         if file.metadata()?.mode() & 0o777 != 0o600 {
             file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
         }
+        let mut log = ServerLog { file, path, limit };
+        log.rotate_if_full()?;
         let program = Path::new(command)
             .file_name()
             .map_or_else(|| "?".into(), |name| name.to_string_lossy());
         writeln!(
-            file,
+            log.file,
             "=== {} tether starting {server}: {program} with {arg_count} args ===",
             humantime::format_rfc3339_seconds(std::time::SystemTime::now()),
         )?;
-        Ok(ServerLog { file, path, limit })
+        Ok(log)
     }
 
     /// The file for the server's stderr (the same open file, appended to).
@@ -115,34 +117,68 @@ impl ServerLog {
     }
 
     /// Once the log has reached its limit: its last `limit` bytes to `<log>.1`, and the log
-    /// emptied (the server appends, so it writes on at the new end). Whether it rotated.
+    /// emptied (the server appends, so it writes on at the new end). Whether it rotated. The
+    /// bytes are read from the open file itself; if the path no longer names it (moved away by
+    /// someone else), it is only emptied, so it stays bounded all the same.
     fn rotate_if_full(&self) -> io::Result<bool> {
-        let len = self.file.metadata()?.len();
+        let ours = self.file.metadata()?;
+        let len = ours.len();
         if len < self.limit {
             return Ok(false);
         }
+        let named = std::fs::metadata(&self.path)
+            .is_ok_and(|named| named.dev() == ours.dev() && named.ino() == ours.ino());
+        let kept = match named {
+            true => Some(self.keep_tail(len)?),
+            false => None,
+        };
+        self.file.set_len(0)?;
+        let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+        match kept {
+            Some(previous) => writeln!(
+                &self.file,
+                "=== {now} tether: earlier lines are in {} ===",
+                previous.file_name().unwrap_or_default().to_string_lossy(),
+            ),
+            None => writeln!(
+                &self.file,
+                "=== {now} tether: the log reached its limit and was emptied ==="
+            ),
+        }?;
+        Ok(true)
+    }
+
+    /// Copies the log's last `limit` bytes (of `len`) to `<log>.1`, through a temp file of this
+    /// process's own (created new: never one someone else planted).
+    fn keep_tail(&self, len: u64) -> io::Result<PathBuf> {
         let previous = previous_path(&self.path);
         let mut tmp = previous.clone().into_os_string();
-        tmp.push(".tmp");
+        tmp.push(format!(".{}.tmp", std::process::id()));
         let tmp = PathBuf::from(tmp);
-        let mut source = File::open(&self.path)?;
-        source.seek(SeekFrom::Start(len - self.limit))?;
-        let mut kept = std::fs::OpenOptions::new()
+        let _ = std::fs::remove_file(&tmp);
+        let mut out = std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o600)
             .open(&tmp)?;
-        io::copy(&mut io::Read::take(source, self.limit), &mut kept)?;
-        std::fs::rename(&tmp, &previous)?;
-        self.file.set_len(0)?;
-        writeln!(
-            &self.file,
-            "=== {} tether: earlier lines are in {} ===",
-            humantime::format_rfc3339_seconds(std::time::SystemTime::now()),
-            previous.file_name().unwrap_or_default().to_string_lossy(),
-        )?;
-        Ok(true)
+        let copied = (|| {
+            let mut buffer = vec![0; 64 << 10];
+            let mut offset = len.saturating_sub(self.limit);
+            while offset < len {
+                let want = buffer.len().min((len - offset) as usize);
+                let read = self.file.read_at(&mut buffer[..want], offset)?;
+                if read == 0 {
+                    break;
+                }
+                out.write_all(&buffer[..read])?;
+                offset += read as u64;
+            }
+            std::fs::rename(&tmp, &previous)
+        })();
+        if copied.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        copied.map(|()| previous)
     }
 }
 
@@ -181,9 +217,24 @@ mod tests {
         drop((server, log));
         let restarted = ServerLog::open_with_limit("s", "/usr/bin/srv", 2, &dir, 1024).unwrap();
         let moved = std::fs::read_to_string(dir.join("s.log.1")).unwrap();
-        assert!(moved.contains("after\nmore"), "the full log was moved aside");
+        assert!(
+            moved.len() == 1024 && moved.ends_with("more of the server's chatter\n"),
+            "the full log was rotated at the start"
+        );
         let current = std::fs::read_to_string(dir.join("s.log")).unwrap();
         assert!(current.starts_with("=== ") && current.contains("tether starting s: srv with 2 args"));
+
+        // Moved away by someone else: emptied at the limit all the same.
+        let mut server = restarted.for_child().unwrap();
+        std::fs::rename(dir.join("s.log"), dir.join("elsewhere.log")).unwrap();
+        for _ in 0..40 {
+            writeln!(server, "more of the server's chatter").unwrap();
+        }
+        assert!(restarted.rotate_if_full().unwrap());
+        let emptied = std::fs::read_to_string(dir.join("elsewhere.log")).unwrap();
+        assert!(emptied.contains("reached its limit and was emptied"), "{emptied}");
+        assert!(!emptied.contains("chatter"), "{emptied}");
+        assert_eq!(std::fs::read_to_string(dir.join("s.log.1")).unwrap(), moved);
         drop(restarted);
         std::fs::remove_dir_all(&dir).unwrap();
     }

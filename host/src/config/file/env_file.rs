@@ -4,16 +4,20 @@
 //! back quotes (double quotes turn `\n` and `\r` into line breaks), later keys over earlier ones.
 //! No `$VAR` is expanded: VS Code expands none.
 
-/// What an env file defines, in file order, and the lines it skipped.
+/// What an env file defines (each key once, its last value), and the lines it skipped.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(super) struct EnvFile {
     pub vars: Vec<(String, String)>,
     /// 1-based numbers of lines that are neither blank, a comment, nor a definition.
     pub skipped: Vec<usize>,
+    /// 1-based numbers of lines whose name or value no process environment can hold (a `=`
+    /// in the name, a NUL anywhere).
+    pub unusable: Vec<usize>,
 }
 
 pub(super) fn parse(text: &str) -> EnvFile {
     let mut file = EnvFile::default();
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let text = text.replace("\r\n", "\n").replace('\r', "\n");
     for (index, line) in text.split('\n').enumerate() {
         let line = line.trim();
@@ -34,7 +38,15 @@ pub(super) fn parse(text: &str) -> EnvFile {
         if let Some(comment) = outside_quotes(value, |c| c == '#') {
             value = value[..comment].trim();
         }
-        file.vars.push((key.to_string(), unquote(value)));
+        let value = unquote(value);
+        if key.contains(['=', '\0']) || value.contains('\0') {
+            file.unusable.push(index + 1);
+            continue;
+        }
+        match file.vars.iter_mut().find(|(known, _)| known == key) {
+            Some((_, earlier)) => *earlier = value,
+            None => file.vars.push((key.to_string(), value)),
+        }
     }
     file
 }
@@ -122,11 +134,13 @@ mod tests {
 
     #[test]
     fn lines_that_define_nothing_are_skipped_and_named() {
-        let file = parse("A=1\njust words\n=no key\n\"K=v\"\nB=2\n");
+        let file = parse("\u{feff}A=1\njust words\n=no key\n\"K=v\"\nB=2\n\"C=D\"=x\nA=3\n");
         assert_eq!(
             file.vars,
-            [("A".into(), "1".into()), ("B".into(), "2".into())]
+            [("A".into(), "3".into()), ("B".into(), "2".into())],
+            "a byte-order mark is no part of the first name; the last value of a name wins"
         );
         assert_eq!(file.skipped, [2, 3, 4]);
+        assert_eq!(file.unusable, [6]);
     }
 }

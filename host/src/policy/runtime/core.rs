@@ -472,11 +472,21 @@ impl PolicyCore {
         Ok(())
     }
 
+    /// Whether the policy accepts `settings`, asked of a scratch instance.
+    pub(crate) fn check_settings(&self, settings: &str) -> Result<(), PolicyError> {
+        PolicyInstance::instantiate(&self.policy, &self.limits)?.init(settings)
+    }
+
     /// Whether the policy accepts a server's configuration, asked of a scratch instance with
-    /// the current settings; `Some(reason)` is its refusal (it parks the server at once).
-    pub(crate) fn check_server(&self, config: ServerConfig) -> Result<Option<String>, PolicyError> {
+    /// `settings` (default: the current ones); `Some(reason)` is its refusal (it parks the
+    /// server at once).
+    pub(crate) fn check_server(
+        &self,
+        config: ServerConfig,
+        settings: Option<&str>,
+    ) -> Result<Option<String>, PolicyError> {
         let mut scratch = PolicyInstance::instantiate(&self.policy, &self.limits)?;
-        scratch.init(&self.settings)?;
+        scratch.init(settings.unwrap_or(&self.settings))?;
         let name = config.name.clone();
         let event = Event {
             now: self.last_now,

@@ -416,13 +416,24 @@ impl PolicyRuntime {
         self.ask(move |core, _| core.set_settings(settings))
     }
 
+    /// Whether the running policy accepts `settings`, asked of a scratch instance: the live
+    /// one is not touched.
+    pub fn check_settings(&self, settings: String) -> Reply<()> {
+        self.ask(move |core, _| core.check_settings(&settings))
+    }
+
     /// Whether the running policy accepts a server's configuration (its per-server settings
-    /// and tool filters), asked of a scratch instance with the current settings: the live one
-    /// is not touched. A policy refuses a configuration by parking the server the moment it is
-    /// configured; `Some(reason)` is that refusal. Lets a config file be checked when it is
-    /// read, instead of a server parking later.
-    pub fn check_server(&self, config: ServerConfig) -> Reply<Option<String>> {
-        self.ask(move |core, _| core.check_server(config))
+    /// and tool filters), asked of a scratch instance with the current settings, or with
+    /// `settings` about to be given: the live one is not touched. A policy refuses a
+    /// configuration by parking the server the moment it is configured; `Some(reason)` is that
+    /// refusal. Lets a config file be checked when it is read, instead of a server parking
+    /// later.
+    pub fn check_server(
+        &self,
+        config: ServerConfig,
+        settings: Option<String>,
+    ) -> Reply<Option<String>> {
+        self.ask(move |core, _| core.check_server(config, settings.as_deref()))
     }
 
     #[cfg(any(test, feature = "test-support"))]
