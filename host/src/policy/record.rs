@@ -9,6 +9,7 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -63,11 +64,35 @@ pub(crate) struct Recorder {
 }
 
 impl Recorder {
+    /// Starts a recording at `path` (private to the user), emptied only once this process holds
+    /// its lock: a second gateway given the same file is refused instead of truncating the first
+    /// one's recording. The lock lasts as long as the recorder.
     pub fn create(path: &Path) -> Result<Recorder, PolicyError> {
-        let file = File::create(path).map_err(|e| PolicyError::Read {
+        let refused = |reason: String| PolicyError::Read {
             policy: "the recording".into(),
-            reason: format!("cannot create {}: {e}", path.display()),
-        })?;
+            reason,
+        };
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| refused(format!("cannot create {}: {e}", path.display())))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(refused(format!(
+                    "{} is being recorded to by another gateway; give each its own --record file",
+                    path.display()
+                )));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(refused(format!("cannot lock {}: {e}", path.display())));
+            }
+        }
+        file.set_len(0)
+            .map_err(|e| refused(format!("cannot empty {}: {e}", path.display())))?;
         Ok(Recorder {
             out: BufWriter::new(file),
             path: path.display().to_string(),
@@ -175,5 +200,43 @@ pub(crate) fn event_name(kind: &EventKind) -> &'static str {
         EventKind::Timer(_) => "timer",
         EventKind::ReconnectRequested(_) => "reconnect-requested",
         EventKind::Shutdown => "shutdown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_recorder_a_file_and_the_second_is_refused_without_harm() {
+        let dir = std::env::temp_dir().join(format!("tether-record-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.jsonl");
+        let mut first = Recorder::create(&path).unwrap();
+        first.write(Record::Settings {
+            settings: "{}".into(),
+        });
+        let written = std::fs::read_to_string(&path).unwrap();
+        assert!(!written.is_empty());
+        let second = Recorder::create(&path).map(|_| ());
+        assert!(
+            matches!(&second, Err(e) if e.to_string().contains("another gateway")),
+            "{second:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            written,
+            "not truncated"
+        );
+        let mode = std::fs::metadata(&path).unwrap().permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o600
+        );
+        drop(first);
+        Recorder::create(&path).expect("free again once the first has ended");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
