@@ -251,6 +251,36 @@ async fn nothing_a_server_leaves_becomes_a_zombie_of_the_host() {
     .await;
 }
 
+/// A command that cannot run fails its spawn at once, every time, however early the server's
+/// end comes for its guard (a SIGCHLD lost before the guard waited once hung the spawn).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_cannot_run_fails_its_spawn_at_once_every_time() {
+    let dir = tempfile::tempdir().unwrap();
+    // Four at once, so guards are slowed down the way a loaded machine slows them.
+    let attempts = (0..4).map(|_| {
+        let logs = dir.path().join("logs");
+        tokio::task::spawn_blocking(move || {
+            for _ in 0..200 {
+                let child = stdio::Spawn {
+                    server: "ghost",
+                    command: "/nonexistent/mcp-server",
+                    args: &[],
+                    env: &BTreeMap::new(),
+                    cwd: None,
+                    log_dir: &logs,
+                };
+                assert!(stdio::spawn(&child, &SessionEnd::new()).is_err());
+            }
+        })
+    });
+    for attempt in tokio::time::timeout(PATIENCE, futures::future::join_all(attempts))
+        .await
+        .expect("every spawn fails at once")
+    {
+        attempt.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_outlives_the_host_thread_that_started_it() {
     // A death signal comes when the forking *thread* exits: only the host's death may count.

@@ -79,20 +79,24 @@ impl Recorder {
             .mode(0o600)
             .open(path)
             .map_err(|e| refused(format!("cannot create {}: {e}", path.display())))?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(refused(format!(
-                    "{} is being recorded to by another gateway; give each its own --record file",
-                    path.display()
-                )));
+        // A pipe or a device (`/dev/stderr`, `>(gzip > run.gz)`) is written to as it is.
+        let regular = file.metadata().is_ok_and(|meta| meta.file_type().is_file());
+        if regular {
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(refused(format!(
+                        "{} is being recorded to by another gateway; give each its own --record file",
+                        path.display()
+                    )));
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(refused(format!("cannot lock {}: {e}", path.display())));
+                }
             }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(refused(format!("cannot lock {}: {e}", path.display())));
-            }
+            file.set_len(0)
+                .map_err(|e| refused(format!("cannot empty {}: {e}", path.display())))?;
         }
-        file.set_len(0)
-            .map_err(|e| refused(format!("cannot empty {}: {e}", path.display())))?;
         Ok(Recorder {
             out: BufWriter::new(file),
             path: path.display().to_string(),
@@ -237,6 +241,9 @@ mod tests {
         drop(first);
         Recorder::create(&path).expect("free again once the first has ended");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
+        // Not a file: written to as it is, by as many as want to.
+        let _sink = Recorder::create(Path::new("/dev/null")).unwrap();
+        Recorder::create(Path::new("/dev/null")).expect("a device is not locked");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -687,6 +687,8 @@ impl Supervisor {
         // last withdrawals and state changes) have run, even if they were queued.
         let _ = self.shared.policy.status().await;
         futures::future::join_all(handles.into_iter().map(stop)).await;
+        // Every stop's decisions are recorded by now.
+        let _ = self.shared.policy.end_recording().await;
     }
 }
 

@@ -83,7 +83,10 @@ impl ServerLog {
             file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
         }
         let mut log = ServerLog { file, path, limit };
-        log.rotate_if_full()?;
+        // A log that cannot be rotated (a full disk) must not keep the server from starting.
+        if let Err(error) = log.rotate_if_full() {
+            tracing::warn!(log = %log.path.display(), "cannot rotate the server's log: {error}");
+        }
         let program = Path::new(command)
             .file_name()
             .map_or_else(|| "?".into(), |name| name.to_string_lossy());
@@ -128,8 +131,14 @@ impl ServerLog {
         }
         let named = std::fs::metadata(&self.path)
             .is_ok_and(|named| named.dev() == ours.dev() && named.ino() == ours.ino());
+        // A tail that cannot be kept (a full disk) is lost: the log stays bounded all the same.
         let kept = match named {
-            true => Some(self.keep_tail(len)?),
+            true => self
+                .keep_tail(len)
+                .inspect_err(|error| {
+                    tracing::warn!(log = %self.path.display(), "cannot keep the log's last lines: {error}");
+                })
+                .ok(),
             false => None,
         };
         self.file.set_len(0)?;
@@ -236,6 +245,23 @@ mod tests {
         assert!(!emptied.contains("chatter"), "{emptied}");
         assert_eq!(std::fs::read_to_string(dir.join("s.log.1")).unwrap(), moved);
         drop(restarted);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A full disk, or a `.1` that cannot be replaced: the log is emptied all the same, and a
+    /// server still starts.
+    #[test]
+    fn a_log_whose_tail_cannot_be_kept_is_emptied() {
+        let dir = std::env::temp_dir().join(format!("tether-server-log-full-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("s.log.1")).unwrap();
+        std::fs::write(dir.join("s.log"), "x".repeat(2048)).unwrap();
+        let log = ServerLog::open_with_limit("s", "srv", 0, &dir, 1024).expect("starts");
+        let current = std::fs::read_to_string(dir.join("s.log")).unwrap();
+        assert!(current.contains("reached its limit and was emptied"), "{current}");
+        assert!(!current.contains("xxx"), "{current}");
+        assert!(current.contains("tether starting s"), "{current}");
+        drop(log);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -360,6 +360,10 @@ mod guard {
             if libc::getppid() != host {
                 libc::_exit(1);
             }
+            // Before the fork: an ignored SIGCHLD (inherited by Tether) would reap the server
+            // unseen, and resetting it once the server may have exited would discard the
+            // pending signal (POSIX), leaving the guard waiting forever.
+            libc::signal(libc::SIGCHLD, libc::SIG_DFL);
             let guard = libc::getpid();
             match libc::fork() {
                 -1 => Err(io::Error::last_os_error()),
@@ -391,8 +395,6 @@ mod guard {
         unsafe {
             tell(report, server);
             libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as c_ulong);
-            // An ignored SIGCHLD (inherited by Tether) would reap the server unseen.
-            libc::signal(libc::SIGCHLD, libc::SIG_DFL);
             // Its name in ps and top; it would otherwise show the forking thread's.
             libc::prctl(libc::PR_SET_NAME, c"tether-guard".as_ptr() as c_ulong);
             // Close every fd but the report pipe: the pipes are the server's business now, and
@@ -418,6 +420,13 @@ mod guard {
             libc::sigemptyset(&mut waited);
             for signal in FORWARDED.into_iter().chain([HOST_DIED, libc::SIGCHLD]) {
                 libc::sigaddset(&mut waited, signal);
+            }
+            // A server gone already (its exec failed) is seen here, whatever became of its
+            // SIGCHLD; later ones come as signals, which stay pending while blocked.
+            if let Some(status) = reap(server) {
+                tell(report, status);
+                libc::close(report);
+                linger(status);
             }
             loop {
                 let mut info: libc::siginfo_t = std::mem::zeroed();

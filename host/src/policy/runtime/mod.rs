@@ -264,6 +264,19 @@ impl PolicyRuntime {
         }
     }
 
+    /// Ends the recording (`--record`), after every decision queued before: its file is closed
+    /// and its lock released, so another Tether may record to it, even while clones of this
+    /// runtime live on.
+    pub fn end_recording(&self) -> Reply<()> {
+        let (tx, rx) = oneshot::channel();
+        self.queue(move |worker, shared| {
+            worker.publish(shared);
+            worker.recorder = None;
+            let _ = tx.send(Ok(()));
+        });
+        Reply(rx)
+    }
+
     /// Asks the core something on the policy thread.
     fn ask<T: Send + 'static>(
         &self,
