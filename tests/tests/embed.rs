@@ -13,6 +13,16 @@ use tether::{AdminOptions, Error, Event, ServerProblem, Tether};
 
 use crate::common::*;
 
+/// Shuts `tether` down, failing the test if that takes longer than 30 s.
+async fn shut_down(tether: Tether) {
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        tether.shutdown(Duration::from_secs(5)),
+    )
+    .await
+    .expect("shutdown completes");
+}
+
 async fn state_of(tether: &Tether, server: &str) -> Option<ServerState> {
     let status = tether.status().await;
     status
@@ -187,12 +197,7 @@ async fn a_program_embeds_tether_mounts_its_mcp_endpoint_and_shuts_it_down() {
     }
 
     let alpha_pid = alpha.pid().unwrap();
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        tether.shutdown(Duration::from_secs(5)),
-    )
-    .await
-    .expect("shutdown completes");
+    shut_down(tether).await;
     assert!(!process_alive(alpha_pid), "alpha's child is reaped");
     // The mounted endpoint's sessions were closed: the client's session ends.
     let ended = tokio::time::timeout(Duration::from_secs(10), client.list_all_tools()).await;
@@ -250,12 +255,7 @@ async fn a_reload_keeps_the_servers_given_in_code() {
         "{refused:?}"
     );
     assert_eq!(beta.pid(), Some(beta_pid), "beta was not touched");
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        tether.shutdown(Duration::from_secs(5)),
-    )
-    .await
-    .expect("shutdown completes");
+    shut_down(tether).await;
 }
 
 /// A reload applies a config file's changed top-level `policy` (settings changed at runtime
@@ -325,7 +325,7 @@ async fn a_reload_applies_the_files_changed_policy_settings_and_says_what_it_ign
     );
     assert_eq!(open_ms(tether.status().await.policy.settings), 432);
     assert_eq!(alpha.pid(), pid, "alpha was not touched");
-    tether.shutdown(Duration::from_secs(5)).await;
+    shut_down(tether).await;
 
     // Settings given in code win over the file's, on a reload as at the start.
     std::fs::write(&config, file("[policy]\nbreaker = { open_ms = 300 }")).unwrap();
@@ -340,7 +340,7 @@ async fn a_reload_applies_the_files_changed_policy_settings_and_says_what_it_ign
         "{report:?}"
     );
     assert_eq!(open_ms(tether.status().await.policy.settings), 777);
-    tether.shutdown(Duration::from_secs(5)).await;
+    shut_down(tether).await;
 }
 
 /// A Tether supervising the fixture `alpha`, serving MCP over HTTP with sessions that end
@@ -473,12 +473,7 @@ async fn a_tool_call_late_in_a_sessions_idle_time_keeps_the_session() {
         status.is_success() && body.contains("alpha__echo"),
         "the session lives: {status} {body}"
     );
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        tether.shutdown(Duration::from_secs(5)),
-    )
-    .await
-    .expect("shutdown completes");
+    shut_down(tether).await;
 }
 
 /// An HTTP session whose tool calls are all served past rmcp's session machinery
@@ -515,12 +510,7 @@ async fn an_http_session_used_only_for_tool_calls_lives_while_used_and_ends_idle
         reqwest::StatusCode::NOT_FOUND,
         "the unused session ended: {body}"
     );
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        tether.shutdown(Duration::from_secs(5)),
-    )
-    .await
-    .expect("shutdown completes");
+    shut_down(tether).await;
 }
 
 #[tokio::test]

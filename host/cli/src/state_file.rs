@@ -107,14 +107,13 @@ pub fn running() -> Vec<Running> {
 /// for its whole life, and the kernel drops the lock when it dies. Its pid alone cannot say: a
 /// SIGKILLed gateway's pid may belong to another process by now.
 pub fn is_running(path: &Path, state: &StateFile) -> bool {
-    let lock = match File::open(lock_path(path)) {
+    let mut lock = match File::open(lock_path(path)) {
         Ok(file) => file,
         // Removed on a clean shutdown, never there for a gateway that did not start.
         Err(error) if error.kind() == io::ErrorKind::NotFound => return false,
         Err(_) => return process_exists(state.pid),
     };
     // Held for an instant only: a gateway starting meanwhile tries its lock again (`lock`).
-    let mut lock = lock;
     match lock.try_lock_shared() {
         Ok(()) => false,
         // Held by the gateway that wrote `state`, or by a newer one still starting, whose state
