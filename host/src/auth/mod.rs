@@ -29,7 +29,8 @@ use oauth2::TokenResponse;
 use rmcp::transport::auth::{
     AuthClient, AuthError, AuthorizationManager, AuthorizationMetadata,
     AuthorizationMetadataResolution, AuthorizationRequest, AuthorizationSession,
-    ClientCredentialsConfig, OAuthClientConfig, WWWAuthenticateParams,
+    ClientCredentialsConfig, CredentialRefreshGuard, CredentialStore, OAuthClientConfig,
+    WWWAuthenticateParams,
 };
 use serde::Serialize;
 use tokio::sync::OnceCell;
@@ -674,6 +675,10 @@ impl Authorizer {
             .wait(&state, self.context.login_wait)
             .await
             .map_err(|error| format!("logging in to server {:?} failed: {error}", self.server))?;
+        // The lock refreshes take (in this and every other process): a refresh running now
+        // would otherwise write the older tokens back over the ones this login stores. Let go
+        // before adopting: a session that adoption waits for may be refreshing.
+        let no_refresh_meanwhile = self.refresh_lock().await?;
         session
             .handle_callback_url(&callback)
             .await
@@ -683,6 +688,7 @@ impl Authorizer {
                 .update(|record| record.client_secret = registered_secret)
                 .map_err(|error| self.words("storing the client", &error))?;
         }
+        drop(no_refresh_meanwhile);
         self.adopt(session.auth_manager).await;
         Ok(self.granted())
     }
@@ -723,13 +729,23 @@ impl Authorizer {
             .validate_client_credentials_metadata(&config)
             .and_then(|()| manager.configure_client_credentials(&config))
             .map_err(|error| self.words("setting up the client credentials grant", &error))?;
+        let no_refresh_meanwhile = self.refresh_lock().await?;
         manager
             .exchange_client_credentials(&config)
             .await
             .map_err(|error| self.words("the client credentials grant", &error))?;
+        drop(no_refresh_meanwhile);
         self.adopt(manager).await;
         self.set_need(None);
         Ok(self.granted())
+    }
+
+    /// The lock a refresh of this server's tokens holds from reading them to storing new ones.
+    async fn refresh_lock(&self) -> Result<Option<CredentialRefreshGuard>, String> {
+        self.tokens
+            .acquire_refresh_guard()
+            .await
+            .map_err(|error| self.words("waiting for a token refresh to finish", &error))
     }
 
     /// Puts a manager that just obtained tokens in place of the shared one. A signer that a

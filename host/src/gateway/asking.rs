@@ -7,6 +7,8 @@
 //! server's requests as a request for input under a request state of its own, and when the
 //! client calls again with the answers and that state, hands each answer to the server's
 //! waiting request and goes on with the same call. The call runs once; nothing is replayed.
+//! The call's progress and log messages go to the request it runs for: none while it is
+//! parked, the request that resumed it after.
 
 use crate::transport::lines::raw::RawResult;
 use std::collections::{BTreeMap, HashMap};
@@ -25,6 +27,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::calls::CallError;
+use crate::upstream::{CallContext, LogSink, ProgressForward};
 
 /// How a call through the gateway ends.
 pub(super) type CallOutcome = Result<CallToolResponse, CallError>;
@@ -61,6 +64,18 @@ enum Running {
     Spawned(JoinHandle<CallOutcome>),
 }
 
+impl Drop for Asking {
+    /// A call running on its own that nobody drives or parks any more (the request driving it
+    /// was dropped without its cancellation) is cancelled at the server, as an expired one is.
+    fn drop(&mut self) {
+        if let Running::Spawned(task) = &self.running
+            && !task.is_finished()
+        {
+            self.cancel.cancel();
+        }
+    }
+}
+
 /// A call that may ask its client something.
 pub(super) struct Asking {
     running: Running,
@@ -74,6 +89,91 @@ pub(super) struct Asking {
     /// Where the upstream call's result may come as the server's bytes: the slot of the request
     /// that started it, which a call resumed by another request must move over.
     pub(super) raw: Option<Arc<RawResult>>,
+    /// Where its progress and log messages go, if its first request asked for any.
+    following: Option<Arc<Following>>,
+}
+
+/// The request a call's progress and log messages go to, which changes as the call is parked
+/// and resumed.
+pub(super) struct Following {
+    to: Mutex<Sinks>,
+}
+
+/// A request's progress and log sinks.
+#[derive(Default)]
+struct Sinks {
+    progress: Option<Arc<dyn ProgressForward>>,
+    log: Option<LogSink>,
+}
+
+impl Following {
+    /// Puts a relay between `call` and the progress and log sinks of its request, if it has
+    /// any (a call whose first request asked for neither has nothing to move).
+    pub(super) fn relay(call: &mut CallContext) -> Option<Arc<Following>> {
+        if call.progress.is_none() && call.log.is_none() {
+            return None;
+        }
+        let following = Arc::new(Following {
+            to: Mutex::new(Sinks {
+                progress: call.progress.clone(),
+                log: call.log.clone(),
+            }),
+        });
+        if call.progress.is_some() {
+            call.progress = Some(following.clone());
+        }
+        if call.log.is_some() {
+            let relay = following.clone();
+            call.log = Some(Arc::new(move |message| {
+                let log = relay.lock().log.clone();
+                if let Some(log) = log {
+                    log(message);
+                }
+            }));
+        }
+        Some(following)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Sinks> {
+        self.to.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// From now on to no request; resolves once what went to the last one is written, so that
+    /// its progress comes before its answer.
+    async fn detach(&self) {
+        let last = std::mem::take(&mut *self.lock());
+        if let Some(progress) = last.progress {
+            progress.flush().await;
+        }
+    }
+
+    /// From now on, to `call`'s request (`None`: to no request).
+    fn follow(&self, call: Option<&mut CallContext>) {
+        *self.lock() = match call {
+            Some(call) => Sinks {
+                progress: call.progress.take(),
+                log: call.log.take(),
+            },
+            None => Sinks::default(),
+        };
+    }
+}
+
+impl ProgressForward for Following {
+    fn forward(&self, update: rmcp::model::ProgressNotificationParam) {
+        let to = self.lock().progress.clone();
+        if let Some(to) = to {
+            to.forward(update);
+        }
+    }
+
+    fn flush(&self) -> futures::future::BoxFuture<'static, ()> {
+        let to = self.lock().progress.clone();
+        match to {
+            Some(to) => to.flush(),
+            None => Box::pin(std::future::ready(())),
+        }
+    }
 }
 
 /// What one turn of a call ends with.
@@ -91,10 +191,11 @@ impl Asking {
         questions: Asked,
         cancel: CancellationToken,
         tool: String,
-        raw: Option<Arc<RawResult>>,
+        (raw, following): (Option<Arc<RawResult>>, Option<Arc<Following>>),
     ) -> Self {
         Self {
             raw,
+            following,
             running: Running::Here(Box::pin(call)),
             questions,
             waiting: BTreeMap::new(),
@@ -181,11 +282,13 @@ impl Parking {
     }
 
     /// The parked call a client calls again with answers for, under `state`, for `tool`.
+    /// Its progress and log messages go to `call`'s request from now on.
     pub(super) fn resume(
         &self,
         state: &str,
         tool: &str,
         responses: Option<InputResponses>,
+        call: &mut CallContext,
     ) -> Result<Asking, McpError> {
         let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
         self.expire(&mut parked);
@@ -204,6 +307,9 @@ impl Parking {
             return Err(McpError::invalid_params(message, None));
         }
         drop(parked);
+        if let Some(following) = &asking.following {
+            following.follow(Some(call));
+        }
         asking.answer(responses);
         Ok(asking)
     }
@@ -214,7 +320,7 @@ impl Parking {
     pub(super) async fn drive(&self, mut asking: Asking, client_gone: &CancellationToken) -> Turn {
         // Questions the client left unanswered are asked again.
         if !asking.waiting.is_empty() {
-            return Turn::Ask(self.park(asking));
+            return Turn::Ask(self.park_detached(asking).await);
         }
         let mut cancelled = false;
         loop {
@@ -238,7 +344,7 @@ impl Parking {
                     if asking.waiting.is_empty() {
                         continue;
                     }
-                    return Turn::Ask(self.park(asking));
+                    return Turn::Ask(self.park_detached(asking).await);
                 }
                 () = client_gone.cancelled(), if !cancelled => {
                     cancelled = true;
@@ -248,8 +354,20 @@ impl Parking {
         }
     }
 
+    /// [`Parking::park`], once the progress that went to the request being answered is out.
+    async fn park_detached(&self, asking: Asking) -> InputRequiredResult {
+        if let Some(following) = &asking.following {
+            following.detach().await;
+        }
+        self.park(asking)
+    }
+
     /// Keeps the call running on its own under a fresh request state, and says what to ask.
     fn park(&self, mut asking: Asking) -> InputRequiredResult {
+        // Its request is answered with the request for input: nothing more goes to it.
+        if let Some(following) = &asking.following {
+            following.follow(None);
+        }
         if let Running::Here(call) = std::mem::replace(
             &mut asking.running,
             Running::Here(Box::pin(std::future::pending())),

@@ -28,6 +28,14 @@ struct LegacySession {
     log_level: Option<LoggingLevel>,
 }
 
+/// What a session's leaving releases.
+pub(super) struct Left {
+    /// The URIs nobody downstream wants any more.
+    pub(super) unwanted: Vec<String>,
+    /// Whether a session that had set a log level left (the servers' level may drop).
+    pub(super) level_dropped: bool,
+}
+
 /// A 2026-07-28 `subscriptions/listen` stream.
 struct Stream {
     id: u64,
@@ -40,6 +48,32 @@ struct Listeners {
     sessions: Vec<LegacySession>,
     streams: Vec<Stream>,
     next_stream: u64,
+    /// URIs a session or stream that has gone had subscribed to: upstream, they may be
+    /// unsubscribed once nobody else wants them (see [`Downstream::leave`]).
+    released: BTreeSet<String>,
+    /// Whether a session that had set a log level has gone since the last [`Downstream::leave`].
+    level_released: bool,
+}
+
+impl Listeners {
+    fn wants(&self, uri: &str) -> bool {
+        self.sessions.iter().any(|s| s.subscribed.contains(uri))
+            || self.streams.iter().any(|s| {
+                s.accepted
+                    .resource_subscriptions
+                    .as_ref()
+                    .is_some_and(|uris| uris.iter().any(|u| u == uri))
+            })
+    }
+
+    /// The released URIs nobody wants any more (the others stay subscribed upstream).
+    fn take_unwanted(&mut self) -> Vec<String> {
+        let released = std::mem::take(&mut self.released);
+        released
+            .into_iter()
+            .filter(|uri| !self.wants(uri))
+            .collect()
+    }
 }
 
 #[derive(Clone, Default)]
@@ -50,8 +84,37 @@ pub(super) struct Downstream {
 impl Downstream {
     fn lock(&self) -> std::sync::MutexGuard<'_, Listeners> {
         let mut listeners = self.listeners.lock().unwrap_or_else(|e| e.into_inner());
-        listeners.sessions.retain(|s| !s.peer.is_transport_closed());
+        let Listeners {
+            sessions,
+            released,
+            level_released,
+            ..
+        } = &mut *listeners;
+        sessions.retain_mut(|s| {
+            let open = !s.peer.is_transport_closed();
+            if !open {
+                released.append(&mut s.subscribed);
+                *level_released |= s.log_level.is_some();
+            }
+            open
+        });
         listeners
+    }
+
+    /// A session ended (rmcp's handle on it is gone; an unregistered one is no error): forgets
+    /// it and says what the servers may need to be told. Without Tether, a client's leaving
+    /// would end its subscriptions and its log level with its session.
+    pub(super) fn leave(&self, session: u64) -> Left {
+        let mut listeners = self.lock();
+        if let Some(at) = listeners.sessions.iter().position(|s| s.session == session) {
+            let mut gone = listeners.sessions.remove(at);
+            listeners.released.append(&mut gone.subscribed);
+            listeners.level_released |= gone.log_level.is_some();
+        }
+        Left {
+            unwanted: listeners.take_unwanted(),
+            level_dropped: std::mem::take(&mut listeners.level_released),
+        }
     }
 
     /// A legacy session finished its handshake.
@@ -73,17 +136,28 @@ impl Downstream {
         })
     }
 
-    /// `resources/unsubscribe`; true if nobody else still wants `uri`.
-    pub(super) fn unsubscribe(&self, session: u64, uri: &str) -> bool {
-        self.with_session(session, |s| {
-            s.subscribed.remove(uri);
-        });
-        !self.wanted(uri)
+    /// `resources/unsubscribe`; the URIs nobody wants any more (`uri` unless another session
+    /// or stream wants it, and any a session that left had).
+    pub(super) fn unsubscribe(&self, session: u64, uri: &str) -> Vec<String> {
+        let mut listeners = self.lock();
+        if let Some(found) = listeners.sessions.iter_mut().find(|s| s.session == session)
+            && found.subscribed.remove(uri)
+        {
+            listeners.released.insert(uri.to_string());
+        }
+        listeners.take_unwanted()
     }
 
     /// `logging/setLevel` from a legacy session.
     pub(super) fn set_log_level(&self, session: u64, level: LoggingLevel) -> bool {
         self.with_session(session, |s| s.log_level = Some(level))
+    }
+
+    /// The most verbose level any legacy session set, if one did.
+    pub(super) fn most_verbose_level(&self) -> Option<LoggingLevel> {
+        let listeners = self.lock();
+        let levels = listeners.sessions.iter().filter_map(|s| s.log_level);
+        levels.min_by_key(|level| severity(*level))
     }
 
     /// The level a legacy session set (`logging/setLevel`), if any.
@@ -109,17 +183,7 @@ impl Downstream {
 
     /// Whether any session or stream still wants updates of `uri`.
     pub(super) fn wanted(&self, uri: &str) -> bool {
-        let listeners = self.lock();
-        listeners
-            .sessions
-            .iter()
-            .any(|s| s.subscribed.contains(uri))
-            || listeners.streams.iter().any(|s| {
-                s.accepted
-                    .resource_subscriptions
-                    .as_ref()
-                    .is_some_and(|uris| uris.iter().any(|u| u == uri))
-            })
+        self.lock().wants(uri)
     }
 
     /// Every URI some session or stream wants updates of.
@@ -151,8 +215,15 @@ impl Downstream {
         id
     }
 
-    pub(super) fn remove_stream(&self, id: u64) {
-        self.lock().streams.retain(|stream| stream.id != id);
+    /// A listen stream ended; the URIs nobody wants any more, as [`Downstream::leave`].
+    pub(super) fn remove_stream(&self, id: u64) -> Vec<String> {
+        let mut listeners = self.lock();
+        if let Some(at) = listeners.streams.iter().position(|s| s.id == id) {
+            let gone = listeners.streams.remove(at);
+            let uris = gone.accepted.resource_subscriptions.into_iter().flatten();
+            listeners.released.extend(uris);
+        }
+        listeners.take_unwanted()
     }
 
     /// Tells every client that the visible tools changed (`tools/list_changed`).

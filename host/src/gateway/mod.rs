@@ -11,9 +11,11 @@
 
 mod asking;
 mod client;
+mod departure;
 mod direct;
 mod downstream;
 mod http;
+mod log_levels;
 
 pub(crate) use http::bearer_token;
 pub use http::{Hosts, HttpOptions, McpToken, parse_allowed_origin};
@@ -58,11 +60,16 @@ pub struct Gateway {
     sessions: Arc<AtomicU64>,
     /// This clone's downstream session.
     session: u64,
+    /// Releases the session's subscriptions upstream when this handle, the one rmcp serves
+    /// the session with, is dropped; `None` in the other handles on the session.
+    _departure: Option<departure::Departure>,
     /// The upstream session each server's wanted URIs were last subscribed on (held weakly:
     /// the address of a dropped session is never reused while it is here).
     resubscribed: Arc<std::sync::Mutex<HashMap<String, Weak<Session>>>>,
     /// Calls of 2026-07-28 clients waiting for answers to an older server's requests.
     parking: Arc<asking::Parking>,
+    /// The log level older servers were told (the most verbose any client set).
+    log_levels: Arc<log_levels::LogLevels>,
     /// For a Streamable HTTP endpoint's sessions: where their tool calls are served (held
     /// weakly: it holds the sessions it serves).
     http_calls: Option<Weak<http::calls::HttpCalls>>,
@@ -71,23 +78,28 @@ pub struct Gateway {
 impl Clone for Gateway {
     /// A clone serves a new downstream session (rmcp's HTTP service clones per session).
     fn clone(&self) -> Self {
+        let session = self.sessions.fetch_add(1, Ordering::Relaxed);
         Self {
-            session: self.sessions.fetch_add(1, Ordering::Relaxed),
+            session,
+            _departure: Some(self.departure_of(session)),
             ..self.same_session()
         }
     }
 }
 
 impl Gateway {
-    /// Another handle on this very downstream session (a clone serves a new one).
+    /// Another handle on this very downstream session (a clone serves a new one), which does
+    /// not keep the session's subscriptions once rmcp's handle has gone.
     fn same_session(&self) -> Self {
         Self {
             supervisor: self.supervisor.clone(),
             downstream: self.downstream.clone(),
             sessions: self.sessions.clone(),
             session: self.session,
+            _departure: None,
             resubscribed: self.resubscribed.clone(),
             parking: self.parking.clone(),
+            log_levels: self.log_levels.clone(),
             http_calls: self.http_calls.clone(),
         }
     }
@@ -104,8 +116,10 @@ impl Gateway {
             downstream,
             sessions: Arc::new(AtomicU64::new(1)),
             session: 0,
+            _departure: None,
             resubscribed: Arc::default(),
             parking: Arc::default(),
+            log_levels: Arc::default(),
             http_calls: None,
         };
         let announcer = gateway.clone();
@@ -116,8 +130,12 @@ impl Gateway {
                         Ok(change) => {
                             announcer.downstream.tools_changed();
                             announcer.resubscribe(&change.server);
+                            announcer.relevel(Some(change.server));
                         }
-                        Err(RecvError::Lagged(_)) => announcer.downstream.tools_changed(),
+                        Err(RecvError::Lagged(_)) => {
+                            announcer.downstream.tools_changed();
+                            announcer.relevel(None);
+                        }
                         Err(RecvError::Closed) => return,
                     },
                     change = catalog.recv() => match change {
@@ -125,10 +143,13 @@ impl Gateway {
                             announcer.downstream.catalog_changed(change);
                             // A server with resources but no tools changes no tool list.
                             announcer.resubscribe_owners();
+                            announcer.relevel(None);
                         }
                         Err(RecvError::Lagged(_)) => {
                             let both = CatalogChange { prompts: true, resources: true };
                             announcer.downstream.catalog_changed(both);
+                            announcer.resubscribe_owners();
+                            announcer.relevel(None);
                         }
                         Err(RecvError::Closed) => return,
                     },
@@ -144,6 +165,27 @@ impl Gateway {
         };
         let task = tokio::spawn(others);
         (gateway, task)
+    }
+
+    /// What dropping the handle rmcp serves `session` with releases.
+    fn departure_of(&self, session: u64) -> departure::Departure {
+        let (supervisor, downstream) = (self.supervisor.clone(), self.downstream.clone());
+        departure::Departure::session(session, supervisor, downstream, self.log_levels.clone())
+    }
+
+    /// After a server's publication changed (`None`: any server's), tells a new session the
+    /// log level clients want, if any client set one.
+    fn relevel(&self, server: Option<String>) {
+        if self.downstream.most_verbose_level().is_none() {
+            return;
+        }
+        let gateway = self.same_session();
+        tokio::spawn(async move {
+            let (levels, supervisor) = (&gateway.log_levels, &gateway.supervisor);
+            levels
+                .tell(supervisor, &gateway.downstream, server.as_deref())
+                .await;
+        });
     }
 
     /// Serves one session over this process's stdin/stdout until the client leaves.
@@ -202,8 +244,9 @@ impl Gateway {
             // A request state Tether issued (`call_tool` checked): the parked call goes on.
             None => {
                 let state = request.request_state.as_deref().unwrap_or_default();
+                let responses = request.input_responses;
                 self.parking
-                    .resume(state, &request.name, request.input_responses)?
+                    .resume(state, &request.name, responses, &mut call)?
             }
             Some(asked) => {
                 // The upstream call may outlive this request: it is cancelled on its own token.
@@ -215,8 +258,10 @@ impl Gateway {
                 let supervisor = self.supervisor.clone();
                 let (tool, arguments) = (request.name.to_string(), request.arguments);
                 let raw = call.raw.clone();
+                let following = asking::Following::relay(&mut call);
                 let running = async move { supervisor.call_tool_in(&tool, arguments, call).await };
-                asking::Asking::start(running, asked, cancel, request.name.to_string(), raw)
+                let tool = request.name.to_string();
+                asking::Asking::start(running, asked, cancel, tool, (raw, following))
             }
         };
         let raw = asking.raw.clone();
@@ -444,8 +489,13 @@ impl Gateway {
             return;
         }
         let server = server.to_string();
+        let downstream = self.downstream.clone();
         tokio::spawn(async move {
             for uri in wanted {
+                // One released meanwhile would never be released again.
+                if !downstream.wanted(&uri) {
+                    continue;
+                }
                 if let Err(failure) = session.subscribe_resource(&uri, true, &spec.timeouts).await {
                     tracing::warn!(server = %server, %uri, "could not subscribe again: {}", failure_words(&failure));
                 }
@@ -683,6 +733,13 @@ impl ServerHandler for Gateway {
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
         Box::pin(async move {
             let accepted = context.accepted().clone();
+            // Wanted first, and released however the stream ends (cancelled, its session
+            // dropped, even while the servers are being subscribed).
+            let id = self
+                .downstream
+                .add_stream(context.sink().clone(), accepted.clone());
+            let _departure =
+                departure::Departure::stream(id, self.supervisor.clone(), self.downstream.clone());
             for uri in accepted.resource_subscriptions.iter().flatten() {
                 if let Ok(server) = self.route_uri(uri, true)
                     && let Err(error) = self
@@ -692,9 +749,7 @@ impl ServerHandler for Gateway {
                     tracing::debug!(%uri, "listen: {}", error.message);
                 }
             }
-            let id = self.downstream.add_stream(context.sink().clone(), accepted);
             context.cancelled().await;
-            self.downstream.remove_stream(id);
             Ok(())
         })
         .await
@@ -1018,15 +1073,22 @@ impl ServerHandler for Gateway {
     ) -> Result<(), McpError> {
         Box::pin(async move {
             let server = self.route_uri(&request.uri, false)?;
-            self.subscribe_upstream(&server, &request.uri, &context)
-                .await?;
+            // Wanted first: a client leaving meanwhile must not unsubscribe the server from it.
             if !self.downstream.subscribe(self.session, &request.uri) {
                 return Err(McpError::invalid_request(
                     "resources/subscribe needs an initialized session",
                     None,
                 ));
             }
-            Ok(())
+            let subscribed = self
+                .subscribe_upstream(&server, &request.uri, &context)
+                .await;
+            if subscribed.is_err() {
+                let unwanted = self.downstream.unsubscribe(self.session, &request.uri);
+                let (supervisor, downstream) = (self.supervisor.clone(), self.downstream.clone());
+                departure::release(supervisor, downstream, unwanted).await;
+            }
+            subscribed
         })
         .await
     }
@@ -1039,19 +1101,10 @@ impl ServerHandler for Gateway {
     ) -> Result<(), McpError> {
         Box::pin(async move {
             let _ = context;
-            if self.downstream.unsubscribe(self.session, &request.uri)
-                && let Ok(server) = self.route_uri(&request.uri, false)
-                && self.offers_subscriptions(&server)
-                && let Ok((session, spec)) = self.live_session(&server, "resources/unsubscribe")
-            {
-                // Nobody else wants it: the server may stop sending updates.
-                if let Err(failure) = session
-                    .subscribe_resource(&request.uri, false, &spec.timeouts)
-                    .await
-                {
-                    tracing::debug!(uri = %request.uri, "unsubscribing upstream: {}", failure_words(&failure));
-                }
-            }
+            // What nobody else wants: the servers may stop sending its updates.
+            let unwanted = self.downstream.unsubscribe(self.session, &request.uri);
+            let (supervisor, downstream) = (self.supervisor.clone(), self.downstream.clone());
+            departure::release(supervisor, downstream, unwanted).await;
             Ok(())
         })
         .await
@@ -1064,6 +1117,9 @@ impl ServerHandler for Gateway {
         _context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         if self.downstream.set_log_level(self.session, request.level) {
+            // As a server's own client's would, the level reaches the servers before the answer.
+            let (levels, supervisor) = (&self.log_levels, &self.supervisor);
+            levels.tell(supervisor, &self.downstream, None).await;
             Ok(())
         } else {
             Err(McpError::invalid_request(

@@ -744,6 +744,12 @@ impl Shared {
         self.feeder.feed(kind);
     }
 
+    /// The names of the servers configured.
+    pub(crate) fn server_names(&self) -> Vec<String> {
+        let servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
+        servers.keys().cloned().collect()
+    }
+
     /// The session of `server` as the gateway's other requests need it.
     pub(crate) fn session(&self, server: &str) -> Option<SessionLookup> {
         let servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());

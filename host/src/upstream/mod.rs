@@ -21,7 +21,8 @@ use rmcp::model::{
     ListRootsRequest, ListRootsResult, ListToolsRequest, LoggingMessageNotificationParam,
     PaginatedRequestParams, PingRequest, ProtocolVersion, ResourceUpdatedNotificationParam,
     ProgressToken, RequestId, RequestMetaObject, ServerCapabilities, ServerRequest, ServerResult,
-    SubscribeRequest, SubscribeRequestParams, UnsubscribeRequest, UnsubscribeRequestParams,
+    SetLevelRequest, SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams,
+    UnsubscribeRequest, UnsubscribeRequestParams,
 };
 use rmcp::service::{
     NotificationContext, PeerRequestOptions, RequestContext, RequestHandle, RunningService,
@@ -735,6 +736,25 @@ impl Session {
             .map(drop)
     }
 
+    /// Asks a server of 2025-11-25 or older that offers logging to send its log messages at
+    /// `level` and above (`logging/setLevel`). A 2026-07-28 server takes a level with each
+    /// request, and one without logging has no level to set: both are left alone (`false`).
+    #[allow(deprecated)] // logging/setLevel is legacy-only, and legacy servers need it
+    pub async fn set_log_level(
+        &self,
+        level: rmcp::model::LoggingLevel,
+        timeouts: &Timeouts,
+    ) -> Result<bool, CallFailure> {
+        if self.generation == Generation::Modern || self.capabilities().logging.is_none() {
+            return Ok(false);
+        }
+        let request =
+            ClientRequest::SetLevelRequest(SetLevelRequest::new(SetLevelRequestParams::new(level)));
+        self.exchange("logging/setLevel", request, timeouts, &CallContext::default())
+            .await
+            .map(|_| true)
+    }
+
     /// Whether requests can still go out: the session has not ended and its process lives.
     /// Once false, the session's end follows promptly (see [`SessionEnd`]).
     pub fn is_alive(&self) -> bool {
@@ -1336,11 +1356,14 @@ impl ToolPage {
         let tools = items
             .into_iter()
             .map(|item| {
+                let name = match item.get("name") {
+                    Some(serde_json::Value::String(name)) => Some(bounded(name, (40, 20))),
+                    _ => None,
+                };
                 serde_json::from_value::<rmcp::model::Tool>(item).map_err(|error| {
-                    // The error quotes the server's text: cut on a character, not a byte.
-                    let reason = error.to_string();
-                    match reason.char_indices().nth(200) {
-                        Some((end, _)) => reason[..end].to_string(),
+                    let reason = bounded(&error.to_string(), (120, 80));
+                    match name {
+                        Some(name) => format!("tool {name:?}: {reason}"),
                         None => reason,
                     }
                 })
@@ -1352,6 +1375,19 @@ impl ToolPage {
             .map(str::to_string);
         Some(ToolPage { tools, next_cursor })
     }
+}
+
+/// Text a server wrote (serde quotes the value it could not read), bounded for a log line: a
+/// long one keeps its first `head` and last `tail` characters (the end is where serde says
+/// what it expected), cut on characters, never on a byte.
+fn bounded(text: &str, (head, tail): (usize, usize)) -> String {
+    let count = text.chars().count();
+    if count <= head + tail {
+        return text.to_string();
+    }
+    let start: String = text.chars().take(head).collect();
+    let end: String = text.chars().skip(count - tail).collect();
+    format!("{start}…[{} characters]…{end}", count - head - tail)
 }
 
 /// The host's view of an rmcp tool: what the policy reads (name, read-only) and what agents
@@ -1387,19 +1423,29 @@ pub fn tool_from_rmcp(tool: rmcp::model::Tool) -> Tool {
 mod tests {
     use super::*;
 
-    /// A tool that does not parse is skipped with a reason that quotes the server's text, cut
-    /// to 200 characters on a character (a cut on a byte panicked the server's task).
+    /// A tool that does not parse is skipped with a reason that names it and says what serde
+    /// expected, however long the server's text it quotes (cut on characters: a cut on a byte
+    /// panicked the server's task).
     #[test]
-    fn a_tool_that_does_not_parse_is_named_within_200_characters_of_any_text() {
+    fn a_tool_that_does_not_parse_is_named_with_what_was_expected_in_bounded_words() {
         let schema = "中".repeat(500);
         let page = serde_json::json!({"tools": [
             {"name": "good", "inputSchema": {"type": "object"}},
             {"name": "bad", "inputSchema": schema},
+            {"name": "b".repeat(1000), "inputSchema": 7},
+            {"inputSchema": {"type": "object"}},
         ]});
         let page = ToolPage::lenient(page).expect("a page of tools");
         assert_eq!(page.tools[0].as_ref().map(|tool| tool.name.as_ref()), Ok("good"));
         let reason = page.tools[1].as_ref().expect_err("the schema is no object");
-        assert_eq!(reason.chars().count(), 200, "{reason}");
-        assert!(reason.contains('中'), "{reason}");
+        assert!(reason.starts_with("tool \"bad\": invalid type: string"), "{reason}");
+        assert!(reason.ends_with("expected a map"), "{reason}");
+        assert!(reason.contains("中…[") && reason.chars().count() < 260, "{reason}");
+        let reason = page.tools[2].as_ref().expect_err("the schema is a number");
+        assert!(reason.contains("b…[940 characters]…b"), "{reason}");
+        assert!(reason.chars().count() < 140, "{reason}");
+        assert!(reason.ends_with("expected a map"), "{reason}");
+        let reason = page.tools[3].as_ref().expect_err("no name");
+        assert!(reason.contains("missing field `name`"), "{reason}");
     }
 }

@@ -16,7 +16,8 @@
 //!   ([`VERBATIM`]; with the argument `error: true`, an error result alike).
 //! - `sampling [BYTES]`: the `big` tool asks the client for `sampling/createMessage` (a message
 //!   of BYTES of text, if given) and answers with what the client said (its error message, or
-//!   its result).
+//!   its result). A call with a progress token gets progress 1 before the question and 2 after
+//!   the answer.
 //!
 //! Every mode also offers the `echo` tool (returns its `text`).
 
@@ -196,7 +197,18 @@ fn main() {
                             0 => "hi".to_string(),
                             bytes => "z".repeat(bytes),
                         };
+                        let token = message["params"]["_meta"]["progressToken"].clone();
+                        let progress = move |out: &Out, progress: u32| {
+                            if !token.is_null() {
+                                send(
+                                    out,
+                                    &json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                                            "params": {"progressToken": token, "progress": progress}}),
+                                );
+                            }
+                        };
                         std::thread::spawn(move || {
+                            progress(&out, 1);
                             send(
                                 &out,
                                 &json!({"jsonrpc": "2.0", "id": "sample-1", "method": "sampling/createMessage",
@@ -218,6 +230,7 @@ fn main() {
                                 .as_str()
                                 .map(|m| format!("sampling refused: {m}"))
                                 .unwrap_or_else(|| format!("sampling answered: {answer}"));
+                            progress(&out, 2);
                             send(
                                 &out,
                                 &json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}]}}),

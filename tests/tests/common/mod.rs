@@ -179,6 +179,15 @@ impl StateDir {
         self.counter("cancelled")
     }
 
+    /// `setLevel <level>` for each `logging/setLevel`, in order.
+    pub fn log_levels(&self) -> Vec<String> {
+        std::fs::read_to_string(self.0.join("logging.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
     /// `subscribe <uri>` / `unsubscribe <uri>` lines, in order.
     pub fn subscriptions(&self) -> Vec<String> {
         std::fs::read_to_string(self.0.join("subscriptions.log"))

@@ -673,6 +673,63 @@ async fn logins_asked_for_at_once_make_one() {
     drop(oauth.child);
 }
 
+/// A login stores its tokens under the lock a refresh holds from reading the tokens to storing
+/// new ones: a refresh under way (here the lock held, as another gateway refreshing holds it)
+/// is waited for, so that it cannot write older tokens back over the login's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_waits_for_a_refresh_under_way_before_it_stores_tokens() {
+    use tether::auth::{AuthContext, Authorizer, Browser, FileTokenStore, TokenStore};
+    use tether::config::{ServerSpec, TransportSpec};
+
+    let oauth = OAuthServer::start("60").await;
+    let spec = ServerSpec::new(
+        "remote",
+        TransportSpec::Http {
+            url: format!("{}/mcp", oauth.base),
+            headers: Default::default(),
+            sse_fallback: false,
+        },
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(FileTokenStore::new(dir.path().join("auth")));
+    let refreshing = store.lock("remote").unwrap().expect("a file store locks");
+    let context = AuthContext::new(store.clone());
+    let authorizer = Authorizer::for_server(&spec, Arc::new(context)).expect("an HTTP server");
+    let browser = Browser::new(vec![
+        env!("CARGO_BIN_EXE_conformance-client").to_string(),
+        "browse".to_string(),
+    ]);
+    let show = |_: &str| {};
+    let login = authorizer.login(None, Vec::new(), browser.as_ref(), &show);
+    let refresh_ends = async {
+        let deadline = Instant::now() + PATIENCE;
+        while oauth.stats().await["authorizations"] != 1 {
+            assert!(Instant::now() < deadline, "the browser never authorized");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // The code is on its way back to the login, which exchanges it within milliseconds
+        // when nothing holds it up.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let stats = oauth.stats().await;
+        assert_eq!(
+            stats["code_exchanges"], 0,
+            "exchanged during a refresh: {stats}"
+        );
+        let record = store.load("remote").unwrap().unwrap_or_default();
+        let record = String::from_utf8_lossy(&record);
+        assert!(
+            !record.contains("access_token"),
+            "stored during a refresh: {record}"
+        );
+        drop(refreshing);
+    };
+    let (outcome, ()) = tokio::join!(login, refresh_ends);
+    assert!(outcome.is_ok(), "{outcome:?}");
+    assert!(authorizer.status().authorized);
+    assert_eq!(oauth.stats().await["code_exchanges"], 1);
+    drop(oauth.child);
+}
+
 /// A legacy HTTP+SSE server behind OAuth: its POSTs carry the token as it is when each is
 /// sent, refreshed before it expires, so calls go on across refreshes as over Streamable HTTP
 /// (the token the stream opened with expires within the session).

@@ -1159,19 +1159,34 @@ async fn a_2026_agents_http_calls_get_from_tether_what_rmcp_gives() {
 
 /// A 2026-07-28 agent on stdio whose call an older server asks something during: the agent gets
 /// the question as a request for input, calls again with its answer, and the server's result —
-/// which arrives for the first request's call — reaches the request that resumed it.
+/// which arrives for the first request's call — reaches the request that resumed it, as does
+/// the progress the server reports after the answer (before it, the first request's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_resumed_with_answers_on_stdio_gets_the_servers_result() {
     use rmcp::ClientServiceExt;
-    use rmcp::model::{CallToolResponse, ClientCapabilities, ClientInfo, ProtocolVersion};
+    use rmcp::model::{
+        CallToolRequest, ClientCapabilities, ClientInfo, ClientRequest, ProgressNotificationParam,
+        ProgressToken, ProtocolVersion, ServerResult,
+    };
+    use rmcp::service::PeerRequestOptions;
 
-    #[derive(Clone)]
-    struct Sampler;
+    /// Answers sampling; keeps the progress it hears, by token.
+    #[derive(Clone, Default)]
+    struct Sampler(Arc<Mutex<Vec<(ProgressToken, f64)>>>);
     impl ClientHandler for Sampler {
         fn get_info(&self) -> ClientInfo {
             let mut info = ClientInfo::default();
             info.capabilities = ClientCapabilities::builder().enable_sampling().build();
             info
+        }
+
+        async fn on_progress(
+            &self,
+            params: ProgressNotificationParam,
+            _context: NotificationContext<RoleClient>,
+        ) {
+            let heard = (params.progress_token, params.progress);
+            self.0.lock().unwrap().push(heard);
         }
     }
 
@@ -1182,17 +1197,26 @@ async fn a_call_resumed_with_answers_on_stdio_gets_the_servers_result() {
     let lifecycle = rmcp::ClientLifecycleMode::Discover {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
     };
-    let client = Sampler
+    let sampler = Sampler::default();
+    let client = sampler
+        .clone()
         .serve_with_lifecycle(io, lifecycle)
         .await
         .expect("an MCP session on stdio");
     let big = big_tool(client.peer()).await;
-    let asked = client
-        .peer()
-        .call_tool_once(CallToolRequestParams::new(big.clone()))
+    // Sent with a progress token, as every call below.
+    let send = |params: CallToolRequestParams| {
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        client
+            .peer()
+            .send_request_with_option(request, PeerRequestOptions::no_options())
+    };
+    let first = send(CallToolRequestParams::new(big.clone()))
         .await
         .expect("the call");
-    let CallToolResponse::InputRequired(asked) = asked else {
+    let first_token = first.progress_token.clone();
+    let asked = first.await_response().await.expect("the call's answer");
+    let ServerResult::InputRequiredResult(asked) = asked else {
         panic!("the server's question comes as a request for input: {asked:?}")
     };
     let key = (asked.input_requests.as_ref())
@@ -1203,11 +1227,31 @@ async fn a_call_resumed_with_answers_on_stdio_gets_the_servers_result() {
                         "content": {"type": "text", "text": "from the agent"}});
     retry.input_responses = Some([(key, answer)].into());
     retry.request_state = asked.request_state;
-    let answered = client.peer().call_tool(retry).await.expect("the retry");
+    let retried = send(retry).await.expect("the retry");
+    let retry_token = retried.progress_token.clone();
+    let answered = retried.await_response().await.expect("the retry's answer");
+    let ServerResult::CallToolResult(answered) = answered else {
+        panic!("the retry ends with the server's result: {answered:?}")
+    };
     assert!(
         text(&answered).starts_with("sampling answered:")
             && text(&answered).contains("from the agent"),
         "{answered:?}"
+    );
+    // Progress comes before its request's answer on the wire; the client hears it on a task
+    // of its own.
+    wait_until("the progress after the answer reached the retry", || {
+        sampler
+            .0
+            .lock()
+            .unwrap()
+            .contains(&(retry_token.clone(), 2.0))
+    })
+    .await;
+    let heard = sampler.0.lock().unwrap().clone();
+    assert!(
+        !heard.contains(&(first_token, 2.0)) && heard.len() <= 2,
+        "each update went to the request the call was running for: {heard:?}"
     );
     drop(client);
     let _ = terminate(tether).await;

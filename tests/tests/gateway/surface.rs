@@ -396,6 +396,15 @@ async fn a_2026_07_28_client_gets_prompts_resources_and_list_changes_on_its_stre
             _ => false,
         };
     }
+    // Closing the stream, which alone wanted docs://readme, unsubscribes docs from it.
+    drop(stream);
+    wait_until("docs was unsubscribed from docs://readme", || {
+        upstreams
+            .docs
+            .subscriptions()
+            .contains(&"unsubscribe docs://readme".to_string())
+    })
+    .await;
     assert!(terminate(tether).await.success());
 }
 
@@ -406,7 +415,7 @@ async fn a_legacy_client_gets_resource_updates_and_log_messages_it_asked_for() {
     let watcher = Watcher::default();
     let client = watcher
         .clone()
-        .serve(StreamableHttpClientTransport::from_uri(url))
+        .serve(StreamableHttpClientTransport::from_uri(url.clone()))
         .await
         .expect("MCP over HTTP");
     let peer = client.peer();
@@ -444,12 +453,33 @@ async fn a_legacy_client_gets_resource_updates_and_log_messages_it_asked_for() {
         "marked with its server"
     );
     assert_eq!(log.data, json!("disk almost full"));
+    // The level reached the servers that offer logging before the client got its answer,
+    // as it would without Tether.
+    assert_eq!(upstreams.notes.log_levels(), ["setLevel warning"]);
+    // A more verbose level: the server sends what it would send this client on its own.
+    peer.set_level(SetLevelRequestParams::new(LoggingLevel::Debug))
+        .await
+        .expect("logging/setLevel");
+    assert_eq!(
+        upstreams.notes.log_levels().last().unwrap(),
+        "setLevel debug"
+    );
+    upstreams.notes.control(json!({
+        "updated": ["notes://today"],
+        "logs": ["disk almost full"],
+        "debug_logs": ["verbose detail"],
+    }));
+    wait_until("the debug message arrived", || {
+        watcher.heard(|h| h.logs.iter().any(|l| l.data == json!("verbose detail")))
+    })
+    .await;
     // After the server restarts, the subscription is renewed on the new session, even when
     // the server comes back without tools (no tool list changes then, only its resources).
     upstreams.notes.control(json!({
         "tools": [],
         "updated": ["notes://today"],
         "logs": ["disk almost full"],
+        "debug_logs": ["verbose detail"],
     }));
     let first_pid = upstreams.notes.pid().unwrap();
     kill(first_pid, 9);
@@ -464,11 +494,69 @@ async fn a_legacy_client_gets_resource_updates_and_log_messages_it_asked_for() {
                 >= 2
     })
     .await;
+    // Its new session is told the level again.
+    wait_until("notes was told the level again after its restart", || {
+        let levels = upstreams.notes.log_levels();
+        levels.iter().filter(|l| *l == "setLevel debug").count() >= 2
+    })
+    .await;
     // A server without tools still shows its resources while it is up.
     wait_for(
         "the tool-less notes lists its resources",
         || resource_uris(peer),
         |uris| uris.contains("notes://today"),
+    )
+    .await;
+
+    // A second client wants the same updates; the first leaves without unsubscribing. The
+    // second still hears them, and when it leaves too, notes is unsubscribed, as it would be
+    // were the clients its own (their sessions would end).
+    let second_watcher = Watcher::default();
+    let second = second_watcher
+        .clone()
+        .serve(StreamableHttpClientTransport::from_uri(url))
+        .await
+        .expect("a second client");
+    second
+        .peer()
+        .subscribe(SubscribeRequestParams::new("notes://today"))
+        .await
+        .expect("resources/subscribe");
+    second
+        .peer()
+        .set_level(SetLevelRequestParams::new(LoggingLevel::Error))
+        .await
+        .expect("logging/setLevel");
+    client.cancel().await.expect("the first client leaves");
+    // The most verbose client left: the servers are told the next one's level.
+    wait_until("notes was told the remaining client's level", || {
+        upstreams.notes.log_levels().last().map(String::as_str) == Some("setLevel error")
+    })
+    .await;
+    let unsubscribed = || {
+        upstreams
+            .notes
+            .subscriptions()
+            .contains(&"unsubscribe notes://today".to_string())
+    };
+    upstreams.notes.control(json!({
+        "tools": [],
+        "updated": ["notes://today", "notes://today"],
+        "logs": ["disk almost full"],
+        "debug_logs": ["verbose detail"],
+    }));
+    wait_until("the second client heard the update", || {
+        second_watcher.heard(|h| h.updated.iter().any(|uri| uri == "notes://today"))
+    })
+    .await;
+    assert!(
+        !unsubscribed(),
+        "notes was unsubscribed while a client wanted the URI"
+    );
+    second.cancel().await.expect("the second client leaves");
+    wait_until(
+        "notes was unsubscribed once nobody wanted the URI",
+        unsubscribed,
     )
     .await;
     assert!(terminate(tether).await.success());

@@ -184,9 +184,13 @@ pub struct Behaviour {
     #[arg(long)]
     pub modern_only: bool,
     /// Send each message added to this list (through `control.json`) as a `warning` log
-    /// message to every session.
+    /// message to every session, if the level set (`logging/setLevel`; `info` until then)
+    /// lets it through.
     #[arg(long, value_delimiter = ',', value_name = "MESSAGES")]
     pub logs: Option<Vec<String>>,
+    /// The same as a `debug` log message.
+    #[arg(long, value_delimiter = ',', value_name = "MESSAGES")]
+    pub debug_logs: Option<Vec<String>>,
 }
 
 impl Behaviour {

@@ -1,6 +1,8 @@
 //! Process-wide fixture state shared by every session: settings (flags + `control.json`),
 //! counters, armed exits and the live peers to tell about tool-list changes.
 
+#![allow(deprecated)] // logging: the fixture plays a server of the older generation
+
 use std::{
     sync::{
         Arc, Mutex,
@@ -9,7 +11,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-#[allow(deprecated)] // logging: the fixture plays a server of the older generation
 use rmcp::{
     Peer, RoleServer,
     model::{
@@ -46,6 +47,8 @@ pub struct Fixture {
     /// 2026-07-28 `subscriptions/listen` streams, with what each accepted.
     streams: Mutex<Vec<(u64, SubscriptionSink, SubscriptionFilter)>>,
     next_stream: AtomicU64,
+    /// The least severe log message sent (`logging/setLevel`), for every session.
+    log_level: Mutex<LoggingLevel>,
 }
 
 /// The last `control.json` that parsed; a torn or invalid file keeps it in force.
@@ -80,6 +83,7 @@ impl Fixture {
             subscribers: Mutex::new(Vec::new()),
             streams: Mutex::new(Vec::new()),
             next_stream: AtomicU64::new(0),
+            log_level: Mutex::new(LoggingLevel::Info),
         })
     }
 
@@ -211,6 +215,30 @@ impl Fixture {
             .retain(|(_, subscribed)| subscribed != uri);
     }
 
+    /// `logging/setLevel`; recorded in `logging.log`.
+    pub fn set_log_level(&self, level: LoggingLevel) {
+        *self.log_level.lock().unwrap_or_else(|e| e.into_inner()) = level;
+        let name = serde_json::to_value(level).unwrap_or_default();
+        let line = format!("setLevel {}", name.as_str().unwrap_or_default());
+        if let Err(error) = self.state.append_line(state::LOGGING_LOG, &line) {
+            eprintln!("mcp-fixture: recording a log level: {error}");
+        }
+    }
+
+    /// Sends `message` at `level` to every session, if the level set lets it through.
+    #[allow(deprecated)]
+    fn log(&self, level: LoggingLevel, message: &str) {
+        let set = *self.log_level.lock().unwrap_or_else(|e| e.into_inner());
+        if severity(level) < severity(set) {
+            return;
+        }
+        let log = LoggingMessageNotificationParam::new(level, Value::String(message.to_string()));
+        self.notify_peers(move |peer| {
+            let log = log.clone();
+            async move { peer.notify_logging_message(log).await }
+        });
+    }
+
     fn record_subscription(&self, what: &str, uri: &str) {
         if let Err(error) = self
             .state
@@ -229,6 +257,7 @@ impl Fixture {
         let mut resources = (start.resources.clone(), start.templates.clone());
         let mut updated = start.updated.clone().unwrap_or_default().len();
         let mut logs = start.logs.clone().unwrap_or_default().len();
+        let mut debug_logs = start.debug_logs.clone().unwrap_or_default().len();
         let mut tick = tokio::time::interval(CONTROL_POLL);
         loop {
             tick.tick().await;
@@ -267,20 +296,14 @@ impl Fixture {
             updated = all_updated.len();
             let all_logs = settings.logs.clone().unwrap_or_default();
             for message in all_logs.iter().skip(logs) {
-                #[allow(deprecated)]
-                let log = LoggingMessageNotificationParam::new(
-                    LoggingLevel::Warning,
-                    Value::String(message.clone()),
-                );
-                self.notify_peers(move |peer| {
-                    let log = log.clone();
-                    #[allow(deprecated)]
-                    async move {
-                        peer.notify_logging_message(log).await
-                    }
-                });
+                self.log(LoggingLevel::Warning, message);
             }
             logs = all_logs.len();
+            let all_debug_logs = settings.debug_logs.clone().unwrap_or_default();
+            for message in all_debug_logs.iter().skip(debug_logs) {
+                self.log(LoggingLevel::Debug, message);
+            }
+            debug_logs = all_debug_logs.len();
         }
     }
 
@@ -347,5 +370,19 @@ fn parse_control(cli: &Behaviour, text: &str) -> Result<(Map<String, Value>, Beh
             Ok((map, settings))
         }
         _ => Err("not a JSON object".to_owned()),
+    }
+}
+
+/// RFC 5424 order, least severe first.
+fn severity(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
     }
 }

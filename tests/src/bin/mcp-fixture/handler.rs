@@ -2,6 +2,7 @@
 
 use std::{borrow::Cow, sync::Arc, time::Duration};
 
+#[allow(deprecated)] // logging/setLevel: the fixture plays a server of the older generation
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
@@ -10,8 +11,8 @@ use rmcp::{
         InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
         ListResourcesResult, ListToolsResult, PaginatedRequestParams, PingRequestMethod,
         PromptsCapability, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-        ResourcesCapability, ServerCapabilities, ServerConfig, SubscribeRequestParams,
-        SubscriptionFilter, UnsubscribeRequestParams,
+        ResourcesCapability, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+        SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
@@ -63,6 +64,14 @@ impl ServerHandler for Handler {
         }
         if settings.prompts.is_some() || settings.templates.is_some() {
             capabilities.completions = Some(Default::default());
+        }
+        // It sends log messages (`logs`, `debug_logs`), at the level a client sets; the
+        // 2026-07-28 revision has no `logging/setLevel`.
+        if !settings.modern_only {
+            #[allow(deprecated)]
+            {
+                capabilities.logging = Some(Default::default());
+            }
         }
         ServerConfig::new(capabilities).with_server_info(Implementation::new(
             "mcp-fixture",
@@ -313,6 +322,16 @@ impl ServerHandler for Handler {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         self.fixture.subscribe(context.peer, &request.uri);
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.fixture.set_log_level(request.level);
         Ok(())
     }
 

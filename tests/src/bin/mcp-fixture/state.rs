@@ -27,6 +27,8 @@ pub const CONTROL: &str = "control.json";
 pub const CANCELLED: &str = "cancelled";
 /// One `subscribe <uri>` or `unsubscribe <uri>` line per request.
 pub const SUBSCRIPTIONS_LOG: &str = "subscriptions.log";
+/// `setLevel <level>` for each `logging/setLevel` received.
+pub const LOGGING_LOG: &str = "logging.log";
 
 pub struct StateDir {
     dir: PathBuf,
