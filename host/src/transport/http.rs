@@ -447,12 +447,11 @@ async fn streamable<H: ClientHandler>(
         .max_json_response_size(opts.max_message)
         .max_sse_event_size(opts.max_message)
         .max_concurrent_requests(MAX_REQUESTS_IN_FLIGHT);
-    let retry = Arc::new(StreamRetry { end: end.clone() });
-    config.retry_config = retry.clone();
+    config.retry_config = Arc::new(StreamRetry { end: end.clone() });
     let mut limits = StreamableHttpResponseLimits::default();
     limits.max_json_response_size = opts.max_message;
     limits.max_sse_event_size = opts.max_message;
-    let (calls, beside) = PostedCalls::new(client.clone(), config.uri.clone(), limits, retry);
+    let (calls, beside) = PostedCalls::new(client.clone(), config.uri.clone(), limits);
     let mut transport = Guarded::new(
         StreamableHttpClientTransport::with_client(client, config),
         end.clone(),
@@ -606,13 +605,11 @@ impl StreamRetry {
     const MAX_DELAY: Duration = Duration::from_micros(2_000_000 / Self::SPEED_UP);
 }
 
-impl SseRetryPolicy for StreamRetry {
-    fn retry(&self, failures: usize) -> Option<Duration> {
+impl StreamRetry {
+    /// The wait before attempt `failures + 1` to reopen a stream; `None` past the last. Ends
+    /// nothing: a tool call's own stream that cannot be picked up again fails that call only.
+    pub(super) fn delay(failures: usize) -> Option<Duration> {
         if failures >= Self::ATTEMPTS {
-            self.end.set(Fault::TransportClosed(format!(
-                "the session's event stream broke and {} attempts to reopen it failed",
-                Self::ATTEMPTS
-            )));
             return None;
         }
         let factor = 1u32 << failures.min(8);
@@ -621,6 +618,20 @@ impl SseRetryPolicy for StreamRetry {
                 .saturating_mul(factor)
                 .min(Self::MAX_DELAY),
         )
+    }
+}
+
+impl SseRetryPolicy for StreamRetry {
+    /// For the session's own streams: giving up ends the session, as in rmcp.
+    fn retry(&self, failures: usize) -> Option<Duration> {
+        let delay = Self::delay(failures);
+        if delay.is_none() {
+            self.end.set(Fault::TransportClosed(format!(
+                "the session's event stream broke and {} attempts to reopen it failed",
+                Self::ATTEMPTS
+            )));
+        }
+        delay
     }
 }
 
@@ -652,8 +663,9 @@ impl GuardedClient {
             StreamableHttpError::SessionExpired => Some(Fault::SessionExpired),
             StreamableHttpError::AuthRequired(_) => Some(authorization(401)),
             StreamableHttpError::InsufficientScope(_) => Some(authorization(403)),
+            // Without a challenge (no `WWW-Authenticate`): the same instructions, if any.
             StreamableHttpError::Client(HttpError::Status(code @ (401 | 403))) => {
-                Some(Fault::AuthRequired(*code))
+                Some(authorization(*code))
             }
             StreamableHttpError::Client(error @ HttpError::Uncorrelated(_)) => {
                 Some(Fault::TransportClosed(error.to_string()))

@@ -421,6 +421,9 @@ fn read_head(head: &[u8]) -> Head {
     let top_level = &top[..nested];
     let id = find(top_level, b"\"id\"")
         .and_then(|key| id_value(&top_level[key + 4..]))
+        // Digits that run to where the kept start ends may be cut short: `1073741830` kept as
+        // `10737418` would fail another call.
+        .filter(|(_, rest)| !rest.is_empty() || nested < top.len())
         .map(|(id, _)| id);
     // Only requests and notifications have `method` and `params`: a server that writes its
     // params before its method has the params open the first nested value.
@@ -670,6 +673,25 @@ mod tests {
         // The id was at the start: answered as soon as the limit was crossed, size unknown.
         assert_eq!(too_large(TOO_LARGE, data), Some((0, 1024)));
         assert_eq!(lines[2], "{\"id\":8}");
+    }
+
+    /// An id whose digits run past the start kept of an oversized answer is not read from
+    /// the cut digits, which could name another call.
+    #[test]
+    fn an_id_cut_by_the_kept_start_names_no_call() {
+        let prefix = "{\"jsonrpc\":\"2.0\",\"pad\":\"";
+        // The kept start ends three digits into the id.
+        let pad = big(KEEP - prefix.len() - "\",\"id\":".len() - 3);
+        let answer = format!(
+            "{prefix}{pad}\",\"id\":1073741830,\"result\":{{\"text\":\"{}\"}}}}\n",
+            big(3000)
+        );
+        assert_eq!(&answer[KEEP - 3..KEEP], "107");
+        let out = run(Framing::Lines, 1000, &[answer.as_bytes()]);
+        for line in out.lines() {
+            let message = serde_json::from_str::<serde_json::Value>(line).unwrap_or_default();
+            assert_ne!(message["id"], 107, "{line}");
+        }
     }
 
     #[test]

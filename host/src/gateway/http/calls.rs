@@ -302,8 +302,11 @@ impl HttpCalls {
                 .get("last-event-id")
                 .and_then(|id| id.to_str().ok())
                 .and_then(our_stream);
+            // rmcp takes a GET without the version header, or with any it knows of for a
+            // session; it could not resume a stream of Tether's (its answer would be lost).
+            let takes_get = self.passes_rmcps_guards(headers) && to_a_session(headers);
             return match stream {
-                Some(stream) if as_rmcp_takes && accepts(headers, "text/event-stream") => {
+                Some(stream) if takes_get && accepts(headers, "text/event-stream") => {
                     Taken::Resume(session, stream)
                 }
                 _ => Taken::Rmcp,
@@ -681,9 +684,9 @@ impl Stream {
     }
 
     /// For `reader`, the events after event `seen` (those still kept), the last one's number,
-    /// and whether the stream has ended; `None` once another reader has taken the stream over. The answer, once read, is not
-    /// kept: a stream picked up again after it gets the stand-in in its place (as from rmcp,
-    /// whose answers get a result's bytes only on their way out).
+    /// and whether the stream has ended; `None` once another reader has taken the stream over.
+    /// A large result's bytes, once read, are not kept: a stream picked up again after them
+    /// gets the stand-in in their place (see [`given_way`]).
     fn after(&self, seen: usize, reader: u64) -> Option<Read> {
         let mut events = lock(&self.events);
         if events.reader != reader {
@@ -733,16 +736,11 @@ fn answering(stream: Arc<Stream>, number: u64, calls: Arc<HttpCalls>) -> Answers
     Arc::new(
         move |answer: Answer| -> BoxFuture<'static, std::io::Result<()>> {
             let number = answering.number;
-            let id = match &answer {
-                Answer::Raw { id, .. } => Some(id.clone()),
-                Answer::Message(JsonRpcMessage::Response(response)) => Some(response.id.clone()),
-                Answer::Message(_) => None,
-            };
+            let id = given_way(&answer);
             answering.stream.answer(
                 |index| answer_event(&event_head(number, index), answer),
                 |index| match id {
                     Some(id) => stand_in_event(number, index, id),
-                    // An error: small, kept as it is.
                     None => Vec::new(),
                 },
                 &answering.calls,
@@ -750,6 +748,22 @@ fn answering(stream: Arc<Stream>, number: u64, calls: Arc<HttpCalls>) -> Answers
             Box::pin(std::future::ready(Ok(())))
         },
     )
+}
+
+/// A result this small is kept, once read, for a reader that picks its stream up again (the
+/// connection it was written to may have died with it), as rmcp keeps its answers.
+const KEEP_READ_RESULT: usize = 64 << 10;
+
+/// For an answer that gives way to the stand-in once read, its id: a larger result as the
+/// server's bytes, which Tether keeps no copy of (as rmcp, whose answers get a result's bytes
+/// only on their way out). Typed answers and errors are kept as they are.
+fn given_way(answer: &Answer) -> Option<RequestId> {
+    match answer {
+        Answer::Raw { id, result, .. } if result.as_slice().len() > KEEP_READ_RESULT => {
+            Some(id.clone())
+        }
+        _ => None,
+    }
 }
 
 /// The answer as one SSE event that starts with `head` (up to its data), in pieces.
@@ -1193,6 +1207,33 @@ mod tests {
         assert_eq!(our_stream("0/17"), None);
         assert_eq!(our_stream("17"), None);
         assert_eq!(our_stream("t/1"), None);
+    }
+
+    /// A typed answer or a small result is kept once read, for a reader that picks the stream
+    /// up again; a large result's bytes give way to the stand-in.
+    #[test]
+    fn only_a_large_results_bytes_give_way_once_read() {
+        use crate::transport::lines::raw::RawBytes;
+        let raw = |size: usize| {
+            let result = RawBytes::new(vec![b' '; size], 0..size, false).unwrap();
+            let id = RequestId::Number(7);
+            Answer::Raw {
+                id,
+                result,
+                complete: false,
+            }
+        };
+        assert_eq!(given_way(&raw(100)), None);
+        assert_eq!(given_way(&raw(KEEP_READ_RESULT)), None);
+        assert_eq!(
+            given_way(&raw(KEEP_READ_RESULT + 1)),
+            Some(RequestId::Number(7))
+        );
+        let typed = rmcp::model::ServerJsonRpcMessage::response(
+            rmcp::model::ServerResult::empty(()),
+            RequestId::Number(8),
+        );
+        assert_eq!(given_way(&Answer::Message(typed)), None);
     }
 
     #[test]

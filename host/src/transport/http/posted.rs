@@ -21,9 +21,10 @@
 //! A call whose caller gives up closes its POST at once, before Tether tells the server
 //! `notifications/cancelled` (rmcp keeps the stream open until then): the server sees the
 //! connection close first, as it always did for a call answered with JSON. A stream that cannot
-//! be picked up again within the session's retry schedule fails its call, and, as in rmcp,
-//! ends the session (`StreamRetry`); a stream given back that ends or breaks before a new event
-//! counts as a failure too (rmcp would ask again for it until the call's deadline).
+//! be picked up again within the session's retry schedule (`StreamRetry`) fails its call and
+//! nothing else (rmcp ends the session only when its GET stream cannot be picked up again); a
+//! stream given back that ends or breaks before a new event counts as a failure too (rmcp would
+//! ask again for it until the call's deadline).
 //!
 //! Only for a session of the classic generation with its handshake done: a 2026-07-28 server
 //! names the call in headers of the POST (rmcp's worker writes them), and may ask the client
@@ -43,7 +44,6 @@ use rmcp::model::{
     RequestId, ServerJsonRpcMessage,
 };
 use rmcp::service::{InboundStreamOrigin, RxJsonRpcMessage};
-use rmcp::transport::common::client_side_sse::SseRetryPolicy;
 use rmcp::transport::streamable_http_client::{
     SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
     StreamableHttpResponseLimits,
@@ -84,7 +84,6 @@ struct Shared {
     client: GuardedClient,
     uri: Arc<str>,
     limits: StreamableHttpResponseLimits,
-    retry: Arc<StreamRetry>,
     beside: mpsc::Sender<RxJsonRpcMessage<RoleClient>>,
     awaited: Arc<Awaited>,
 }
@@ -106,7 +105,6 @@ impl PostedCalls {
         client: GuardedClient,
         uri: Arc<str>,
         limits: StreamableHttpResponseLimits,
-        retry: Arc<StreamRetry>,
     ) -> (Self, Beside) {
         let (beside, messages) = mpsc::channel(BESIDE_CAPACITY);
         let awaited = Arc::new(Awaited::default());
@@ -114,7 +112,6 @@ impl PostedCalls {
             client,
             uri,
             limits,
-            retry,
             beside,
             awaited: awaited.clone(),
         };
@@ -304,8 +301,8 @@ impl Post {
         let mut wait = match (resume.failures, broke) {
             (0, true) => None,
             // The server's `retry` stays in force for every later reconnection (SSE).
-            (0, false) => resume.server_retry.or_else(|| shared.retry.retry(0)),
-            (failures, _) => Some(resume.delay(shared.retry.retry(failures)?)),
+            (0, false) => resume.server_retry.or_else(|| StreamRetry::delay(0)),
+            (failures, _) => Some(resume.delay(StreamRetry::delay(failures)?)),
         };
         loop {
             if let Some(wait) = wait {
@@ -336,7 +333,7 @@ impl Post {
                 Err(error) => tracing::debug!("a call's stream was not picked up again: {error}"),
             }
             resume.failures += 1;
-            wait = Some(resume.delay(shared.retry.retry(resume.failures)?));
+            wait = Some(resume.delay(StreamRetry::delay(resume.failures)?));
         }
     }
 
@@ -651,9 +648,9 @@ mod tests {
     }
 
     /// A server that gives a call's stream back on every `Last-Event-ID` and ends it at once,
-    /// never with the answer: the stream is asked for again on the session's retry schedule,
-    /// not in a loop, and the call fails when the schedule ends (the session too, as rmcp ends
-    /// it when its streams cannot be picked up again).
+    /// never with the answer (as rmcp's server does when it cannot replay it): the stream is
+    /// asked for again on the session's retry schedule, not in a loop, and the call fails when
+    /// the schedule ends; the session and its other calls go on.
     #[tokio::test]
     async fn a_stream_given_back_empty_again_and_again_is_given_up_on_the_schedule() {
         let (script, session) = scripted(None).await;
@@ -674,6 +671,10 @@ mod tests {
         for (gap, times) in gaps.iter().zip([2, 4, 8]) {
             assert!(*gap >= first * times, "{gaps:?}");
         }
+        let next = calls.send(calls.next_id(), call("json"));
+        let next = next.expect("the session goes on").answer();
+        let answered = tokio::time::timeout(Duration::from_secs(10), next).await;
+        assert!(matches!(answered, Ok(Ok(_))), "{answered:?}");
     }
 
     /// The server's `retry` interval stays in force for every time its stream is asked for
