@@ -111,6 +111,9 @@ impl Registry {
             if unchanged {
                 return false;
             }
+            // Only the server's last withdrawn set stays routable: names it dropped before
+            // are forgotten (a server whose tool names churn would grow the map for ever).
+            tables.withdrawn.retain(|_, route| route.server != server);
             for name in &old {
                 if let Some(route) = tables.routes.remove(name) {
                     tables.withdrawn.insert(name.clone(), route);
@@ -304,5 +307,19 @@ mod tests {
         assert!(registry.route("s__a").is_some());
         registry.forget("s");
         assert!(registry.route_for_call("s__a").is_none());
+    }
+
+    #[test]
+    fn only_a_servers_last_withdrawn_tools_stay_routable() {
+        let registry = Registry::default();
+        for round in 0..100 {
+            publish(&registry, &[&format!("t{round}")]);
+        }
+        registry.withdraw("s");
+        let tables = registry.tables.read().unwrap();
+        assert_eq!(tables.withdrawn.len(), 1, "not every name it ever had");
+        drop(tables);
+        assert_eq!(registry.route_for_call("s__t99").unwrap().server, "s");
+        assert!(registry.route_for_call("s__t98").is_none());
     }
 }

@@ -424,6 +424,7 @@ impl<H: CallHost> Call<'_, H> {
         let begun = Instant::now();
         // Set at the first hold: the call's deadline, and when that hold ends.
         let mut deadline: Option<Instant> = None;
+        let mut asked_again = false;
         loop {
             let request = CallRequest {
                 now: self.host.now_ms(),
@@ -442,6 +443,14 @@ impl<H: CallHost> Call<'_, H> {
             let Some(lookup) = self.host.sessions(server) else {
                 return Ok((admission, begun.elapsed()));
             };
+            // A live session seen now may have become visible while the policy decided (it is
+            // visible once the policy has heard of it): asked again once, the call need not
+            // wait for a session after it.
+            let live = lookup.current.as_ref().is_some_and(|s| s.is_alive());
+            if live && !std::mem::replace(&mut asked_again, true) {
+                continue;
+            }
+            asked_again = false;
             let deadline = *deadline.get_or_insert(begun + lookup.timeouts.call);
             let until = deadline.min(Instant::now() + Duration::from_millis(hold.wait_ms));
             // A session becomes visible once the policy has heard of it, so the next

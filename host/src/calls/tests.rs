@@ -88,6 +88,8 @@ struct FakeHost {
     /// The call id of each admission asked for.
     admitted: Mutex<Vec<u64>>,
     fed: Mutex<Vec<EventKind>>,
+    /// Made visible while the next admission is decided (a session connecting meanwhile).
+    connects_while_deciding: Mutex<Option<Arc<FakeSession>>>,
     sessions: watch::Sender<Option<Arc<FakeSession>>>,
     timeouts: Timeouts,
     start: Instant,
@@ -99,6 +101,7 @@ impl FakeHost {
             admissions: Mutex::new(admissions.into()),
             admitted: Mutex::default(),
             fed: Mutex::default(),
+            connects_while_deciding: Mutex::default(),
             sessions: watch::channel(Some(session)).0,
             timeouts: Timeouts {
                 call: Duration::from_secs(30),
@@ -158,6 +161,9 @@ impl CallHost for FakeHost {
         request: CallRequest,
     ) -> impl Future<Output = Result<Admission, PolicyError>> + Send + '_ {
         self.admitted.lock().unwrap().push(request.call_id);
+        if let Some(session) = self.connects_while_deciding.lock().unwrap().take() {
+            self.replace(session);
+        }
         let next = self.admissions.lock().unwrap().pop_front();
         std::future::ready(Ok(next.unwrap_or(Admission::Allow)))
     }
@@ -233,6 +239,24 @@ async fn a_held_call_waits_for_a_fresh_session_and_runs_once_on_it_within_its_de
     // The hold counts against the call's deadline.
     assert_eq!(*fresh.tries.lock().unwrap(), [Duration::from_secs(27)]);
     assert_eq!(host.reports().len(), 1);
+}
+
+/// The policy holds the call while the server connects, and the session becomes visible before
+/// the call looks at it: the call is asked about again at once and runs on it, rather than
+/// waiting for a session after it until the hold runs out.
+#[tokio::test(start_paused = true)]
+async fn a_held_call_does_not_miss_a_session_that_connected_while_the_policy_decided() {
+    let old = FakeSession::dead();
+    let host = FakeHost::new(old.clone(), vec![hold(10_000, "connecting")]);
+    let fresh = FakeSession::new(Vec::new());
+    *host.connects_while_deciding.lock().unwrap() = Some(fresh.clone());
+    let calls = Calls::default();
+    let started = Instant::now();
+    let result = call(&calls, &host, "svc__write").await;
+    assert_eq!(text(&result.unwrap()), "done");
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    assert_eq!(*host.admitted.lock().unwrap(), [1, 1]);
+    assert_eq!((old.tries(), fresh.tries()), (0, 1));
 }
 
 #[tokio::test(start_paused = true)]

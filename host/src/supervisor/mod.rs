@@ -423,6 +423,9 @@ impl Supervisor {
         };
         stop(handle).await;
         self.shared.startup.settle(name);
+        // What the policy decided before hearing of the removal (a publication of its tools)
+        // is done before they are forgotten, or it would show them again.
+        let _ = self.shared.policy.status().await;
         // Unless a server of that name was added meanwhile: its tools are its own.
         let _membership = self.shared.membership();
         let present = self

@@ -631,15 +631,14 @@ async fn a_hostile_authorization_server_gets_a_clear_fault_and_nothing_is_stored
     assert_eq!(stored, 0, "nothing is stored");
 }
 
-/// Requests that meet a 401 or 403 at once each ask for a login; the first one's tokens serve
-/// them all: one login, one registration, one code exchanged (not a browser window each,
-/// one after another).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn logins_asked_for_at_once_make_one() {
-    use tether::auth::{AuthContext, Authorizer, Browser, MemoryTokenStore};
+/// The library's authorizer of `oauth`'s server (as `remote`), its tokens in `store`, and a
+/// browser command that follows redirects.
+fn library_authorizer(
+    oauth: &OAuthServer,
+    store: Arc<dyn tether::auth::TokenStore>,
+) -> (Arc<tether::auth::Authorizer>, Option<tether::auth::Browser>) {
+    use tether::auth::{AuthContext, Authorizer, Browser};
     use tether::config::{ServerSpec, TransportSpec};
-
-    let oauth = OAuthServer::start("60").await;
     let spec = ServerSpec::new(
         "remote",
         TransportSpec::Http {
@@ -648,12 +647,23 @@ async fn logins_asked_for_at_once_make_one() {
             sse_fallback: false,
         },
     );
-    let context = AuthContext::new(Arc::new(MemoryTokenStore::default()));
+    let context = AuthContext::new(store);
     let authorizer = Authorizer::for_server(&spec, Arc::new(context)).expect("an HTTP server");
     let browser = Browser::new(vec![
         env!("CARGO_BIN_EXE_conformance-client").to_string(),
         "browse".to_string(),
     ]);
+    (authorizer, browser)
+}
+
+/// Requests that meet a 401 or 403 at once each ask for a login; the first one's tokens serve
+/// them all: one login, one registration, one code exchanged (not a browser window each,
+/// one after another).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logins_asked_for_at_once_make_one() {
+    let oauth = OAuthServer::start("60").await;
+    let store = Arc::new(tether::auth::MemoryTokenStore::default());
+    let (authorizer, browser) = library_authorizer(&oauth, store);
     let show = |_: &str| {};
     let (first, second, third) = tokio::join!(
         authorizer.login(None, Vec::new(), browser.as_ref(), &show),
@@ -678,27 +688,13 @@ async fn logins_asked_for_at_once_make_one() {
 /// is waited for, so that it cannot write older tokens back over the login's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_login_waits_for_a_refresh_under_way_before_it_stores_tokens() {
-    use tether::auth::{AuthContext, Authorizer, Browser, FileTokenStore, TokenStore};
-    use tether::config::{ServerSpec, TransportSpec};
+    use tether::auth::{FileTokenStore, TokenStore};
 
     let oauth = OAuthServer::start("60").await;
-    let spec = ServerSpec::new(
-        "remote",
-        TransportSpec::Http {
-            url: format!("{}/mcp", oauth.base),
-            headers: Default::default(),
-            sse_fallback: false,
-        },
-    );
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(FileTokenStore::new(dir.path().join("auth")));
     let refreshing = store.lock("remote").unwrap().expect("a file store locks");
-    let context = AuthContext::new(store.clone());
-    let authorizer = Authorizer::for_server(&spec, Arc::new(context)).expect("an HTTP server");
-    let browser = Browser::new(vec![
-        env!("CARGO_BIN_EXE_conformance-client").to_string(),
-        "browse".to_string(),
-    ]);
+    let (authorizer, browser) = library_authorizer(&oauth, store.clone());
     let show = |_: &str| {};
     let login = authorizer.login(None, Vec::new(), browser.as_ref(), &show);
     let refresh_ends = async {

@@ -20,6 +20,7 @@ use rmcp::{
 };
 use serde_json::json;
 
+use crate::severity::severity;
 use crate::{
     content,
     state::{Shared, lock},
@@ -80,19 +81,6 @@ pub fn is_modern(context: &RequestContext<RoleServer>) -> bool {
     context
         .protocol_version()
         .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
-}
-
-fn severity(level: LoggingLevel) -> u8 {
-    match level {
-        LoggingLevel::Debug => 0,
-        LoggingLevel::Info => 1,
-        LoggingLevel::Notice => 2,
-        LoggingLevel::Warning => 3,
-        LoggingLevel::Error => 4,
-        LoggingLevel::Critical => 5,
-        LoggingLevel::Alert => 6,
-        LoggingLevel::Emergency => 7,
-    }
 }
 
 impl ServerHandler for Handler {

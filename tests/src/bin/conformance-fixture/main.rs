@@ -15,6 +15,8 @@ mod handler;
 mod http;
 mod media;
 mod mrtr;
+#[path = "../shared/severity.rs"]
+mod severity;
 mod state;
 mod tools;
 

@@ -21,6 +21,7 @@ use rmcp::{
 };
 use serde_json::{Map, Value};
 
+use crate::severity::severity;
 use crate::{
     cli::{Behaviour, Transport, exit_code},
     state::{self, StateDir},
@@ -370,19 +371,5 @@ fn parse_control(cli: &Behaviour, text: &str) -> Result<(Map<String, Value>, Beh
             Ok((map, settings))
         }
         _ => Err("not a JSON object".to_owned()),
-    }
-}
-
-/// RFC 5424 order, least severe first.
-fn severity(level: LoggingLevel) -> u8 {
-    match level {
-        LoggingLevel::Debug => 0,
-        LoggingLevel::Info => 1,
-        LoggingLevel::Notice => 2,
-        LoggingLevel::Warning => 3,
-        LoggingLevel::Error => 4,
-        LoggingLevel::Critical => 5,
-        LoggingLevel::Alert => 6,
-        LoggingLevel::Emergency => 7,
     }
 }

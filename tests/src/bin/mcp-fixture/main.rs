@@ -13,6 +13,8 @@ mod garbage;
 mod grandchild;
 mod handler;
 mod http;
+#[path = "../shared/severity.rs"]
+mod severity;
 mod sse;
 mod state;
 mod stdio;
