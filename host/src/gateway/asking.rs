@@ -147,14 +147,11 @@ impl Following {
         }
     }
 
-    /// From now on, to `call`'s request (`None`: to no request).
-    fn follow(&self, call: Option<&mut CallContext>) {
-        *self.lock() = match call {
-            Some(call) => Sinks {
-                progress: call.progress.take(),
-                log: call.log.take(),
-            },
-            None => Sinks::default(),
+    /// From now on, to `call`'s request.
+    fn follow(&self, call: &mut CallContext) {
+        *self.lock() = Sinks {
+            progress: call.progress.take(),
+            log: call.log.take(),
         };
     }
 }
@@ -308,7 +305,7 @@ impl Parking {
         }
         drop(parked);
         if let Some(following) = &asking.following {
-            following.follow(Some(call));
+            following.follow(call);
         }
         asking.answer(responses);
         Ok(asking)
@@ -364,10 +361,6 @@ impl Parking {
 
     /// Keeps the call running on its own under a fresh request state, and says what to ask.
     fn park(&self, mut asking: Asking) -> InputRequiredResult {
-        // Its request is answered with the request for input: nothing more goes to it.
-        if let Some(following) = &asking.following {
-            following.follow(None);
-        }
         if let Running::Here(call) = std::mem::replace(
             &mut asking.running,
             Running::Here(Box::pin(std::future::pending())),

@@ -4,22 +4,15 @@
 //! `subscriptions/listen` stream that wanted a resource's updates is gone, the server is
 //! unsubscribed from it, whether the client unsubscribed first or not.
 
-use std::sync::Arc;
-
-use crate::catalog::UriRoute;
-use crate::supervisor::Supervisor;
-
-use super::downstream::Downstream;
-use super::log_levels::LogLevels;
+use super::Gateway;
 
 /// A downstream listener that is released when dropped: a session, once its last handle is
 /// gone (rmcp drops a session's handler when the session ends), or a listen stream.
 pub(super) struct Departure {
     listener: Listener,
-    supervisor: Supervisor,
-    downstream: Downstream,
-    /// For a session: the servers' log level may drop with it.
-    log_levels: Option<Arc<LogLevels>>,
+    /// A handle on the listener's session that carries no departure of its own (boxed: a
+    /// gateway holds its departure).
+    gateway: Box<Gateway>,
 }
 
 enum Listener {
@@ -28,83 +21,71 @@ enum Listener {
 }
 
 impl Departure {
-    pub(super) fn session(
-        session: u64,
-        supervisor: Supervisor,
-        downstream: Downstream,
-        log_levels: Arc<LogLevels>,
-    ) -> Self {
-        let listener = Listener::Session(session);
+    pub(super) fn session(gateway: &Gateway) -> Self {
         Self {
-            listener,
-            supervisor,
-            downstream,
-            log_levels: Some(log_levels),
+            listener: Listener::Session(gateway.session),
+            gateway: Box::new(gateway.same_session()),
         }
     }
 
-    pub(super) fn stream(id: u64, supervisor: Supervisor, downstream: Downstream) -> Self {
-        let listener = Listener::Stream(id);
+    pub(super) fn stream(id: u64, gateway: &Gateway) -> Self {
         Self {
-            listener,
-            supervisor,
-            downstream,
-            log_levels: None,
+            listener: Listener::Stream(id),
+            gateway: Box::new(gateway.same_session()),
         }
     }
 }
 
 impl Drop for Departure {
     fn drop(&mut self) {
+        let downstream = &self.gateway.downstream;
         let (unwanted, level_dropped) = match self.listener {
             Listener::Session(session) => {
-                let left = self.downstream.leave(session);
+                let left = downstream.leave(session);
                 (left.unwanted, left.level_dropped)
             }
-            Listener::Stream(id) => (self.downstream.remove_stream(id), false),
+            Listener::Stream(id) => (downstream.remove_stream(id), false),
         };
-        let relevel = (self.log_levels.take()).filter(|levels| level_dropped && levels.in_use());
-        if unwanted.is_empty() && relevel.is_none() {
+        // The servers' level may drop with a session that had set one.
+        let relevel = level_dropped && self.gateway.log_levels.in_use();
+        if unwanted.is_empty() && !relevel {
             return;
         }
         // Outside a runtime (the process is ending) the servers' sessions end too.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (supervisor, downstream) = (self.supervisor.clone(), self.downstream.clone());
+            let gateway = self.gateway.same_session();
             runtime.spawn(async move {
-                if let Some(levels) = relevel {
-                    levels.tell(&supervisor, &downstream, None).await;
+                if relevel {
+                    gateway.log_levels.tell(&gateway, None).await;
                 }
-                release(supervisor, downstream, unwanted).await;
+                gateway.release(unwanted).await;
             });
         }
     }
 }
 
-/// Unsubscribes each server from the URIs of `unwanted` it offers, unless a client wanted one
-/// again meanwhile. A server that is reconnecting needs nothing: its new session knows no
-/// subscriptions, and only the wanted ones are renewed on it.
-#[allow(deprecated)] // resources/unsubscribe is legacy-only, and legacy servers need it
-pub(super) async fn release(supervisor: Supervisor, downstream: Downstream, unwanted: Vec<String>) {
-    for uri in unwanted {
-        let UriRoute::Server(server) = supervisor.catalog().view().route_uri(&uri) else {
-            continue;
-        };
-        let Some((session, spec)) = supervisor
-            .shared
-            .session(&server)
-            .and_then(|lookup| lookup.current.map(|session| (session, lookup.spec)))
-            .filter(|(session, _)| session.is_alive() && session.offers_resource_subscriptions())
-        else {
-            continue;
-        };
-        if downstream.wanted(&uri) {
-            continue;
-        }
-        if let Err(failure) = session
-            .subscribe_resource(&uri, false, &spec.timeouts)
-            .await
-        {
-            tracing::debug!(%server, %uri, "unsubscribing upstream: {}", super::failure_words(&failure));
+impl Gateway {
+    /// Unsubscribes each server from the URIs of `unwanted` it offers, unless a client wanted
+    /// one again meanwhile. A server that is reconnecting needs nothing: its new session knows
+    /// no subscriptions, and only the wanted ones are renewed on it.
+    pub(super) async fn release(&self, unwanted: Vec<String>) {
+        for uri in unwanted {
+            let Ok(server) = self.route_uri(&uri, false) else {
+                continue;
+            };
+            if !self.offers_subscriptions(&server) || self.downstream.wanted(&uri) {
+                continue;
+            }
+            let Ok((session, spec)) = self.live_session(&server, "resources/unsubscribe") else {
+                continue;
+            };
+            if let Err(failure) = session
+                .subscribe_resource(&uri, false, &spec.timeouts)
+                .await
+            {
+                let why = super::failure_words(&failure);
+                tracing::debug!(%server, %uri, "unsubscribing upstream: {why}");
+            }
         }
     }
 }

@@ -14,10 +14,9 @@ use std::time::Duration;
 
 use rmcp::model::LoggingLevel;
 
-use crate::supervisor::Supervisor;
 use crate::upstream::Session;
 
-use super::downstream::Downstream;
+use super::Gateway;
 
 /// How long a server may take to answer `logging/setLevel`: a client's `setLevel` waits for
 /// the servers, and one busy or hung must not hold it (nor the next level) for a call's time.
@@ -41,12 +40,8 @@ impl LogLevels {
     /// Tells the servers (`only` one, or all) whose live session was not told the most
     /// verbose level the clients want now. Errors are logged: a server that cannot take the
     /// level still serves everything else.
-    pub(super) async fn tell(
-        &self,
-        supervisor: &Supervisor,
-        downstream: &Downstream,
-        only: Option<&str>,
-    ) {
+    pub(super) async fn tell(&self, gateway: &Gateway, only: Option<&str>) {
+        let (supervisor, downstream) = (&gateway.supervisor, &gateway.downstream);
         let mut told = self.told.lock().await;
         let Some(wanted) = downstream.most_verbose_level() else {
             return;

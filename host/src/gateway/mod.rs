@@ -78,12 +78,12 @@ pub struct Gateway {
 impl Clone for Gateway {
     /// A clone serves a new downstream session (rmcp's HTTP service clones per session).
     fn clone(&self) -> Self {
-        let session = self.sessions.fetch_add(1, Ordering::Relaxed);
-        Self {
-            session,
-            _departure: Some(self.departure_of(session)),
+        let mut clone = Self {
+            session: self.sessions.fetch_add(1, Ordering::Relaxed),
             ..self.same_session()
-        }
+        };
+        clone._departure = Some(departure::Departure::session(&clone));
+        clone
     }
 }
 
@@ -167,12 +167,6 @@ impl Gateway {
         (gateway, task)
     }
 
-    /// What dropping the handle rmcp serves `session` with releases.
-    fn departure_of(&self, session: u64) -> departure::Departure {
-        let (supervisor, downstream) = (self.supervisor.clone(), self.downstream.clone());
-        departure::Departure::session(session, supervisor, downstream, self.log_levels.clone())
-    }
-
     /// After a server's publication changed (`None`: any server's), tells a new session the
     /// log level clients want, if any client set one.
     fn relevel(&self, server: Option<String>) {
@@ -181,10 +175,8 @@ impl Gateway {
         }
         let gateway = self.same_session();
         tokio::spawn(async move {
-            let (levels, supervisor) = (&gateway.log_levels, &gateway.supervisor);
-            levels
-                .tell(supervisor, &gateway.downstream, server.as_deref())
-                .await;
+            let only = server.as_deref();
+            gateway.log_levels.tell(&gateway, only).await;
         });
     }
 
@@ -738,8 +730,7 @@ impl ServerHandler for Gateway {
             let id = self
                 .downstream
                 .add_stream(context.sink().clone(), accepted.clone());
-            let _departure =
-                departure::Departure::stream(id, self.supervisor.clone(), self.downstream.clone());
+            let _departure = departure::Departure::stream(id, self);
             for uri in accepted.resource_subscriptions.iter().flatten() {
                 if let Ok(server) = self.route_uri(uri, true)
                     && let Err(error) = self
@@ -1085,8 +1076,7 @@ impl ServerHandler for Gateway {
                 .await;
             if subscribed.is_err() {
                 let unwanted = self.downstream.unsubscribe(self.session, &request.uri);
-                let (supervisor, downstream) = (self.supervisor.clone(), self.downstream.clone());
-                departure::release(supervisor, downstream, unwanted).await;
+                self.release(unwanted).await;
             }
             subscribed
         })
@@ -1103,8 +1093,7 @@ impl ServerHandler for Gateway {
             let _ = context;
             // What nobody else wants: the servers may stop sending its updates.
             let unwanted = self.downstream.unsubscribe(self.session, &request.uri);
-            let (supervisor, downstream) = (self.supervisor.clone(), self.downstream.clone());
-            departure::release(supervisor, downstream, unwanted).await;
+            self.release(unwanted).await;
             Ok(())
         })
         .await
@@ -1118,8 +1107,7 @@ impl ServerHandler for Gateway {
     ) -> Result<(), McpError> {
         if self.downstream.set_log_level(self.session, request.level) {
             // As a server's own client's would, the level reaches the servers before the answer.
-            let (levels, supervisor) = (&self.log_levels, &self.supervisor);
-            levels.tell(supervisor, &self.downstream, None).await;
+            self.log_levels.tell(self, None).await;
             Ok(())
         } else {
             Err(McpError::invalid_request(

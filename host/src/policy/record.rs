@@ -213,9 +213,8 @@ mod tests {
 
     #[test]
     fn one_recorder_a_file_and_the_second_is_refused_without_harm() {
-        let dir = std::env::temp_dir().join(format!("tether-record-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         let path = dir.join("run.jsonl");
         let mut first = Recorder::create(&path).unwrap();
         first.write(Record::Settings {
@@ -244,6 +243,5 @@ mod tests {
         // Not a file: written to as it is, by as many as want to.
         let _sink = Recorder::create(Path::new("/dev/null")).unwrap();
         Recorder::create(Path::new("/dev/null")).expect("a device is not locked");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

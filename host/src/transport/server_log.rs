@@ -200,9 +200,9 @@ mod tests {
     /// a full log is moved aside when the server starts again.
     #[test]
     fn a_log_never_takes_more_than_twice_its_limit() {
-        let dir = std::env::temp_dir().join(format!("tether-server-log-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let log = ServerLog::open_with_limit("s", "/usr/bin/srv", 2, &dir, 1024).unwrap();
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
+        let log = ServerLog::open_with_limit("s", "/usr/bin/srv", 2, dir, 1024).unwrap();
         let mut server = log.for_child().unwrap();
         assert!(!log.rotate_if_full().unwrap(), "under the limit");
         for line in 0..100 {
@@ -224,7 +224,7 @@ mod tests {
             writeln!(server, "more of the server's chatter").unwrap();
         }
         drop((server, log));
-        let restarted = ServerLog::open_with_limit("s", "/usr/bin/srv", 2, &dir, 1024).unwrap();
+        let restarted = ServerLog::open_with_limit("s", "/usr/bin/srv", 2, dir, 1024).unwrap();
         let moved = std::fs::read_to_string(dir.join("s.log.1")).unwrap();
         assert!(
             moved.len() == 1024 && moved.ends_with("more of the server's chatter\n"),
@@ -245,23 +245,21 @@ mod tests {
         assert!(!emptied.contains("chatter"), "{emptied}");
         assert_eq!(std::fs::read_to_string(dir.join("s.log.1")).unwrap(), moved);
         drop(restarted);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A full disk, or a `.1` that cannot be replaced: the log is emptied all the same, and a
     /// server still starts.
     #[test]
     fn a_log_whose_tail_cannot_be_kept_is_emptied() {
-        let dir = std::env::temp_dir().join(format!("tether-server-log-full-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         std::fs::create_dir_all(dir.join("s.log.1")).unwrap();
         std::fs::write(dir.join("s.log"), "x".repeat(2048)).unwrap();
-        let log = ServerLog::open_with_limit("s", "srv", 0, &dir, 1024).expect("starts");
+        let log = ServerLog::open_with_limit("s", "srv", 0, dir, 1024).expect("starts");
         let current = std::fs::read_to_string(dir.join("s.log")).unwrap();
         assert!(current.contains("reached its limit and was emptied"), "{current}");
         assert!(!current.contains("xxx"), "{current}");
         assert!(current.contains("tether starting s"), "{current}");
         drop(log);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
