@@ -12,6 +12,8 @@ the wiring and a control surface:
 
   POST /control/revoke  revoke every access and refresh token issued so far -> {"revoked": n}
   GET  /control/stats   counters (see Provider.stats)
+  POST /control/bare-401 {"on": bool}  while on, every MCP request is answered 401 with no
+                        challenge (no WWW-Authenticate), as some gateways in front of servers do
 
 /authorize approves at once: it redirects to the client's redirect_uri with code and state.
 Prints `listening http://127.0.0.1:PORT` on stdout once it accepts connections; logs go to stderr.
@@ -99,6 +101,7 @@ class Provider:
         # access token -> (AccessToken, exact deadline); AccessToken.expires_at is whole seconds only.
         self.access: OrderedDict[str, tuple[AccessToken, float]] = OrderedDict()
         self.refresh: OrderedDict[str, RefreshToken] = OrderedDict()
+        self.bare_401 = False
         self.stats = {
             "registrations": 0,
             "authorizations": 0,
@@ -272,6 +275,11 @@ def build(port: int, scopes: list[str], token_lifetime: float, path: str) -> tup
         log.info("control: revoked %d tokens", n)
         return JSONResponse({"revoked": n})
 
+    @mcp.custom_route("/control/bare-401", methods=["POST"])
+    async def control_bare_401(request: Request) -> JSONResponse:
+        provider.bare_401 = bool((await request.json())["on"])
+        return JSONResponse({"on": provider.bare_401})
+
     @mcp.custom_route("/control/stats", methods=["GET"])
     async def control_stats(request: Request) -> JSONResponse:
         return JSONResponse(provider.snapshot())
@@ -279,8 +287,23 @@ def build(port: int, scopes: list[str], token_lifetime: float, path: str) -> tup
     return mcp, provider
 
 
-async def serve(sock: socket.socket, mcp: FastMCP, port: int, sse: bool) -> None:
+class BareUnauthorized:
+    """While the provider's `bare_401` is on, answers MCP requests 401 with no challenge."""
+
+    def __init__(self, app, provider: Provider, paths: tuple[str, ...]):
+        self.app, self.provider, self.paths = app, provider, paths
+
+    async def __call__(self, scope, receive, send):
+        if self.provider.bare_401 and scope["type"] == "http" and scope["path"].startswith(self.paths):
+            await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"unauthorized"})
+            return
+        await self.app(scope, receive, send)
+
+
+async def serve(sock: socket.socket, mcp: FastMCP, provider: Provider, port: int, sse: bool) -> None:
     app = mcp.sse_app() if sse else mcp.streamable_http_app()
+    app = BareUnauthorized(app, provider, ("/sse", "/messages") if sse else ("/mcp",))
     config = uvicorn.Config(app, log_config=None, lifespan="on", timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -308,12 +331,12 @@ def main() -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
     port = sock.getsockname()[1]
-    mcp, _ = build(port, args.scopes.split(), args.token_lifetime, "/sse" if args.sse else "/mcp")
+    mcp, provider = build(port, args.scopes.split(), args.token_lifetime, "/sse" if args.sse else "/mcp")
 
     # uvicorn handles SIGTERM, then re-raises it under the handler that was there before; a
     # no-op one here makes that re-raise return, so the process exits 0 instead of dying by signal.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    asyncio.run(serve(sock, mcp, port, args.sse))
+    asyncio.run(serve(sock, mcp, provider, port, args.sse))
 
 
 if __name__ == "__main__":

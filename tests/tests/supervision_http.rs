@@ -279,6 +279,89 @@ async fn a_call_refused_before_it_ran_is_sent_again_whatever_the_tool() {
     }
 }
 
+/// A server (or a proxy in front of it) that fails one request with HTTP 500 keeps its session:
+/// a read-only call goes out once more on it and is answered, a call with side effects is
+/// answered as uncertain, and a call running on the session meanwhile is not lost to a
+/// reconnect. Over a 2025-11-25 session and on 2026-07-28.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_server_failed_keeps_the_session_and_the_calls_on_it() {
+    for (flags, protocol) in [
+        (&[][..], tether::config::ProtocolChoice::Legacy),
+        (&["--modern-only"][..], tether::config::ProtocolChoice::Auto),
+    ] {
+        let host = Host::fast();
+        let state = host.state_dir("web");
+        let server = HttpFixture::start("http", &state, "127.0.0.1:0", flags).await;
+        let mut spec = http_spec("web", format!("http://{}/mcp", server.addr), streamable());
+        spec.protocol = protocol;
+        host.supervisor.add_server(spec).unwrap();
+        wait_until("tools visible", || {
+            host.tools("web").contains(&"web__slow".to_string())
+        })
+        .await;
+        let (initializes, generation) =
+            (state.initializes(), host.supervisor.registry().generation());
+        // The fixture counts tool call POSTs from its start and fails those numbered up to
+        // `http_fail_calls`: the slow call's is the first.
+        let supervisor = host.supervisor.clone();
+        let slow = tokio::spawn(async move {
+            supervisor
+                .call_tool("web__slow", args(json!({"ms": 1500})))
+                .await
+        });
+        wait_until("the slow call runs", || state.calls_of("slow") == 1).await;
+
+        state.control(json!({"http_fail_calls": 2}));
+        let read = host
+            .supervisor
+            .call_tool("web__add", args(json!({"a": 2, "b": 3})))
+            .await
+            .unwrap();
+        assert_eq!(
+            text(&read),
+            "5",
+            "{flags:?}: sent once more on the session: {read:?}"
+        );
+
+        state.control(json!({"http_fail_calls": 4}));
+        let write = host
+            .supervisor
+            .call_tool("web__side_effect", args(json!({"label": "once"})))
+            .await
+            .unwrap();
+        let words = text(&write);
+        assert_eq!(write.is_error, Some(true), "{flags:?}: {words}");
+        assert!(
+            words.contains("HTTP 500") && words.contains("uncertain"),
+            "{flags:?}: {words}"
+        );
+        assert_eq!(
+            state.calls_of("side_effect"),
+            0,
+            "{flags:?}: never replayed"
+        );
+
+        let slow = slow.await.unwrap().unwrap();
+        assert_eq!(
+            text(&slow),
+            "slept 1500 ms",
+            "{flags:?}: the call on the session lived: {slow:?}"
+        );
+        assert_eq!(
+            state.initializes(),
+            initializes,
+            "{flags:?}: no new session"
+        );
+        assert_eq!(
+            host.supervisor.registry().generation(),
+            generation,
+            "{flags:?}: the tools stayed"
+        );
+        host.supervisor.shutdown().await;
+        server.kill().await;
+    }
+}
+
 /// One call the server never answers blocks neither the other calls nor the keepalive of the
 /// same session — on 2026-07-28, where each request is its own POST, and on a 2025-11-25
 /// session, where they share one. With JSON answers, the stuck POST gets not even headers.

@@ -370,8 +370,10 @@ impl<H: CallHost> Call<'_, H> {
             let result = target
                 .call(&route.tool.original, &mut arguments, &timeouts, &context)
                 .await;
-            let retry::Next::Again { report_loss } =
-                retry::after(&result, route.tool.read_only, tries, arguments.is_here())
+            let retry::Next::Again {
+                report_loss,
+                same_session,
+            } = retry::after(&result, route.tool.read_only, tries, arguments.is_here())
             else {
                 break (result, false);
             };
@@ -381,6 +383,11 @@ impl<H: CallHost> Call<'_, H> {
                 lost_before = true;
             } else {
                 RESENT.fetch_add(1, Ordering::Relaxed);
+            }
+            // The server failed only that request: the session stays, with the other calls on
+            // it (replacing it would lose theirs).
+            if same_session && target.is_alive() {
+                continue;
             }
             self.reconnect_if_current(&server, Some(&target), &sessions);
             match wait_for_fresh(sessions.clone(), Some(&target), timeouts.reconnect_wait).await {
@@ -604,6 +611,9 @@ fn outcome(result: &Result<CallToolResult, CallFailure>) -> CallOutcome {
         Err(CallFailure::Lost(fault) | CallFailure::NotSent(fault)) => {
             CallOutcome::TransportError(fault.clone())
         }
+        Err(CallFailure::HttpStatus(status)) => CallOutcome::TransportError(
+            Fault::TransportClosed(format!("the server answered the call with HTTP {status}")),
+        ),
         // The server answered: it works; the request was wrong.
         Err(CallFailure::Protocol(error)) => CallOutcome::ToolError(error.message.to_string()),
         // The server answered too; only its answer could not be taken.
@@ -699,6 +709,20 @@ fn answer(
         Err(CallFailure::NotSent(fault)) => refusal(format!(
             "Server \"{server}\" is reconnecting ({}); the call was not sent. Wait a few seconds and retry.",
             fault_words(&fault)
+        )),
+        Err(CallFailure::HttpStatus(status)) if retry::asks_for_time(status) => refusal(format!(
+            "Server \"{server}\" is too busy to take the call (HTTP {status}) and did not answer it; it most likely did not run. Wait a little before retrying{}.",
+            if read_only {
+                ""
+            } else {
+                "; the tool may have side effects, so check first that it did not run"
+            }
+        )),
+        Err(CallFailure::HttpStatus(status)) if read_only => refusal(format!(
+            "Server \"{server}\" failed the call with HTTP {status}. The tool is read-only: retrying later is safe."
+        )),
+        Err(CallFailure::HttpStatus(status)) => refusal(format!(
+            "Server \"{server}\" failed the call with HTTP {status}. The call may or may not have run: the outcome is uncertain. Do not retry it blindly; check its effect first."
         )),
         Err(CallFailure::Protocol(error)) => refusal(format!(
             "Server \"{server}\" rejected the call: {}. Fix the arguments before retrying.",

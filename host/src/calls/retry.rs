@@ -11,10 +11,14 @@ const MAX_TRIES: u32 = 2;
 pub(crate) enum Next {
     /// Answer the caller with this try's result.
     Answer,
-    /// Send the call again, on a session opened after this try's. `report_loss`: this try
-    /// reached the server and was lost, so the policy hears of it first (it counts as a
-    /// failure) and the new try is a new call.
-    Again { report_loss: bool },
+    /// Send the call again. `report_loss`: this try reached the server and was lost, so the
+    /// policy hears of it first (it counts as a failure) and the new try is a new call.
+    /// `same_session`: the server failed only this request and the session lives on, so the
+    /// new try goes to it; otherwise to a session opened after this try's.
+    Again {
+        report_loss: bool,
+        same_session: bool,
+    },
 }
 
 /// Whether another try may follow the `tries`-th (1-based).
@@ -36,13 +40,33 @@ pub(crate) fn after<T>(
     }
     match result {
         // It never left: it certainly did not run, whatever the tool does.
-        Err(CallFailure::NotSent(_)) => Next::Again { report_loss: false },
+        Err(CallFailure::NotSent(_)) => Next::Again {
+            report_loss: false,
+            same_session: false,
+        },
         // It may have run: only a tool without side effects may run twice.
-        Err(CallFailure::Lost(_)) if read_only => Next::Again { report_loss: true },
+        Err(CallFailure::Lost(_)) if read_only => Next::Again {
+            report_loss: true,
+            same_session: false,
+        },
+        // The server failed this request and the session lives on: the session is kept (other
+        // calls run on it), unless the server asked for time (429, 503), which an immediate
+        // second try would not give it.
+        Err(CallFailure::HttpStatus(status)) if read_only && !asks_for_time(*status) => {
+            Next::Again {
+                report_loss: true,
+                same_session: true,
+            }
+        }
         // Answered, timed out (it may still be running), refused, too large, cancelled, or
         // lost with side effects possible: the caller decides.
         _ => Next::Answer,
     }
+}
+
+/// Whether an HTTP error status asks the client to come back later rather than at once.
+pub(crate) fn asks_for_time(status: u16) -> bool {
+    matches!(status, 429 | 503)
 }
 
 #[cfg(test)]
@@ -59,19 +83,32 @@ mod tests {
         Err(CallFailure::NotSent(Fault::TransportClosed("gone".into())))
     }
 
+    fn failed(status: u16) -> Result<(), CallFailure> {
+        Err(CallFailure::HttpStatus(status))
+    }
+
     #[test]
     fn a_call_that_never_left_goes_out_once_more_for_any_tool() {
         for read_only in [false, true] {
             assert_eq!(
                 after(&not_sent(), read_only, 1, true),
-                Next::Again { report_loss: false }
+                Next::Again {
+                    report_loss: false,
+                    same_session: false
+                }
             );
         }
     }
 
     #[test]
     fn a_lost_call_is_repeated_only_for_a_read_only_tool_and_counted_first() {
-        assert_eq!(after(&lost(), true, 1, true), Next::Again { report_loss: true });
+        assert_eq!(
+            after(&lost(), true, 1, true),
+            Next::Again {
+                report_loss: true,
+                same_session: false
+            }
+        );
         assert_eq!(
             after(&lost(), false, 1, true),
             Next::Answer,
@@ -88,6 +125,29 @@ mod tests {
             for read_only in [false, true] {
                 assert_eq!(after(&result, read_only, 1, true), Next::Answer);
             }
+        }
+    }
+
+    #[test]
+    fn a_request_the_server_failed_is_repeated_on_its_session_unless_it_asked_for_time() {
+        for status in [500, 502, 504, 408, 425] {
+            assert_eq!(
+                after(&failed(status), true, 1, true),
+                Next::Again {
+                    report_loss: true,
+                    same_session: true
+                },
+                "HTTP {status}"
+            );
+            assert_eq!(
+                after(&failed(status), false, 1, true),
+                Next::Answer,
+                "never replay an uncertain call (HTTP {status})"
+            );
+            assert_eq!(after(&failed(status), true, 2, true), Next::Answer);
+        }
+        for status in [429, 503] {
+            assert_eq!(after(&failed(status), true, 1, true), Next::Answer);
         }
     }
 

@@ -397,6 +397,58 @@ async fn a_lost_call_is_repeated_only_for_a_read_only_tool_and_its_loss_is_repor
     assert_eq!((first.tries(), second.tries()), (1, 0));
 }
 
+/// A server that failed one request with an HTTP error keeps its session: a read-only call goes
+/// out again on it at once, no reconnect is asked for (the other calls on the session live on),
+/// and the failure still counts.
+#[tokio::test(start_paused = true)]
+async fn a_request_the_server_failed_is_repeated_on_its_own_session_without_a_reconnect() {
+    let failed = |status| Err(CallFailure::HttpStatus(status));
+    let session = FakeSession::new(vec![failed(500)]);
+    let host = FakeHost::new(session.clone(), Vec::new());
+    let calls = Calls::default();
+    let started = Instant::now();
+    let result = call(&calls, &host, "svc__read").await;
+    assert_eq!(text(&result.unwrap()), "done");
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    assert_eq!(session.tries(), 2);
+    assert_eq!(host.reconnects(), 0);
+    let reports = host.reports();
+    assert_eq!(reports.len(), 2);
+    assert!(matches!(&reports[0].outcome, CallOutcome::TransportError(fault) if fault.to_string().contains("HTTP 500")));
+    assert_eq!(reports[1].outcome, CallOutcome::Ok);
+
+    // With side effects possible: answered, uncertain, on the session it failed on.
+    let session = FakeSession::new(vec![failed(502)]);
+    let host = FakeHost::new(session.clone(), Vec::new());
+    let words = text(&call(&calls, &host, "svc__write").await.unwrap());
+    assert!(words.contains("HTTP 502") && words.contains("uncertain"), "{words}");
+    assert_eq!((session.tries(), host.reconnects()), (1, 0));
+
+    // A server that asks for time is not asked again at once, and nothing is reconnected.
+    let session = FakeSession::new(vec![failed(429)]);
+    let host = FakeHost::new(session.clone(), Vec::new());
+    let words = text(&call(&calls, &host, "svc__read").await.unwrap());
+    assert!(words.contains("HTTP 429") && words.contains("Wait"), "{words}");
+    assert_eq!((session.tries(), host.reconnects()), (1, 0));
+
+    // The session ended during the try: the second waits for a fresh one, as after a loss.
+    let first = FakeSession::slow(vec![failed(500)], Duration::from_millis(100));
+    let host = FakeHost::new(first.clone(), Vec::new());
+    let second = FakeSession::new(Vec::new());
+    let publish = {
+        let (host, first, second) = (host.clone(), first.clone(), second.clone());
+        async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            first.alive.store(false, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            host.replace(second);
+        }
+    };
+    let (result, ()) = tokio::join!(call(&calls, &host, "svc__read"), publish);
+    assert_eq!(text(&result.unwrap()), "done");
+    assert_eq!((first.tries(), second.tries()), (1, 1));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_drain_waits_for_the_calls_in_flight_and_refuses_new_ones() {
     let session = FakeSession::slow(Vec::new(), Duration::from_secs(5));

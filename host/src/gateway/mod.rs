@@ -523,6 +523,7 @@ fn failure_words(failure: &CallFailure) -> String {
         ),
         CallFailure::Lost(fault) => format!("the connection was lost ({fault})"),
         CallFailure::NotSent(fault) => format!("not sent, the server is reconnecting ({fault})"),
+        CallFailure::HttpStatus(status) => format!("the server answered HTTP {status}"),
         CallFailure::Protocol(error) => error.message.to_string(),
         CallFailure::TooLarge { limit, .. } => format!(
             "the answer is larger than max_message ({})",

@@ -187,6 +187,21 @@ pub fn not_delivered(error: &ServiceError) -> bool {
     }
 }
 
+/// The status of a request the server (or a proxy in front of it) answered with an HTTP error
+/// that concerns that request, not the session: 408, 425, 429 and 5xx. The session lives on; a
+/// session the server forgot is a 404 (or a 400 from some SDKs), and those never ran.
+pub fn failed_status(error: &ServiceError) -> Option<u16> {
+    let ServiceError::TransportSend(error) = error else {
+        return None;
+    };
+    let status = match find_http_error(error.error.as_ref()) {
+        Some(Found::Streamable(StreamableHttpError::Client(HttpError::Status(status))))
+        | Some(Found::Plain(HttpError::Status(status))) => *status,
+        _ => return None,
+    };
+    matches!(status, 408 | 425 | 429 | 500..=599).then_some(status)
+}
+
 enum Found<'a> {
     Streamable(&'a StreamableHttpError<HttpError>),
     Plain(&'a HttpError),

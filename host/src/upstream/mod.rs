@@ -476,6 +476,9 @@ pub enum CallFailure {
     Lost(Fault),
     /// The request never left (no live session): it certainly did not run.
     NotSent(Fault),
+    /// The server, or a proxy in front of it, answered this one request with an HTTP error
+    /// status (5xx, 408, 425, 429): the call may or may not have run, and the session lives on.
+    HttpStatus(u16),
     /// The server answered with a JSON-RPC error (e.g. unknown tool, invalid params).
     Protocol(ErrorData),
     /// The server answered, but the answer was larger than `max_message` (its size in bytes
@@ -1093,7 +1096,10 @@ impl Session {
             Err(error) if self.never_ran(&error) => Err(CallFailure::NotSent(
                 self.request_fault(method, error).await,
             )),
-            Err(error) => Err(CallFailure::Lost(self.request_fault(method, error).await)),
+            Err(error) => match self.failed_status(&error) {
+                Some(status) => Err(CallFailure::HttpStatus(status)),
+                None => Err(CallFailure::Lost(self.request_fault(method, error).await)),
+            },
         }
     }
 
@@ -1129,6 +1135,15 @@ impl Session {
         match self.transport {
             TransportKind::Stdio => matches!(error, ServiceError::TransportSend(_)),
             _ => http::not_delivered(error),
+        }
+    }
+
+    /// The HTTP status a request failed with when it says the server failed that request, not
+    /// the session ([`http::failed_status`]); never on stdio.
+    fn failed_status(&self, error: &ServiceError) -> Option<u16> {
+        match self.transport {
+            TransportKind::Stdio => None,
+            _ => http::failed_status(error),
         }
     }
 

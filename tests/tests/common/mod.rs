@@ -157,6 +157,11 @@ impl StateDir {
         self.counter("starts")
     }
 
+    /// `initialize` requests seen, across restarts (failed ones too).
+    pub fn initializes(&self) -> u64 {
+        self.counter("initializes")
+    }
+
     pub fn pid(&self) -> Option<u32> {
         std::fs::read_to_string(self.0.join("pid"))
             .ok()?

@@ -73,6 +73,18 @@ impl OAuthServer {
             .expect("stats are JSON")
     }
 
+    /// While `on`, the server answers MCP requests 401 with no challenge.
+    async fn bare_401(&self, on: bool) {
+        let answer = self
+            .http
+            .post(format!("{}/control/bare-401", self.base))
+            .json(&json!({"on": on}))
+            .send()
+            .await
+            .expect("bare-401");
+        assert!(answer.status().is_success());
+    }
+
     async fn revoke(&self) -> u64 {
         let answer: Value = self
             .http
@@ -403,6 +415,40 @@ async fn a_server_behind_oauth_stays_connected_across_refreshes_and_revives_afte
     let stats = oauth.stats().await;
     assert_eq!(stats["registrations"], 2, "{stats}");
     calls_across_refreshes(&oauth, &client, &gateway, 2).await;
+
+    // The server (or a gateway in front of it) answers 401 with no challenge: the agent's call
+    // and the status still say which login helps, and one revives the server.
+    oauth.bare_401(true).await;
+    let refused = echo(&client, "bare").await;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|words| words.contains("tether auth login remote")),
+        "{refused:?}\n{}",
+        gateway.stderr.lock().unwrap()
+    );
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let view = machine.server_status().await;
+        if view["last_fault"]
+            .as_str()
+            .is_some_and(|fault| fault.contains("tether auth login remote"))
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the fault names the login: {view}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    oauth.bare_401(false).await;
+    machine.login().await;
+    wait_for_tools(&client, "remote's tools are back after the bare 401", |t| {
+        t.contains(&"remote__echo".to_string())
+    })
+    .await;
+    assert_eq!(echo(&client, "again").await, Ok("again".to_string()));
 
     // Nothing secret reached the gateway's log.
     let log = gateway.stderr.lock().unwrap().clone();

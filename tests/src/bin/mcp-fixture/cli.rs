@@ -157,6 +157,13 @@ pub struct Behaviour {
     /// has (see garbage.rs). The caller must time out or fail the call cleanly.
     #[arg(long)]
     pub garbage: bool,
+    /// Streamable HTTP: answer the first K `tools/call` POSTs of this process with HTTP
+    /// `http_fail_status` without running them; the session lives on.
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub http_fail_calls: u64,
+    /// The status `http_fail_calls` answers with (default 500).
+    #[arg(long, value_name = "STATUS")]
+    pub http_fail_status: Option<u16>,
     /// Streamable HTTP answer to an unknown session id.
     #[arg(long, value_enum, default_value = "404")]
     pub http_unknown_session: UnknownSession,

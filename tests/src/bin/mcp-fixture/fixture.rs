@@ -41,6 +41,8 @@ pub struct Fixture {
     control: Mutex<ControlCache>,
     started: Instant,
     calls: AtomicU64,
+    /// `tools/call` POSTs seen, for `http_fail_calls`.
+    posted_calls: AtomicU64,
     exit_armed: AtomicBool,
     peers: Mutex<Vec<Peer<RoleServer>>>,
     /// Sessions subscribed to a resource URI.
@@ -79,6 +81,7 @@ impl Fixture {
             control: Mutex::new(ControlCache::default()),
             started: Instant::now(),
             calls: AtomicU64::new(0),
+            posted_calls: AtomicU64::new(0),
             exit_armed: AtomicBool::new(false),
             peers: Mutex::new(Vec::new()),
             subscribers: Mutex::new(Vec::new()),
@@ -128,6 +131,14 @@ impl Fixture {
             }
         };
         count > self.settings().fail_initializes
+    }
+
+    /// The status a `tools/call` POST is failed with instead of run, when `http_fail_calls`
+    /// says this one fails.
+    pub fn fails_posted_call(&self) -> Option<u16> {
+        let settings = self.settings();
+        let seen = self.posted_calls.fetch_add(1, Ordering::SeqCst);
+        (seen < settings.http_fail_calls).then(|| settings.http_fail_status.unwrap_or(500))
     }
 
     /// Numbers an executed call (1 for this process's first).

@@ -1,6 +1,6 @@
 //! Streamable HTTP at `/mcp`: rmcp's `StreamableHttpService` under axum, behind a guard that
-//! injects the HTTP-level faults rmcp would never produce (500 on initialize, 400 without an
-//! id for an unknown session).
+//! injects the HTTP-level faults rmcp would never produce (500 on initialize, an error status
+//! for a tool call on a live session, 400 without an id for an unknown session).
 
 use std::{io::Write, net::SocketAddr, sync::Arc};
 
@@ -115,17 +115,28 @@ async fn guard(State(guard): State<Guard>, request: Request, next: Next) -> Resp
         )
             .into_response();
     }
+    if is_request(&bytes, "tools/call")
+        && let Some(status) = guard.fixture.fails_posted_call()
+    {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return (status, "fixture: failing the call").into_response();
+    }
     crate::garbage::forward(&settings, parts, bytes, next).await
 }
 
 /// Whether a JSON-RPC body is (or, batched, contains) an `initialize` request.
 pub fn is_initialize(body: &[u8]) -> bool {
-    let is_init = |message: &serde_json::Value| {
-        message.get("method").and_then(|m| m.as_str()) == Some("initialize")
+    is_request(body, "initialize")
+}
+
+/// Whether a JSON-RPC body is (or, batched, contains) a `method` request.
+fn is_request(body: &[u8], method: &str) -> bool {
+    let is = |message: &serde_json::Value| {
+        message.get("method").and_then(|m| m.as_str()) == Some(method)
     };
     match serde_json::from_slice::<serde_json::Value>(body) {
-        Ok(serde_json::Value::Array(batch)) => batch.iter().any(is_init),
-        Ok(message) => is_init(&message),
+        Ok(serde_json::Value::Array(batch)) => batch.iter().any(is),
+        Ok(message) => is(&message),
         Err(_) => false,
     }
 }
