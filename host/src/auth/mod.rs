@@ -39,7 +39,7 @@ pub use login::{Browser, RedirectError};
 pub use store::{FileTokenStore, MemoryTokenStore, TokenStore};
 use store::{Record, ServerTokens};
 
-use crate::config::{Grant, OAuthConfig, ServerSpec};
+use crate::config::{Grant, OAuthConfig, ServerSpec, secure_enough};
 use crate::transport::post::Posting;
 use crate::transport::tls;
 
@@ -151,6 +151,8 @@ pub struct Authorizer {
     /// Tokens obtained in this process (logins and client-credentials grants): a request for
     /// tokens that waited while another obtained ones that will do takes those.
     grants: AtomicU64,
+    /// Whether the operator was told that the server gets its tokens over plain http.
+    warned_in_clear: AtomicBool,
 }
 
 /// How long a request that met a 401 waits for the login the gateway opened: a browser that
@@ -164,23 +166,6 @@ fn now_secs() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or_default()
-}
-
-/// Whether `url` may be used for a token or a login: https, or http on loopback.
-fn secure_enough(url: &str) -> bool {
-    let Ok(url) = url::Url::parse(url) else {
-        return false;
-    };
-    match url.scheme() {
-        "https" => true,
-        "http" => match url.host() {
-            Some(url::Host::Domain(host)) => host.eq_ignore_ascii_case("localhost"),
-            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-            None => false,
-        },
-        _ => false,
-    }
 }
 
 /// The first endpoint of `metadata` that is neither https nor loopback, by its field name.
@@ -217,6 +202,7 @@ impl Authorizer {
             auto_login_spent: AtomicBool::new(false),
             login_lock: tokio::sync::Mutex::new(()),
             grants: AtomicU64::new(0),
+            warned_in_clear: AtomicBool::new(false),
         }))
     }
 
@@ -275,7 +261,11 @@ impl Authorizer {
     pub(crate) async fn client(&self, http: Posting) -> Result<AuthClient<Posting>, String> {
         let mut signer = self.signer().await?;
         signer.http_client = http;
-        if let Ok(Some(record)) = self.tokens.record()
+        let record = self.tokens.record().ok().flatten();
+        if record.is_some() {
+            self.warn_if_in_clear();
+        }
+        if let Some(record) = record
             && let Some(credentials) = &record.credentials
         {
             // A configured client ID wins: tokens of another client then cannot be refreshed
@@ -294,6 +284,18 @@ impl Authorizer {
             }
         }
         Ok(signer)
+    }
+
+    /// Tokens sent to a plain-http server off loopback cross the network readable. They are
+    /// sent (the server works as it would without Tether), and the operator is told once.
+    fn warn_if_in_clear(&self) {
+        if !secure_enough(&self.endpoint) && !self.warned_in_clear.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                server = %self.server,
+                "OAuth access tokens go to {} over plain http, readable on the network: serve it over https",
+                self.endpoint
+            );
+        }
     }
 
     fn prepared_client(&self) -> Option<String> {

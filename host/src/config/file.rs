@@ -717,6 +717,12 @@ impl<'a> Loader<'a> {
         };
         if kind != Kind::Stdio {
             spec.oauth = self.oauth(name, t)?;
+            if spec.oauth.is_some() && spec.url().is_some_and(|url| !super::secure_enough(url)) {
+                self.warn(format!(
+                    "server `{name}` uses `oauth` over plain http off loopback: its access tokens \
+                     cross the network readable (they are sent, as without Tether); serve it over https"
+                ));
+            }
         }
         if spec.protocol == ProtocolChoice::Modern && kind == Kind::Sse {
             return Err(self.invalid(

@@ -322,3 +322,20 @@ impl ServerSpec {
             .max(Timeouts::KEEPALIVE_FLOOR)
     }
 }
+
+/// Whether credentials may be sent to `url`: https, or http on loopback.
+pub(crate) fn secure_enough(url: &str) -> bool {
+    let Ok(url) = url::Url::parse(url) else {
+        return false;
+    };
+    match url.scheme() {
+        "https" => true,
+        "http" => match url.host() {
+            Some(url::Host::Domain(host)) => host.eq_ignore_ascii_case("localhost"),
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            None => false,
+        },
+        _ => false,
+    }
+}

@@ -47,7 +47,7 @@ mod task;
 // in virtual time), not part of the API (its types come from the hidden `upstream` module).
 #[doc(hidden)]
 pub use connector::{Connector, Link, Upstream};
-#[cfg(any(test, feature = "test-support"))]
+#[cfg(feature = "test-support")]
 #[doc(hidden)]
 pub use connector::{Attempt, OpenRequest, Opened};
 use task::{Command, ServerTask};

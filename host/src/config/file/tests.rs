@@ -1119,6 +1119,21 @@ fn an_oauth_table_configures_how_tether_authorizes_and_never_shows_its_secret() 
     assert_eq!(oauth.scopes, ["mcp:basic"]);
     assert_eq!(oauth.grant, Grant::AuthorizationCode);
 
+    // Tokens over plain http off loopback are sent (as without Tether), with a warning naming
+    // the server; on loopback, nothing to say.
+    let config = toml(
+        "[servers.far]\nurl = \"http://mcp.example:8080/mcp\"\noauth = {}\n\
+         [servers.near]\nurl = \"http://127.0.0.1:8080/mcp\"\noauth = {}\n",
+    )
+    .unwrap();
+    assert_eq!(config.servers.len(), 2);
+    assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+    let warning = &config.warnings[0];
+    assert!(
+        warning.contains("server `far`") && warning.contains("plain http"),
+        "{warning}"
+    );
+
     for (oauth, key) in [
         (r#"{"grant": "password"}"#, "oauth.grant"),
         (
