@@ -151,7 +151,8 @@ pub struct Authorizer {
     /// Tokens obtained in this process (logins and client-credentials grants): a request for
     /// tokens that waited while another obtained ones that will do takes those.
     grants: AtomicU64,
-    /// Whether the operator was told that the server gets its tokens over plain http.
+    /// Whether the operator was told that the server gets its tokens over plain http (set
+    /// from the start when it does not).
     warned_in_clear: AtomicBool,
 }
 
@@ -202,7 +203,8 @@ impl Authorizer {
             auto_login_spent: AtomicBool::new(false),
             login_lock: tokio::sync::Mutex::new(()),
             grants: AtomicU64::new(0),
-            warned_in_clear: AtomicBool::new(false),
+            // Nothing to warn of for https or loopback: as if already warned.
+            warned_in_clear: AtomicBool::new(secure_enough(spec.url()?)),
         }))
     }
 
@@ -252,6 +254,7 @@ impl Authorizer {
     /// what is needed).
     pub(crate) async fn access_token(&self) -> Option<reqwest::header::HeaderValue> {
         let token = self.signer().await.ok()?.get_access_token().await.ok()?;
+        self.warn_if_in_clear();
         reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).ok()
     }
 
@@ -287,13 +290,17 @@ impl Authorizer {
     }
 
     /// Tokens sent to a plain-http server off loopback cross the network readable. They are
-    /// sent (the server works as it would without Tether), and the operator is told once.
+    /// sent (the server works as it would without Tether), and the operator is told once,
+    /// with the server's host only (its URL may carry secrets).
     fn warn_if_in_clear(&self) {
-        if !secure_enough(&self.endpoint) && !self.warned_in_clear.swap(true, Ordering::Relaxed) {
+        if !self.warned_in_clear.load(Ordering::Relaxed)
+            && !self.warned_in_clear.swap(true, Ordering::Relaxed)
+        {
+            let url = url::Url::parse(&self.endpoint).ok();
+            let host = url.as_ref().and_then(url::Url::host_str).unwrap_or("?");
             tracing::warn!(
                 server = %self.server,
-                "OAuth access tokens go to {} over plain http, readable on the network: serve it over https",
-                self.endpoint
+                "OAuth access tokens go to {host} over plain http, readable on the network: serve it over https"
             );
         }
     }
@@ -771,6 +778,7 @@ impl Authorizer {
             .map(|credentials| credentials.client_id);
         self.set_prepared_client(client_id);
         self.grants.fetch_add(1, Ordering::AcqRel);
+        self.warn_if_in_clear();
     }
 
     /// What was granted since `before` (a count of `grants`), if it holds every scope asked

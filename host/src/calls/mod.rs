@@ -360,8 +360,11 @@ impl<H: CallHost> Call<'_, H> {
         let mut target = first;
         let mut id = call_id;
         let mut tries = 0;
-        // Whether an earlier try reached the server and was lost (and was reported).
-        let mut lost_before = false;
+        // What happened to an earlier try that reached the server (and was reported), in words
+        // for the caller: lost, or failed by the server.
+        let mut lost_before: Option<String> = None;
+        // Whether this try goes to the session the previous one failed on.
+        let mut on_same_session = false;
         // A try takes the arguments (rmcp's request owns them) and gets them back from its
         // transport if it fails: no try copies them.
         let mut arguments = CallArguments::new(arguments);
@@ -370,6 +373,9 @@ impl<H: CallHost> Call<'_, H> {
             let result = target
                 .call(&route.tool.original, &mut arguments, &timeouts, &context)
                 .await;
+            if !retry::counts(&result, on_same_session) {
+                tries -= 1;
+            }
             let retry::Next::Again {
                 report_loss,
                 same_session,
@@ -380,13 +386,19 @@ impl<H: CallHost> Call<'_, H> {
             if report_loss {
                 self.report_result(&server, tool, id, &result, started);
                 id = self.calls.next_call_id();
-                lost_before = true;
+                lost_before = Some(match &result {
+                    Err(CallFailure::HttpStatus(status)) => {
+                        format!("Server \"{server}\" failed the call with HTTP {status}")
+                    }
+                    _ => format!("The connection to server \"{server}\" was lost during the call"),
+                });
             } else {
                 RESENT.fetch_add(1, Ordering::Relaxed);
             }
             // The server failed only that request: the session stays, with the other calls on
             // it (replacing it would lose theirs).
-            if same_session && target.is_alive() {
+            on_same_session = same_session && target.is_alive();
+            if on_same_session {
                 continue;
             }
             self.reconnect_if_current(&server, Some(&target), &sessions);
@@ -405,12 +417,12 @@ impl<H: CallHost> Call<'_, H> {
                 return Err(CallError::Rejected { server, error });
             }
             // A retry that never left does not undo the loss before it: the call may have run.
-            Err(CallFailure::NotSent(fault)) if lost_before => refused(format!(
-                "The connection to server \"{server}\" was lost during the call, and the retry on a fresh session could not be sent ({}). The tool is read-only, so retrying is safe: wait a few seconds and retry.",
+            Err(CallFailure::NotSent(fault)) if let Some(first) = &lost_before => refused(format!(
+                "{first}, and the retry could not be sent ({}). The tool is read-only, so retrying is safe: wait a few seconds and retry.",
                 fault_words(&fault)
             )),
-            Err(CallFailure::Lost(fault)) if lost_before && tries == 2 => refused(format!(
-                "The connection to server \"{server}\" was lost during the call, and again during one retry on a fresh session ({}). The tool is read-only, so retrying is safe: wait a few seconds and retry.",
+            Err(CallFailure::Lost(fault)) if let Some(first) = &lost_before => refused(format!(
+                "{first}, and the connection was lost during one retry ({}). The tool is read-only, so retrying is safe: wait a few seconds and retry.",
                 fault_words(&fault)
             )),
             result => respond(&server, result, route.tool.read_only),

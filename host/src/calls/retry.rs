@@ -64,6 +64,13 @@ pub(crate) fn after<T>(
     }
 }
 
+/// Whether a try counts toward [`MAX_TRIES`]. Every try does but one: a try sent again on its
+/// own session after an HTTP error that never left (the session ended meanwhile). The call
+/// then still gets the try on a fresh session a lost call gets; at most two tries ever leave.
+pub(crate) fn counts<T>(result: &Result<T, CallFailure>, on_same_session: bool) -> bool {
+    !(on_same_session && matches!(result, Err(CallFailure::NotSent(_))))
+}
+
 /// Whether an HTTP error status asks the client to come back later rather than at once.
 pub(crate) fn asks_for_time(status: u16) -> bool {
     matches!(status, 429 | 503)
@@ -149,6 +156,14 @@ mod tests {
         for status in [429, 503] {
             assert_eq!(after(&failed(status), true, 1, true), Next::Answer);
         }
+    }
+
+    #[test]
+    fn only_a_second_try_on_the_same_session_that_never_left_goes_uncounted() {
+        assert!(!counts(&not_sent(), true));
+        assert!(counts(&not_sent(), false));
+        assert!(counts(&lost(), true));
+        assert!(counts(&failed(500), true));
     }
 
     #[test]

@@ -447,6 +447,34 @@ async fn a_request_the_server_failed_is_repeated_on_its_own_session_without_a_re
     let (result, ()) = tokio::join!(call(&calls, &host, "svc__read"), publish);
     assert_eq!(text(&result.unwrap()), "done");
     assert_eq!((first.tries(), second.tries()), (1, 1));
+
+    // The second try on the session never left (it ended meanwhile): the call still gets its
+    // try on a fresh session, as a lost call does.
+    let gone = || Err(CallFailure::NotSent(Fault::SessionExpired));
+    let first = FakeSession::new(vec![failed(500), gone()]);
+    let host = FakeHost::new(first.clone(), Vec::new());
+    let second = FakeSession::new(Vec::new());
+    let publish = {
+        let (host, second) = (host.clone(), second.clone());
+        async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            host.replace(second);
+        }
+    };
+    let (result, ()) = tokio::join!(call(&calls, &host, "svc__read"), publish);
+    assert_eq!(text(&result.unwrap()), "done");
+    assert_eq!((first.tries(), second.tries()), (2, 1));
+    assert_eq!(host.reports().len(), 2, "the failure and the answer");
+
+    // Failed, then lost on the retry: the answer tells both as they were.
+    let session = FakeSession::new(vec![failed(500), lost()]);
+    let host = FakeHost::new(session.clone(), Vec::new());
+    let words = text(&call(&calls, &host, "svc__read").await.unwrap());
+    assert!(
+        words.contains("failed the call with HTTP 500, and the connection was lost during one retry"),
+        "{words}"
+    );
+    assert_eq!(session.tries(), 2);
 }
 
 #[tokio::test(start_paused = true)]

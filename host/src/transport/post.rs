@@ -475,9 +475,14 @@ async fn answer(
                 Ok(body) => {
                     // Read as text first, as rmcp does (invalid UTF-8 replaced).
                     let body = String::from_utf8_lossy(&body);
-                    if let Ok(error @ JsonRpcMessage::Error(_)) =
+                    if let Ok(JsonRpcMessage::Error(error)) =
                         serde_json::from_str::<ServerJsonRpcMessage>(&body)
+                        // Unlike rmcp: an error naming no request in a 5xx's body (a widely
+                        // used SDK's catch-all) says no more than the status, which is kept: the
+                        // request may have run, and the session lives on.
+                        && (error.id.is_some() || status_error.is_none())
                     {
+                        let error = JsonRpcMessage::Error(error);
                         return Ok(StreamableHttpPostResponse::Json(error, session));
                     }
                 }
@@ -592,11 +597,14 @@ mod tests {
             22 => (307, vec![("location", "/case/17")], String::new()),
             23 => (307, vec![("location", "http://localhost:1/case/17")], String::new()),
             LOOP => (308, vec![("location", "/case/24")], String::new()),
+            NAMELESS_500 => (500, vec![json], r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"Internal server error"}}"#.into()),
             _ => (301, vec![("location", "/case/17")], String::new()),
         }
     }
 
-    const CASES: usize = 26;
+    const CASES: usize = 27;
+    /// A 5xx whose JSON-RPC error names no request: rmcp passes the error on, Tether the status.
+    const NAMELESS_500: usize = 26;
 
     /// The case that redirects to itself.
     const LOOP: usize = 24;
@@ -709,6 +717,12 @@ mod tests {
             };
             let theirs = post(None).await;
             let ours = post(Some(Posting::new(client.clone()))).await;
+            if number == NAMELESS_500 {
+                assert!(theirs.0.starts_with("json "), "{theirs:?}");
+                assert_eq!(ours.0, "status 500 None");
+                assert_eq!(ours.1, theirs.1, "the request sent");
+                continue;
+            }
             assert_eq!(ours, theirs, "case {number}: {:?}", case(number));
             // Over kept connections as over reqwest's, with the session's redirect rule.
             let reqwests = post(Some(Posting::new(same_origin.clone()))).await;

@@ -23,6 +23,8 @@ use crate::{cli::UnknownSession, fixture::Fixture, handler::Handler};
 const MAX_BODY: usize = 4 * 1024 * 1024;
 /// What a widely used SDK answers for an unknown session: 400 and a JSON-RPC error with no
 /// id, which a naive client cannot match to its request (and so waits forever).
+const FAILED_BODY: &str =
+    r#"{"jsonrpc":"2.0","error":{"code":-32603,"message":"Internal server error"},"id":null}"#;
 const NO_SESSION_BODY: &str = r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}"#;
 
 #[derive(Clone)]
@@ -118,8 +120,14 @@ async fn guard(State(guard): State<Guard>, request: Request, next: Next) -> Resp
     if is_request(&bytes, "tools/call")
         && let Some(status) = guard.fixture.fails_posted_call()
     {
+        // As a widely used SDK's catch-all answers: a JSON-RPC error that names no request.
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        return (status, "fixture: failing the call").into_response();
+        return (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            FAILED_BODY,
+        )
+            .into_response();
     }
     crate::garbage::forward(&settings, parts, bytes, next).await
 }
