@@ -205,6 +205,19 @@ fn text(result: &CallToolResult) -> String {
     text_of(result)
 }
 
+/// Makes `session` the server's live one after `delay`.
+fn publish_after(
+    host: &Arc<FakeHost>,
+    session: &Arc<FakeSession>,
+    delay: Duration,
+) -> impl Future<Output = ()> + use<> {
+    let (host, session) = (host.clone(), session.clone());
+    async move {
+        tokio::time::sleep(delay).await;
+        host.replace(session);
+    }
+}
+
 fn hold(wait_ms: u64, message: &str) -> Admission {
     Admission::Hold(Hold {
         wait_ms,
@@ -222,13 +235,7 @@ async fn a_held_call_waits_for_a_fresh_session_and_runs_once_on_it_within_its_de
     let host = FakeHost::new(old.clone(), vec![hold(10_000, "reconnecting")]);
     let calls = Calls::default();
     let fresh = FakeSession::new(Vec::new());
-    let publish = {
-        let (host, fresh) = (host.clone(), fresh.clone());
-        async move {
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            host.replace(fresh);
-        }
-    };
+    let publish = publish_after(&host, &fresh, Duration::from_secs(3));
     let started = Instant::now();
     let (result, ()) = tokio::join!(call(&calls, &host, "svc__write"), publish);
     assert_eq!(text(&result.unwrap()), "done");
@@ -286,13 +293,7 @@ async fn a_call_refused_before_it_ran_goes_out_once_more_on_a_fresh_session_for_
     let host = FakeHost::new(first.clone(), Vec::new());
     let calls = Calls::default();
     let second = FakeSession::new(Vec::new());
-    let publish = {
-        let (host, second) = (host.clone(), second.clone());
-        async move {
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-            host.replace(second);
-        }
-    };
+    let publish = publish_after(&host, &second, Duration::from_millis(1500));
     let resent = resent_calls();
     let started = Instant::now();
     let (result, ()) = tokio::join!(call(&calls, &host, "svc__write"), publish);
@@ -315,13 +316,7 @@ async fn resend_after_refusal(gives_back: bool) -> (CallToolResult, Option<Optio
     let first = FakeSession::over(vec![refused], gives_back);
     let host = FakeHost::new(first.clone(), Vec::new());
     let second = FakeSession::new(Vec::new());
-    let publish = {
-        let (host, second) = (host.clone(), second.clone());
-        async move {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            host.replace(second);
-        }
-    };
+    let publish = publish_after(&host, &second, Duration::from_millis(100));
     let arguments = serde_json::json!({"path": "/tmp/x", "bytes": 3});
     let arguments = arguments.as_object().cloned();
     let calls = Calls::default();
@@ -359,13 +354,7 @@ async fn a_lost_call_is_repeated_only_for_a_read_only_tool_and_its_loss_is_repor
     let calls = Calls::default();
     let second = FakeSession::new(Vec::new());
     host.replace(first.clone());
-    let publish = {
-        let (host, second) = (host.clone(), second.clone());
-        async move {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            host.replace(second);
-        }
-    };
+    let publish = publish_after(&host, &second, Duration::from_millis(200));
     let (result, ()) = tokio::join!(call(&calls, &host, "svc__read"), publish);
     assert_eq!(text(&result.unwrap()), "done");
     let reports = host.reports();
@@ -454,13 +443,7 @@ async fn a_request_the_server_failed_is_repeated_on_its_own_session_without_a_re
     let first = FakeSession::new(vec![failed(500), gone()]);
     let host = FakeHost::new(first.clone(), Vec::new());
     let second = FakeSession::new(Vec::new());
-    let publish = {
-        let (host, second) = (host.clone(), second.clone());
-        async move {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            host.replace(second);
-        }
-    };
+    let publish = publish_after(&host, &second, Duration::from_millis(200));
     let (result, ()) = tokio::join!(call(&calls, &host, "svc__read"), publish);
     assert_eq!(text(&result.unwrap()), "done");
     assert_eq!((first.tries(), second.tries()), (2, 1));

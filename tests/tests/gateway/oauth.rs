@@ -181,6 +181,28 @@ impl Machine {
             .unwrap_or_default()
     }
 
+    /// The running gateway's view of `remote` once it satisfies `wanted` (`what`, on failure).
+    async fn wait_for_status(
+        &self,
+        what: &str,
+        gateway: &HttpGateway,
+        wanted: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let view = self.server_status().await;
+            if wanted(&view) {
+                return view;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: {view}\n{}",
+                gateway.stderr.lock().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// `tether reload`, which must succeed; what it printed.
     async fn reload(&self) -> String {
         let output = self.run(&["reload"], false).await;
@@ -240,6 +262,17 @@ impl Machine {
             .flat_map(|(path, _)| secret_values(&std::fs::read_to_string(path).unwrap()))
             .collect()
     }
+}
+
+/// Asserts that a refused call tells the agent which login helps.
+fn names_the_login(refused: Result<String, String>, gateway: &HttpGateway) {
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|words| words.contains("tether auth login remote")),
+        "{refused:?}\n{}",
+        gateway.stderr.lock().unwrap()
+    );
 }
 
 /// Calls `echo` until the authorization server has refreshed `refreshes` more times, each call
@@ -354,27 +387,10 @@ async fn a_server_behind_oauth_stays_connected_across_refreshes_and_revives_afte
     // names the login whether it meets the refused refresh itself or the park a background
     // refresh already caused.
     assert!(oauth.revoke().await > 0);
-    let refused = echo(&client, "revoked").await;
-    assert!(
-        refused
-            .as_ref()
-            .is_err_and(|words| words.contains("tether auth login remote")),
-        "{refused:?}\n{}",
-        gateway.stderr.lock().unwrap()
-    );
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    let parked = loop {
-        let view = machine.server_status().await;
-        if view["state"] == "parked" {
-            break view;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "remote parks: {view}\n{}",
-            gateway.stderr.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    names_the_login(echo(&client, "revoked").await, &gateway);
+    let parked = machine
+        .wait_for_status("remote parks", &gateway, |view| view["state"] == "parked")
+        .await;
     wait_for_tools(&client, "remote's tools are withdrawn", |t| {
         !t.contains(&"remote__echo".to_string())
     })
@@ -419,29 +435,14 @@ async fn a_server_behind_oauth_stays_connected_across_refreshes_and_revives_afte
     // The server (or a gateway in front of it) answers 401 with no challenge: the agent's call
     // and the status still say which login helps, and one revives the server.
     oauth.bare_401(true).await;
-    let refused = echo(&client, "bare").await;
-    assert!(
-        refused
-            .as_ref()
-            .is_err_and(|words| words.contains("tether auth login remote")),
-        "{refused:?}\n{}",
-        gateway.stderr.lock().unwrap()
-    );
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let view = machine.server_status().await;
-        if view["last_fault"]
-            .as_str()
-            .is_some_and(|fault| fault.contains("tether auth login remote"))
-        {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the fault names the login: {view}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    names_the_login(echo(&client, "bare").await, &gateway);
+    machine
+        .wait_for_status("the fault names the login", &gateway, |view| {
+            view["last_fault"]
+                .as_str()
+                .is_some_and(|fault| fault.contains("tether auth login remote"))
+        })
+        .await;
     oauth.bare_401(false).await;
     machine.login().await;
     wait_for_tools(&client, "remote's tools are back after the bare 401", |t| {
