@@ -362,7 +362,7 @@ impl<H: CallHost> Call<'_, H> {
         let mut tries = 0;
         // What happened to an earlier try that reached the server (and was reported), in words
         // for the caller: lost, or failed by the server.
-        let mut lost_before: Option<String> = None;
+        let mut first_failure: Option<String> = None;
         // Whether this try goes to the session the previous one failed on.
         let mut on_same_session = false;
         // A try takes the arguments (rmcp's request owns them) and gets them back from its
@@ -386,7 +386,7 @@ impl<H: CallHost> Call<'_, H> {
             if report_loss {
                 self.report_result(&server, tool, id, &result, started);
                 id = self.calls.next_call_id();
-                lost_before = Some(match &result {
+                first_failure = Some(match &result {
                     Err(CallFailure::HttpStatus(status)) => {
                         format!("Server \"{server}\" failed the call with HTTP {status}")
                     }
@@ -417,11 +417,11 @@ impl<H: CallHost> Call<'_, H> {
                 return Err(CallError::Rejected { server, error });
             }
             // A retry that never left does not undo the loss before it: the call may have run.
-            Err(CallFailure::NotSent(fault)) if let Some(first) = &lost_before => refused(format!(
+            Err(CallFailure::NotSent(fault)) if let Some(first) = &first_failure => refused(format!(
                 "{first}, and the retry could not be sent ({}). The tool is read-only, so retrying is safe: wait a few seconds and retry.",
                 fault_words(&fault)
             )),
-            Err(CallFailure::Lost(fault)) if let Some(first) = &lost_before => refused(format!(
+            Err(CallFailure::Lost(fault)) if let Some(first) = &first_failure => refused(format!(
                 "{first}, and the connection was lost during one retry ({}). The tool is read-only, so retrying is safe: wait a few seconds and retry.",
                 fault_words(&fault)
             )),
