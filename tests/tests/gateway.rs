@@ -27,6 +27,26 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
+/// Polls until `condition` holds for what `read` returns.
+async fn wait_for<T: std::fmt::Debug, F: Future<Output = T>>(
+    what: &str,
+    mut read: impl FnMut() -> F,
+    condition: impl Fn(&T) -> bool,
+) -> T {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let value = read().await;
+        if condition(&value) {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting until {what}; last: {value:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// An agent that counts `notifications/tools/list_changed`.
 #[derive(Clone, Default)]
 struct Agent {

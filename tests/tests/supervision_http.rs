@@ -299,8 +299,11 @@ async fn a_request_the_server_failed_keeps_the_session_and_the_calls_on_it() {
             host.tools("web").contains(&"web__slow".to_string())
         })
         .await;
-        let (initializes, generation) =
-            (state.initializes(), host.supervisor.registry().generation());
+        let (initializes, reconnects, generation) = (
+            state.initializes(),
+            host.view("web").reconnects,
+            host.supervisor.registry().generation(),
+        );
         // The fixture counts tool call POSTs from its start and fails those numbered up to
         // `http_fail_calls`: the slow call's is the first.
         let supervisor = host.supervisor.clone();
@@ -351,6 +354,12 @@ async fn a_request_the_server_failed_keeps_the_session_and_the_calls_on_it() {
             state.initializes(),
             initializes,
             "{flags:?}: no new session"
+        );
+        // Connection attempts, on both generations (2026-07-28 has no `initialize`).
+        assert_eq!(
+            host.view("web").reconnects,
+            reconnects,
+            "{flags:?}: no reconnect"
         );
         assert_eq!(
             host.supervisor.registry().generation(),

@@ -191,6 +191,8 @@ impl Authorizer {
     pub fn for_server(spec: &ServerSpec, context: Arc<AuthContext>) -> Option<Arc<Self>> {
         let config = spec.oauth()?;
         let endpoint = spec.url()?.to_string();
+        // Nothing to warn of for https or loopback: as if already warned.
+        let warned_in_clear = AtomicBool::new(secure_enough(&endpoint));
         Some(Arc::new(Self {
             tokens: ServerTokens::new(context.store.clone(), &spec.name, &endpoint),
             server: spec.name.clone(),
@@ -203,8 +205,7 @@ impl Authorizer {
             auto_login_spent: AtomicBool::new(false),
             login_lock: tokio::sync::Mutex::new(()),
             grants: AtomicU64::new(0),
-            // Nothing to warn of for https or loopback: as if already warned.
-            warned_in_clear: AtomicBool::new(secure_enough(spec.url()?)),
+            warned_in_clear,
         }))
     }
 

@@ -369,13 +369,10 @@ impl<H: CallHost> Call<'_, H> {
         // transport if it fails: no try copies them.
         let mut arguments = CallArguments::new(arguments);
         let (result, reported) = loop {
-            tries += 1;
             let result = target
                 .call(&route.tool.original, &mut arguments, &timeouts, &context)
                 .await;
-            if !retry::counts(&result, on_same_session) {
-                tries -= 1;
-            }
+            tries += u32::from(retry::counts(&result, on_same_session));
             let retry::Next::Again {
                 report_loss,
                 same_session,

@@ -56,7 +56,7 @@ impl Drop for Departure {
             let gateway = self.gateway.same_session();
             runtime.spawn(async move {
                 if relevel {
-                    gateway.log_levels.tell(&gateway, None).await;
+                    gateway.tell_log_levels(None).await;
                 }
                 gateway.release(unwanted).await;
             });
@@ -73,12 +73,12 @@ impl Gateway {
             let Ok(server) = self.route_uri(&uri, false) else {
                 continue;
             };
-            if !self.offers_subscriptions(&server) || self.downstream.wanted(&uri) {
-                continue;
-            }
-            let Ok((session, spec)) = self.live_session(&server, "resources/unsubscribe") else {
+            let Some((session, spec)) = self.live(&server) else {
                 continue;
             };
+            if !session.offers_resource_subscriptions() || self.downstream.wanted(&uri) {
+                continue;
+            }
             if let Err(failure) = session
                 .subscribe_resource(&uri, false, &spec.timeouts)
                 .await

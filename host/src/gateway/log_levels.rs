@@ -36,33 +36,32 @@ impl LogLevels {
     pub(super) fn in_use(&self) -> bool {
         self.any_told.load(std::sync::atomic::Ordering::Relaxed)
     }
+}
 
+impl Gateway {
     /// Tells the servers (`only` one, or all) whose live session was not told the most
     /// verbose level the clients want now. Errors are logged: a server that cannot take the
     /// level still serves everything else.
-    pub(super) async fn tell(&self, gateway: &Gateway, only: Option<&str>) {
-        let (supervisor, downstream) = (&gateway.supervisor, &gateway.downstream);
-        let mut told = self.told.lock().await;
-        let Some(wanted) = downstream.most_verbose_level() else {
+    pub(super) async fn tell_log_levels(&self, only: Option<&str>) {
+        let levels = &self.log_levels;
+        let mut told = levels.told.lock().await;
+        let Some(wanted) = self.downstream.most_verbose_level() else {
             return;
         };
         let servers = match only {
             Some(server) => vec![server.to_string()],
-            None => supervisor.shared.server_names(),
+            None => self.supervisor.shared.server_names(),
         };
         let mut telling = Vec::new();
         for server in servers {
-            let Some(lookup) = supervisor.shared.session(&server) else {
-                continue;
-            };
-            let Some(session) = lookup.current.filter(|session| session.is_alive()) else {
+            let Some((session, spec)) = self.live(&server) else {
                 continue;
             };
             let already = told.get(&server).is_some_and(|(last, level)| {
                 std::ptr::eq(last.as_ptr(), Arc::as_ptr(&session)) && *level == wanted
             });
             if !already {
-                telling.push((server, session, lookup.spec));
+                telling.push((server, session, spec));
             }
         }
         let sent = telling.iter().map(|(server, session, spec)| async move {
@@ -86,7 +85,8 @@ impl LogLevels {
             let Some(taken) = outcome else { continue };
             told.insert(server, (Arc::downgrade(&session), wanted));
             if taken {
-                self.any_told
+                levels
+                    .any_told
                     .store(true, std::sync::atomic::Ordering::Relaxed);
             }
         }

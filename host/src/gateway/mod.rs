@@ -75,6 +75,12 @@ pub struct Gateway {
     http_calls: Option<Weak<http::calls::HttpCalls>>,
 }
 
+/// A server's live session and its spec.
+type LiveSession = (
+    Arc<crate::upstream::Session>,
+    Arc<crate::config::ServerSpec>,
+);
+
 impl Clone for Gateway {
     /// A clone serves a new downstream session (rmcp's HTTP service clones per session).
     fn clone(&self) -> Self {
@@ -175,8 +181,7 @@ impl Gateway {
         }
         let gateway = self.same_session();
         tokio::spawn(async move {
-            let only = server.as_deref();
-            gateway.log_levels.tell(&gateway, only).await;
+            gateway.tell_log_levels(server.as_deref()).await;
         });
     }
 
@@ -346,33 +351,29 @@ impl Gateway {
         ))
     }
 
+    /// The live session of `server` and its spec, if it has one.
+    fn live(&self, server: &str) -> Option<LiveSession> {
+        let lookup = self.supervisor.shared.session(server)?;
+        Some((lookup.current.filter(|s| s.is_alive())?, lookup.spec))
+    }
+
     /// The live session of `server`, or the error that says why there is none.
-    fn live_session(
-        &self,
-        server: &str,
-        method: &str,
-    ) -> Result<
-        (
-            Arc<crate::upstream::Session>,
-            Arc<crate::config::ServerSpec>,
-        ),
-        McpError,
-    > {
-        let Some(lookup) = self.supervisor.shared.session(server) else {
+    fn live_session(&self, server: &str, method: &str) -> Result<LiveSession, McpError> {
+        if let Some(live) = self.live(server) {
+            return Ok(live);
+        }
+        if self.supervisor.shared.session(server).is_none() {
             return Err(McpError::invalid_params(
                 format!("server {server:?} was removed; {method} was not sent"),
                 None,
             ));
-        };
-        match lookup.current.filter(|s| s.is_alive()) {
-            Some(session) => Ok((session, lookup.spec)),
-            None => Err(McpError::internal_error(
-                format!(
-                    "server {server:?} is reconnecting; {method} was not sent. Retry in a few seconds."
-                ),
-                None,
-            )),
         }
+        Err(McpError::internal_error(
+            format!(
+                "server {server:?} is reconnecting; {method} was not sent. Retry in a few seconds."
+            ),
+            None,
+        ))
     }
 
     /// The server a resource URI goes to, or the error that says why none does, worded for a
@@ -1108,7 +1109,7 @@ impl ServerHandler for Gateway {
     ) -> Result<(), McpError> {
         if self.downstream.set_log_level(self.session, request.level) {
             // As a server's own client's would, the level reaches the servers before the answer.
-            self.log_levels.tell(self, None).await;
+            self.tell_log_levels(None).await;
             Ok(())
         } else {
             Err(McpError::invalid_request(

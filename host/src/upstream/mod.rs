@@ -1096,7 +1096,8 @@ impl Session {
             Err(error) if self.never_ran(&error) => Err(CallFailure::NotSent(
                 self.request_fault(method, error).await,
             )),
-            Err(error) => match self.failed_status(&error) {
+            // Only an HTTP transport's errors carry a status.
+            Err(error) => match http::failed_status(&error) {
                 Some(status) => Err(CallFailure::HttpStatus(status)),
                 None => Err(CallFailure::Lost(self.request_fault(method, error).await)),
             },
@@ -1135,15 +1136,6 @@ impl Session {
         match self.transport {
             TransportKind::Stdio => matches!(error, ServiceError::TransportSend(_)),
             _ => http::not_delivered(error),
-        }
-    }
-
-    /// The HTTP status a request failed with when it says the server failed that request, not
-    /// the session ([`http::failed_status`]); never on stdio.
-    fn failed_status(&self, error: &ServiceError) -> Option<u16> {
-        match self.transport {
-            TransportKind::Stdio => None,
-            _ => http::failed_status(error),
         }
     }
 

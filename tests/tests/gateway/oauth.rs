@@ -181,28 +181,6 @@ impl Machine {
             .unwrap_or_default()
     }
 
-    /// The running gateway's view of `remote` once it satisfies `wanted` (`what`, on failure).
-    async fn wait_for_status(
-        &self,
-        what: &str,
-        gateway: &HttpGateway,
-        wanted: impl Fn(&Value) -> bool,
-    ) -> Value {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            let view = self.server_status().await;
-            if wanted(&view) {
-                return view;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{what}: {view}\n{}",
-                gateway.stderr.lock().unwrap()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
     /// `tether reload`, which must succeed; what it printed.
     async fn reload(&self) -> String {
         let output = self.run(&["reload"], false).await;
@@ -388,9 +366,12 @@ async fn a_server_behind_oauth_stays_connected_across_refreshes_and_revives_afte
     // refresh already caused.
     assert!(oauth.revoke().await > 0);
     names_the_login(echo(&client, "revoked").await, &gateway);
-    let parked = machine
-        .wait_for_status("remote parks", &gateway, |view| view["state"] == "parked")
-        .await;
+    let parked = wait_for(
+        "remote parks",
+        || machine.server_status(),
+        |view| view["state"] == "parked",
+    )
+    .await;
     wait_for_tools(&client, "remote's tools are withdrawn", |t| {
         !t.contains(&"remote__echo".to_string())
     })
@@ -436,13 +417,16 @@ async fn a_server_behind_oauth_stays_connected_across_refreshes_and_revives_afte
     // and the status still say which login helps, and one revives the server.
     oauth.bare_401(true).await;
     names_the_login(echo(&client, "bare").await, &gateway);
-    machine
-        .wait_for_status("the fault names the login", &gateway, |view| {
+    wait_for(
+        "the fault names the login",
+        || machine.server_status(),
+        |view| {
             view["last_fault"]
                 .as_str()
                 .is_some_and(|fault| fault.contains("tether auth login remote"))
-        })
-        .await;
+        },
+    )
+    .await;
     oauth.bare_401(false).await;
     machine.login().await;
     wait_for_tools(&client, "remote's tools are back after the bare 401", |t| {

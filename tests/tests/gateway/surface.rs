@@ -130,26 +130,6 @@ async fn resource_uris(peer: &Peer<RoleClient>) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
-/// Polls until `condition` holds for what `read` returns.
-async fn wait_for<T: std::fmt::Debug, F: Future<Output = T>>(
-    what: &str,
-    mut read: impl FnMut() -> F,
-    condition: impl Fn(&T) -> bool,
-) -> T {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let value = read().await;
-        if condition(&value) {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting until {what}; last: {value:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 fn set(items: &[&str]) -> BTreeSet<String> {
     items.iter().map(|s| s.to_string()).collect()
 }

@@ -295,8 +295,7 @@ impl HttpCalls {
         let Some(session) = self.session(headers) else {
             return Taken::Rmcp;
         };
-        let as_rmcp_takes = self.passes_rmcps_guards(headers)
-            && headers.get("mcp-protocol-version") == Some(&session.version);
+        let guards = self.passes_rmcps_guards(headers);
         if method == Method::GET {
             let stream = headers
                 .get("last-event-id")
@@ -304,7 +303,7 @@ impl HttpCalls {
                 .and_then(our_stream);
             // rmcp takes a GET without the version header, or with any it knows of for a
             // session; it could not resume a stream of Tether's (its answer would be lost).
-            let takes_get = self.passes_rmcps_guards(headers) && to_a_session(headers);
+            let takes_get = guards && to_a_session(headers);
             return match stream {
                 Some(stream) if takes_get && accepts(headers, "text/event-stream") => {
                     Taken::Resume(session, stream)
@@ -312,9 +311,10 @@ impl HttpCalls {
                 _ => Taken::Rmcp,
             };
         }
+        let as_rmcp_takes = guards && headers.get("mcp-protocol-version") == Some(&session.version);
         if as_rmcp_takes && self.plain_json_post(headers) {
             Taken::Read(ReadFirst::Post(session))
-        } else if self.passes_rmcps_guards(headers) && acceptable_post(headers) {
+        } else if guards && acceptable_post(headers) {
             // It may cancel a call served here (whether or not it says its length).
             Taken::Read(ReadFirst::Other(session))
         } else {

@@ -135,8 +135,7 @@ impl Fixture {
 
     /// The status a `tools/call` POST is failed with instead of run, when `http_fail_calls`
     /// says this one fails.
-    pub fn fails_posted_call(&self) -> Option<u16> {
-        let settings = self.settings();
+    pub fn fails_posted_call(&self, settings: &Behaviour) -> Option<u16> {
         let seen = self.posted_calls.fetch_add(1, Ordering::SeqCst);
         (seen < settings.http_fail_calls).then(|| settings.http_fail_status.unwrap_or(500))
     }

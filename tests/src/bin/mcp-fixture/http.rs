@@ -21,10 +21,12 @@ use crate::{cli::UnknownSession, fixture::Fixture, handler::Handler};
 
 /// Largest request body the guard buffers (it must read bodies to spot `initialize`).
 const MAX_BODY: usize = 4 * 1024 * 1024;
-/// What a widely used SDK answers for an unknown session: 400 and a JSON-RPC error with no
-/// id, which a naive client cannot match to its request (and so waits forever).
+/// What a widely used SDK's catch-all answers a request that failed with (its status a 5xx):
+/// a JSON-RPC error that names no request.
 const FAILED_BODY: &str =
     r#"{"jsonrpc":"2.0","error":{"code":-32603,"message":"Internal server error"},"id":null}"#;
+/// What a widely used SDK answers for an unknown session: 400 and a JSON-RPC error with no
+/// id, which a naive client cannot match to its request (and so waits forever).
 const NO_SESSION_BODY: &str = r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}"#;
 
 #[derive(Clone)]
@@ -110,17 +112,18 @@ async fn guard(State(guard): State<Guard>, request: Request, next: Next) -> Resp
             return (StatusCode::BAD_REQUEST, format!("reading body: {error}")).into_response();
         }
     };
-    if is_initialize(&bytes) && !guard.fixture.record_initialize() {
+    let methods = methods(&bytes);
+    let names = |wanted: &str| methods.iter().any(|method| method == wanted);
+    if names("initialize") && !guard.fixture.record_initialize() {
         return (
             StatusCode::INTERNAL_SERVER_ERROR,
             "fixture: failing initialize",
         )
             .into_response();
     }
-    if is_request(&bytes, "tools/call")
-        && let Some(status) = guard.fixture.fails_posted_call()
+    if names("tools/call")
+        && let Some(status) = guard.fixture.fails_posted_call(&settings)
     {
-        // As a widely used SDK's catch-all answers: a JSON-RPC error that names no request.
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         return (
             status,
@@ -134,17 +137,20 @@ async fn guard(State(guard): State<Guard>, request: Request, next: Next) -> Resp
 
 /// Whether a JSON-RPC body is (or, batched, contains) an `initialize` request.
 pub fn is_initialize(body: &[u8]) -> bool {
-    is_request(body, "initialize")
+    methods(body).iter().any(|method| method == "initialize")
 }
 
-/// Whether a JSON-RPC body is (or, batched, contains) a `method` request.
-fn is_request(body: &[u8], method: &str) -> bool {
-    let is = |message: &serde_json::Value| {
-        message.get("method").and_then(|m| m.as_str()) == Some(method)
+/// The methods a JSON-RPC body (one message or a batch) names.
+fn methods(body: &[u8]) -> Vec<String> {
+    let method = |message: &serde_json::Value| {
+        message
+            .get("method")
+            .and_then(|m| m.as_str())
+            .map(str::to_owned)
     };
     match serde_json::from_slice::<serde_json::Value>(body) {
-        Ok(serde_json::Value::Array(batch)) => batch.iter().any(is),
-        Ok(message) => is(&message),
-        Err(_) => false,
+        Ok(serde_json::Value::Array(batch)) => batch.iter().filter_map(method).collect(),
+        Ok(message) => method(&message).into_iter().collect(),
+        Err(_) => Vec::new(),
     }
 }
