@@ -279,6 +279,45 @@ async fn a_call_refused_before_it_ran_is_sent_again_whatever_the_tool() {
     }
 }
 
+/// A keepalive a proxy answers with HTTP 502 and a page of its own (the server restarting
+/// behind it) is asked again a few seconds later: answered then, the session and its tools stay,
+/// with no new session and no reconnect.
+#[tokio::test]
+async fn a_keepalive_a_proxy_failed_once_keeps_the_session() {
+    let host = Host::fast();
+    let state = host.state_dir("web");
+    let flags = ["--http-fail-pings", "1", "--http-fail-status", "502"];
+    let server = HttpFixture::start("http", &state, "127.0.0.1:0", &flags).await;
+    let mut spec = http_spec("web", format!("http://{}/mcp", server.addr), streamable());
+    // The first keepalive, and the one asked again after it, come at the 5 s floor.
+    spec.timeouts.keepalive_interval = Duration::from_secs(3600);
+    host.supervisor.add_server(spec).unwrap();
+    wait_until("tools visible", || {
+        host.tools("web").contains(&"web__add".to_string())
+    })
+    .await;
+    let reconnects = host.view("web").reconnects;
+    wait_until("the session proven", || {
+        host.view("web").state == tether::policy::ServerState::Healthy
+    })
+    .await;
+    let view = host.view("web");
+    let fault = view.last_fault.unwrap_or_default();
+    assert!(
+        fault.contains("502"),
+        "the failed keepalive was noted: {fault}"
+    );
+    assert_eq!(view.reconnects, reconnects, "no reconnect");
+    assert_eq!(state.initializes(), 1, "no new session");
+    assert!(host.tools("web").contains(&"web__add".to_string()));
+    let sum = host
+        .supervisor
+        .call_tool("web__add", args(json!({"a": 2, "b": 3})))
+        .await
+        .unwrap();
+    assert_eq!(text(&sum), "5");
+}
+
 /// A server (or a proxy in front of it) that fails one request with HTTP 500 keeps its session:
 /// a read-only call goes out once more on it and is answered, a call with side effects is
 /// answered as uncertain, and a call running on the session meanwhile is not lost to a

@@ -16,7 +16,7 @@ use tether::policy::{
     Fault, PolicyRuntime, PolicySource, RuntimeOptions, ServerState, Tool, TransportKind,
 };
 use tether::supervisor::{Attempt, Connector, Link, OpenRequest, Opened, Supervisor};
-use tether::upstream::Session;
+use tether::upstream::{KeepaliveFailure, Session};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -42,6 +42,8 @@ struct FakeServer {
     plans: Mutex<VecDeque<Plan>>,
     attempts: Mutex<Vec<Instant>>,
     keepalives: Mutex<Vec<Instant>>,
+    /// The next this many keepalives, on whichever session, are answered with HTTP 502.
+    bad_gateways: Mutex<u32>,
     live: Mutex<Option<Arc<FakeLink>>>,
 }
 
@@ -51,6 +53,7 @@ impl FakeServer {
             plans: Mutex::new(plans.iter().cloned().collect()),
             attempts: Mutex::default(),
             keepalives: Mutex::default(),
+            bad_gateways: Mutex::default(),
             live: Mutex::default(),
         })
     }
@@ -167,9 +170,24 @@ impl Link for FakeLink {
     fn recorded_end(&self) -> Option<Fault> {
         self.end.borrow().clone()
     }
-    fn keepalive<'a>(&'a self, timeouts: &'a Timeouts) -> BoxFuture<'a, Result<(), Fault>> {
+    fn keepalive<'a>(
+        &'a self,
+        timeouts: &'a Timeouts,
+    ) -> BoxFuture<'a, Result<(), KeepaliveFailure>> {
         async move {
             self.server.keepalives.lock().unwrap().push(Instant::now());
+            let bad_gateway = {
+                let mut left = self.server.bad_gateways.lock().unwrap();
+                let bad = *left > 0;
+                *left = left.saturating_sub(1);
+                bad
+            };
+            if bad_gateway {
+                return Err(KeepaliveFailure::HttpStatus {
+                    status: 502,
+                    fault: Fault::KeepaliveFailed("HTTP 502 Bad Gateway".into()),
+                });
+            }
             if self.dies {
                 self.closed.store(true, Ordering::SeqCst);
                 let end = self.end.clone();
@@ -179,11 +197,15 @@ impl Link for FakeLink {
                         end.replace(Fault::ProcessExited(Some(7))).is_none()
                     });
                 });
-                return Err(Fault::KeepaliveFailed("connection closed".into()));
+                return Err(KeepaliveFailure::Unanswered(Fault::KeepaliveFailed(
+                    "connection closed".into(),
+                )));
             }
             if self.hangs {
                 tokio::time::sleep(timeouts.keepalive_deadline).await;
-                return Err(Fault::KeepaliveFailed("no answer".into()));
+                return Err(KeepaliveFailure::Unanswered(Fault::KeepaliveFailed(
+                    "no answer".into(),
+                )));
             }
             Ok(())
         }
@@ -332,6 +354,33 @@ async fn keepalives_prove_a_session_early_and_one_unanswered_ends_it() {
     let fault = supervisor.views()[0].last_fault.clone().unwrap_or_default();
     assert!(fault.contains("no answer"), "{fault}");
     reaches(&supervisor, ServerState::Connected).await;
+    supervisor.shutdown().await;
+}
+
+/// A keepalive a proxy answers with HTTP 502 (its server restarting behind it) costs the
+/// session nothing if the next one, asked a few seconds later, is answered; two in a row end it.
+#[tokio::test(start_paused = true)]
+async fn a_keepalive_answered_with_an_http_error_is_asked_again_and_two_in_a_row_end_the_session() {
+    let server = FakeServer::new(&[serve(&["echo"]), serve(&["echo"]), serve(&["echo"])]);
+    *server.bad_gateways.lock().unwrap() = 1;
+    let interval = Duration::from_secs(60);
+    let supervisor = supervise(FAST_POLICY, &server, interval);
+    let connected = reaches(&supervisor, ServerState::Connected).await;
+    // The first keepalive (at the floor) failed; the one after it, the floor later, proves
+    // the same session.
+    let proven = reaches(&supervisor, ServerState::Healthy).await;
+    assert_eq!(proven - connected, Timeouts::KEEPALIVE_FLOOR * 2);
+    assert_eq!(server.attempts.lock().unwrap().len(), 1, "no new session");
+    assert_eq!(tools(&supervisor), ["svc__echo"]);
+    let fault = supervisor.views()[0].last_fault.clone().unwrap_or_default();
+    assert!(fault.contains("HTTP 502"), "the policy heard: {fault}");
+
+    *server.bad_gateways.lock().unwrap() = 2;
+    let ended = reaches(&supervisor, ServerState::BackingOff).await;
+    assert_eq!(ended - proven, interval + Timeouts::KEEPALIVE_FLOOR);
+    assert!(tools(&supervisor).is_empty(), "no phantom tools");
+    reaches(&supervisor, ServerState::Connected).await;
+    assert_eq!(server.attempts.lock().unwrap().len(), 2);
     supervisor.shutdown().await;
 }
 

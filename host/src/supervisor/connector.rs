@@ -13,7 +13,7 @@ use tokio::sync::broadcast;
 use crate::catalog::ServerCatalog;
 use crate::config::{ServerSpec, Timeouts};
 use crate::policy::{Fault, Tool, TransportKind};
-use crate::upstream::{ListChanges, Remembered, ServerEvent, Session};
+use crate::upstream::{KeepaliveFailure, ListChanges, Remembered, ServerEvent, Session};
 
 /// What an attempt needs to open a session.
 pub struct OpenRequest {
@@ -66,7 +66,10 @@ pub trait Link: Send + Sync {
     /// What the transport recorded against the session, if anything yet (it may still run).
     fn recorded_end(&self) -> Option<Fault>;
     /// Proves the session answers.
-    fn keepalive<'a>(&'a self, timeouts: &'a Timeouts) -> BoxFuture<'a, Result<(), Fault>>;
+    fn keepalive<'a>(
+        &'a self,
+        timeouts: &'a Timeouts,
+    ) -> BoxFuture<'a, Result<(), KeepaliveFailure>>;
     /// Reads the tool list.
     fn list_tools<'a>(&'a self, timeouts: &'a Timeouts) -> BoxFuture<'a, Result<Vec<Tool>, Fault>>;
     /// Reads prompts, resources and templates.
@@ -144,7 +147,10 @@ impl Link for Session {
     fn recorded_end(&self) -> Option<Fault> {
         Session::recorded_end(self)
     }
-    fn keepalive<'a>(&'a self, timeouts: &'a Timeouts) -> BoxFuture<'a, Result<(), Fault>> {
+    fn keepalive<'a>(
+        &'a self,
+        timeouts: &'a Timeouts,
+    ) -> BoxFuture<'a, Result<(), KeepaliveFailure>> {
         Session::keepalive(self, timeouts).boxed()
     }
     fn list_tools<'a>(&'a self, timeouts: &'a Timeouts) -> BoxFuture<'a, Result<Vec<Tool>, Fault>> {

@@ -7,6 +7,7 @@
 
 use crate::policy::types::Millis;
 use crate::policy::{EventKind, Fault, ServerFault, ServerTools, TimerFired, Tool};
+use crate::upstream::KeepaliveFailure;
 
 /// What a server's task observed.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,7 +29,7 @@ pub(crate) enum Input {
     /// The keepalive answered; on failure, `recorded_end` is what ended the session, if the
     /// transport saw it (an HTTP 404 says more than the keepalive's failure).
     KeepaliveDone {
-        result: Result<(), Fault>,
+        result: Result<(), KeepaliveFailure>,
         recorded_end: Option<Fault>,
     },
     /// The server announced that its lists changed.
@@ -122,6 +123,10 @@ pub(crate) struct Lifecycle {
     attempting: bool,
     /// `Some` while a session is live.
     keepalive: Option<Keepalive>,
+    /// The last keepalive was answered with an HTTP error status: the one now due or running
+    /// is the session's last chance. One failed request (a proxy's 502 while the server
+    /// restarts) does not cost a session and the calls on it; two in a row do.
+    asking_again: bool,
     wake: Option<(Millis, u64)>,
     tools: Refresh,
     catalog: Refresh,
@@ -135,6 +140,7 @@ impl Lifecycle {
             first_keepalive: first_keepalive.min(keepalive_interval),
             attempting: false,
             keepalive: None,
+            asking_again: false,
             wake: None,
             tools: Refresh::Idle,
             catalog: Refresh::Idle,
@@ -170,6 +176,7 @@ impl Lifecycle {
     fn close(&mut self, effects: &mut Vec<Effect>) {
         self.tools = Refresh::Idle;
         self.catalog = Refresh::Idle;
+        self.asking_again = false;
         if self.keepalive.take().is_some() {
             effects.push(Effect::CloseSession);
         }
@@ -224,11 +231,19 @@ impl Lifecycle {
                 }
                 match result {
                     Ok(()) => {
+                        self.asking_again = false;
                         self.keepalive = Some(Keepalive::Due(now + self.keepalive_interval));
                         effects.push(Effect::Feed(EventKind::KeepaliveOk(self.server.clone())));
                     }
-                    Err(fault) => {
-                        let fault = self.fault(fault);
+                    // Asked again as soon as a new session's first keepalive would be; the
+                    // policy hears of the failure, and of no end.
+                    Err(KeepaliveFailure::HttpStatus { fault, .. }) if !self.asking_again => {
+                        self.asking_again = true;
+                        self.keepalive = Some(Keepalive::Due(now + self.first_keepalive));
+                        effects.push(Effect::Feed(EventKind::KeepaliveFailed(self.fault(fault))));
+                    }
+                    Err(failure) => {
+                        let fault = self.fault(failure.fault().clone());
                         effects.push(Effect::Feed(EventKind::KeepaliveFailed(fault.clone())));
                         self.close(&mut effects);
                         let fault = match recorded_end {
@@ -371,7 +386,7 @@ mod tests {
         lifecycle.handle(Input::Tick, FIRST);
         let effects = lifecycle.handle(
             Input::KeepaliveDone {
-                result: Err(fault("keepalive timed out")),
+                result: Err(KeepaliveFailure::Unanswered(fault("keepalive timed out"))),
                 recorded_end: Some(fault("HTTP 404: session expired")),
             },
             FIRST + 10,
@@ -397,13 +412,91 @@ mod tests {
         );
     }
 
+    fn bad_gateway() -> KeepaliveFailure {
+        KeepaliveFailure::HttpStatus {
+            status: 502,
+            fault: fault("HTTP 502"),
+        }
+    }
+
+    /// A keepalive `answer`ed at `at` on `lifecycle`, whose keepalive was due then.
+    fn keepalive_answered(
+        lifecycle: &mut Lifecycle,
+        at: Millis,
+        answer: Result<(), KeepaliveFailure>,
+    ) -> Vec<Effect> {
+        assert_eq!(lifecycle.deadline(), Some(at));
+        assert_eq!(lifecycle.handle(Input::Tick, at), [Effect::StartKeepalive]);
+        lifecycle.handle(
+            Input::KeepaliveDone {
+                result: answer,
+                recorded_end: None,
+            },
+            at,
+        )
+    }
+
+    #[test]
+    fn a_keepalive_answered_with_an_http_error_is_asked_again_before_the_session_goes() {
+        let mut lifecycle = live_at(0);
+        // Noted, not ended: asked again as soon as a new session would be proven.
+        assert_eq!(
+            keepalive_answered(&mut lifecycle, FIRST, Err(bad_gateway())),
+            [Effect::Feed(EventKind::KeepaliveFailed(server_fault(
+                "HTTP 502"
+            )))]
+        );
+        assert!(lifecycle.live());
+        // Answered this time: the session is proven and back on its interval; a later error
+        // gets its second chance again.
+        assert_eq!(
+            keepalive_answered(&mut lifecycle, 2 * FIRST, Ok(())),
+            [Effect::Feed(EventKind::KeepaliveOk("files".into()))]
+        );
+        let later = 2 * FIRST + INTERVAL;
+        assert_eq!(keepalive_answered(&mut lifecycle, later, Err(bad_gateway())).len(), 1);
+        assert!(lifecycle.live());
+
+        // Two in a row: the session goes, with the second failure as its end.
+        assert_eq!(
+            keepalive_answered(&mut lifecycle, later + FIRST, Err(bad_gateway())),
+            [
+                Effect::Feed(EventKind::KeepaliveFailed(server_fault("HTTP 502"))),
+                Effect::CloseSession,
+                Effect::Feed(EventKind::Disconnected(server_fault("HTTP 502"))),
+            ]
+        );
+        assert!(!lifecycle.live());
+    }
+
+    #[test]
+    fn an_unanswered_keepalive_after_an_http_error_ends_the_session_and_a_new_one_starts_afresh()
+    {
+        let mut lifecycle = live_at(0);
+        keepalive_answered(&mut lifecycle, FIRST, Err(bad_gateway()));
+        let ended = keepalive_answered(
+            &mut lifecycle,
+            2 * FIRST,
+            Err(KeepaliveFailure::Unanswered(fault("no answer"))),
+        );
+        assert_eq!(ended[1], Effect::CloseSession);
+        // The next session's first HTTP error is again only noted.
+        assert_eq!(lifecycle.handle(Input::Connect, 20_000), [Effect::StartAttempt]);
+        assert_eq!(lifecycle.handle(Input::Opened, 20_000), [Effect::AdoptSession]);
+        assert_eq!(
+            keepalive_answered(&mut lifecycle, 20_000 + FIRST, Err(bad_gateway())).len(),
+            1
+        );
+        assert!(lifecycle.live());
+    }
+
     #[test]
     fn without_a_recorded_end_the_keepalive_fault_is_the_disconnect_reason() {
         let mut lifecycle = live_at(0);
         lifecycle.handle(Input::Tick, FIRST);
         let effects = lifecycle.handle(
             Input::KeepaliveDone {
-                result: Err(fault("no answer")),
+                result: Err(KeepaliveFailure::Unanswered(fault("no answer"))),
                 recorded_end: None,
             },
             FIRST,

@@ -18,7 +18,7 @@ use super::{Feeder, ServerView};
 use crate::catalog::{Catalog, ServerCatalog};
 use crate::config::{ServerSpec, Timeouts};
 use crate::policy::{EventKind, Fault, SessionInfo, Tool};
-use crate::upstream::{ListChanges, Remembered, ServerEvent, Session};
+use crate::upstream::{KeepaliveFailure, ListChanges, Remembered, ServerEvent, Session};
 
 /// What the supervisor and policy callbacks tell a server's task.
 pub(crate) enum Command {
@@ -64,7 +64,7 @@ struct Io {
     /// An opened session the lifecycle has not adopted yet.
     opened: Option<Opened>,
     attempt: Option<Attempt>,
-    keepalive: Option<BoxFuture<'static, Result<(), Fault>>>,
+    keepalive: Option<BoxFuture<'static, Result<(), KeepaliveFailure>>>,
     tools: Option<BoxFuture<'static, Result<Vec<Tool>, Fault>>>,
     catalog: Option<BoxFuture<'static, Result<ServerCatalog, Fault>>>,
     changes: Arc<ListChanges>,
@@ -123,8 +123,9 @@ impl ServerTask {
                 result = poll_option(&mut io.keepalive) => {
                     io.keepalive = None;
                     let mut recorded_end = None;
-                    if let (Err(fault), Some(link)) = (&result, io.link.clone()) {
-                        tracing::warn!(server = %name, "{fault}; closing the session");
+                    if let (Err(failure), Some(link)) = (&result, io.link.clone()) {
+                        // The lifecycle decides whether the session goes (`CloseSession`).
+                        tracing::warn!(server = %name, "{}", failure.fault());
                         // A child that died fails its keepalive a moment before its end is
                         // settled, which then follows at once and says more (its exit code).
                         // A session still open (frozen, slow) is given up now.
@@ -344,6 +345,7 @@ impl ServerTask {
         io.tools = None;
         io.catalog = None;
         let old = io.link.take()?;
+        tracing::info!(server = %self.spec.name, "closing the session");
         let _ = self.session_tx.send(None);
         self.view().pid = None;
         Some(old)

@@ -491,6 +491,29 @@ pub enum CallFailure {
     InputRequired(Box<InputRequiredResult>),
 }
 
+/// Why a keepalive did not prove its session.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeepaliveFailure {
+    /// No valid answer (the session closed, the deadline passed, the answer made no sense):
+    /// the session is given up.
+    Unanswered(Fault),
+    /// The server, or a proxy in front of it, answered this one request with an HTTP error
+    /// status (5xx, 408, 425, 429), as it may answer a tool call: the request failed, the
+    /// session may still work.
+    HttpStatus { status: u16, fault: Fault },
+}
+
+impl KeepaliveFailure {
+    /// What the policy and the operator are told.
+    pub fn fault(&self) -> &Fault {
+        match self {
+            KeepaliveFailure::Unanswered(fault) | KeepaliveFailure::HttpStatus { fault, .. } => {
+                fault
+            }
+        }
+    }
+}
+
 /// An initialized session.
 pub struct Session {
     server: String,
@@ -867,7 +890,14 @@ impl Session {
 
     /// Proves the session: `ping`, or `tools/list` for servers that do not implement ping; on
     /// 2026-07-28, which has no ping, `server/discover` (sent as is, never from a cache).
-    pub async fn keepalive(&self, timeouts: &Timeouts) -> Result<(), Fault> {
+    pub async fn keepalive(&self, timeouts: &Timeouts) -> Result<(), KeepaliveFailure> {
+        let failed = |error: &ServiceError| {
+            let fault = Fault::KeepaliveFailed(describe_service_error(error));
+            match http::failed_status(error) {
+                Some(status) => KeepaliveFailure::HttpStatus { status, fault },
+                None => KeepaliveFailure::Unanswered(fault),
+            }
+        };
         if self.generation == Generation::Modern {
             // As a plain request: rmcp's Streamable HTTP client makes a typed `server/discover`
             // wait for every request in flight (it may change the protocol version), so one
@@ -879,7 +909,7 @@ impl Session {
             ));
             return match self.request(discover, timeouts.keepalive_deadline).await {
                 Ok(_) => Ok(()),
-                Err(error) => Err(Fault::KeepaliveFailed(describe_service_error(&error))),
+                Err(error) => Err(failed(&error)),
             };
         }
         if !self.ping_unsupported.load(Ordering::Relaxed) {
@@ -889,17 +919,17 @@ impl Session {
                 Err(ServiceError::McpError(error)) if error.code == ErrorCode::METHOD_NOT_FOUND => {
                     self.ping_unsupported.store(true, Ordering::Relaxed);
                 }
-                Err(error) => {
-                    return Err(Fault::KeepaliveFailed(describe_service_error(&error)));
-                }
+                Err(error) => return Err(failed(&error)),
             }
         }
-        let mut single_page = timeouts.clone();
-        single_page.max_tool_pages = 1;
-        self.list_tools(&single_page)
-            .await
-            .map(drop)
-            .map_err(|fault| Fault::KeepaliveFailed(fault.to_string()))
+        // No ping: the first page of its tools, whose answer is the proof.
+        let first_page = ClientRequest::ListToolsRequest(ListToolsRequest::with_param(
+            PaginatedRequestParams::default(),
+        ));
+        match self.request(first_page, timeouts.keepalive_deadline).await {
+            Ok(_) => Ok(()),
+            Err(error) => Err(failed(&error)),
+        }
     }
 
     /// Calls a tool once; never retried here. The call takes its arguments; a call that fails

@@ -161,7 +161,11 @@ pub struct Behaviour {
     /// `http_fail_status` without running them; the session lives on.
     #[arg(long, value_name = "K", default_value_t = 0)]
     pub http_fail_calls: u64,
-    /// The status `http_fail_calls` answers with (default 500).
+    /// Streamable HTTP: answer the first K `ping` POSTs of this process with HTTP
+    /// `http_fail_status` and an HTML page, as a proxy in front of a restarting server would.
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub http_fail_pings: u64,
+    /// The status `http_fail_calls` and `http_fail_pings` answer with (default 500).
     #[arg(long, value_name = "STATUS")]
     pub http_fail_status: Option<u16>,
     /// Streamable HTTP answer to an unknown session id.

@@ -43,6 +43,8 @@ pub struct Fixture {
     calls: AtomicU64,
     /// `tools/call` POSTs seen, for `http_fail_calls`.
     posted_calls: AtomicU64,
+    /// `ping` POSTs seen, for `http_fail_pings`.
+    posted_pings: AtomicU64,
     exit_armed: AtomicBool,
     peers: Mutex<Vec<Peer<RoleServer>>>,
     /// Sessions subscribed to a resource URI.
@@ -82,6 +84,7 @@ impl Fixture {
             started: Instant::now(),
             calls: AtomicU64::new(0),
             posted_calls: AtomicU64::new(0),
+            posted_pings: AtomicU64::new(0),
             exit_armed: AtomicBool::new(false),
             peers: Mutex::new(Vec::new()),
             subscribers: Mutex::new(Vec::new()),
@@ -138,6 +141,12 @@ impl Fixture {
     pub fn fails_posted_call(&self, settings: &Behaviour) -> Option<u16> {
         let seen = self.posted_calls.fetch_add(1, Ordering::SeqCst);
         (seen < settings.http_fail_calls).then(|| settings.http_fail_status.unwrap_or(500))
+    }
+
+    /// The status a `ping` POST is failed with, when `http_fail_pings` says this one fails.
+    pub fn fails_posted_ping(&self, settings: &Behaviour) -> Option<u16> {
+        let seen = self.posted_pings.fetch_add(1, Ordering::SeqCst);
+        (seen < settings.http_fail_pings).then(|| settings.http_fail_status.unwrap_or(500))
     }
 
     /// Numbers an executed call (1 for this process's first).

@@ -132,6 +132,17 @@ async fn guard(State(guard): State<Guard>, request: Request, next: Next) -> Resp
         )
             .into_response();
     }
+    if names("ping")
+        && let Some(status) = guard.fixture.fails_posted_ping(&settings)
+    {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return (
+            status,
+            [(header::CONTENT_TYPE, "text/html")],
+            format!("<html><body><h1>{status}</h1></body></html>"),
+        )
+            .into_response();
+    }
     crate::garbage::forward(&settings, parts, bytes, next).await
 }
 
