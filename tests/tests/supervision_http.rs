@@ -318,6 +318,76 @@ async fn a_keepalive_a_proxy_failed_once_keeps_the_session() {
     assert_eq!(text(&sum), "5");
 }
 
+/// A call a server refuses with HTTP 400 while its session still answers (a request it will not
+/// take, not a session it forgot, which some SDKs also answer with 400) is answered with the
+/// refusal and not sent again; the session stays, with the call running on it. Over a
+/// 2025-11-25 session and on 2026-07-28.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_refused_with_400_by_a_session_that_still_answers_keeps_the_session() {
+    for (flags, protocol) in [
+        (&[][..], tether::config::ProtocolChoice::Legacy),
+        (&["--modern-only"][..], tether::config::ProtocolChoice::Auto),
+    ] {
+        let host = Host::fast();
+        let state = host.state_dir("web");
+        let server = HttpFixture::start("http", &state, "127.0.0.1:0", flags).await;
+        let mut spec = http_spec("web", format!("http://{}/mcp", server.addr), streamable());
+        spec.protocol = protocol;
+        host.supervisor.add_server(spec).unwrap();
+        wait_until("tools visible", || {
+            host.tools("web").contains(&"web__slow".to_string())
+        })
+        .await;
+        let (initializes, reconnects) = (state.initializes(), host.view("web").reconnects);
+        let supervisor = host.supervisor.clone();
+        let slow = tokio::spawn(async move {
+            supervisor
+                .call_tool("web__slow", args(json!({"ms": 1500})))
+                .await
+        });
+        wait_until("the slow call runs", || state.calls_of("slow") == 1).await;
+
+        // The slow call's POST was the first; the next is refused.
+        state.control(json!({"http_fail_calls": 2, "http_fail_status": 400}));
+        let refused = host
+            .supervisor
+            .call_tool_in(
+                "web__add",
+                args(json!({"a": 2, "b": 3})),
+                Default::default(),
+            )
+            .await;
+        let words = match refused {
+            Err(error @ tether::calls::CallError::Rejected { .. }) => error.to_string(),
+            Err(other) => panic!("{flags:?}: the refusal, as the server gave it: {other}"),
+            Ok(_) => panic!("{flags:?}: answered, not refused"),
+        };
+        assert!(
+            words.contains("JSON-RPC error (code -32603)") && words.contains("still answers"),
+            "{flags:?}: {words}"
+        );
+        assert_eq!(state.calls_of("add"), 0, "{flags:?}: not run");
+
+        let slow = slow.await.unwrap().unwrap();
+        assert_eq!(
+            text(&slow),
+            "slept 1500 ms",
+            "{flags:?}: the call on the session lived: {slow:?}"
+        );
+        assert_eq!(
+            state.initializes(),
+            initializes,
+            "{flags:?}: no new session"
+        );
+        assert_eq!(
+            host.view("web").reconnects,
+            reconnects,
+            "{flags:?}: no reconnect"
+        );
+        server.kill().await;
+    }
+}
+
 /// A server (or a proxy in front of it) that fails one request with HTTP 500 keeps its session:
 /// a read-only call goes out once more on it and is answered, a call with side effects is
 /// answered as uncertain, and a call running on the session meanwhile is not lost to a

@@ -187,6 +187,26 @@ pub fn not_delivered(error: &ServiceError) -> bool {
     }
 }
 
+/// Whether a request that never ran was refused in a way that may concern the request or the
+/// session: an HTTP 400, or a JSON-RPC error naming no request. Servers answer so for a request
+/// they will not take, and some SDKs for a session they forgot; only asking the session again
+/// tells which. (A 404 on a session, or no connection at all, is the session's.) Answers the
+/// refusal in words.
+pub fn refused_request(error: &ServiceError) -> Option<String> {
+    let ServiceError::TransportSend(error) = error else {
+        return None;
+    };
+    let error = match find_http_error(error.error.as_ref())? {
+        Found::Streamable(StreamableHttpError::Client(error)) | Found::Plain(error) => error,
+        Found::Streamable(_) => return None,
+    };
+    matches!(
+        error,
+        HttpError::Status(400) | HttpError::Uncorrelated(Some(_))
+    )
+    .then(|| error.to_string())
+}
+
 /// The status of a request the server (or a proxy in front of it) answered with an HTTP error
 /// that concerns that request, not the session: 408, 425, 429 and 5xx. The session lives on; a
 /// session the server forgot is a 404 (or a 400 from some SDKs), and those never ran.
@@ -682,9 +702,9 @@ impl GuardedClient {
             StreamableHttpError::Client(HttpError::Status(code @ (401 | 403))) => {
                 Some(authorization(*code))
             }
-            StreamableHttpError::Client(error @ HttpError::Uncorrelated(_)) => {
-                Some(Fault::TransportClosed(error.to_string()))
-            }
+            // Not a JSON-RPC error naming no request (`Uncorrelated`): servers answer so for a
+            // request they refuse as well as for a session they forgot, and the session's
+            // owner asks the session again to tell which (`upstream`, `await_answer`).
             _ => None,
         };
         if let Some(fault) = fault {

@@ -1123,9 +1123,24 @@ impl Session {
             }
             // Refused before it ran, or never written (a stdio pipe that broke on the write):
             // it certainly did not run.
-            Err(error) if self.never_ran(&error) => Err(CallFailure::NotSent(
-                self.request_fault(method, error).await,
-            )),
+            Err(error) if self.never_ran(&error) => {
+                // A session that still answers was not forgotten: the server refused the
+                // request itself, which the caller hears of (as it would without Tether), and
+                // the session stays with the other requests on it.
+                if let Some(refusal) = http::refused_request(&error) {
+                    if self.keepalive(timeouts).await.is_ok() {
+                        return Err(CallFailure::Protocol(ErrorData::invalid_request(
+                            format!("{refusal}, and its session still answers: the request itself was refused"),
+                            None,
+                        )));
+                    }
+                    // Forgotten: the session ends now, not at its next keepalive.
+                    self.end.set(Fault::TransportClosed(format!(
+                        "{refusal}, and the session no longer answers"
+                    )));
+                }
+                Err(CallFailure::NotSent(self.request_fault(method, error).await))
+            }
             // Only an HTTP transport's errors carry a status.
             Err(error) => match http::failed_status(&error) {
                 Some(status) => Err(CallFailure::HttpStatus(status)),
