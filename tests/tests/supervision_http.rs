@@ -384,8 +384,89 @@ async fn a_call_refused_with_400_by_a_session_that_still_answers_keeps_the_sessi
             reconnects,
             "{flags:?}: no reconnect"
         );
+
+        // Three refusals in a row (POSTs 3 to 5; the slow call's answer came after the first):
+        // a session that answers its keepalive and refuses every request is replaced, and the
+        // third call, which never ran, runs on the new one.
+        state.control(json!({"http_fail_calls": 5, "http_fail_status": 400}));
+        for refused in 0..2 {
+            let answer = host
+                .supervisor
+                .call_tool_in(
+                    "web__add",
+                    args(json!({"a": 2, "b": 3})),
+                    Default::default(),
+                )
+                .await;
+            assert!(
+                matches!(answer, Err(tether::calls::CallError::Rejected { .. })),
+                "{flags:?}: refusal {refused}: {answer:?}"
+            );
+        }
+        let third = host
+            .supervisor
+            .call_tool("web__add", args(json!({"a": 2, "b": 3})))
+            .await
+            .unwrap();
+        assert_eq!(text(&third), "5", "{flags:?}: {third:?}");
+        assert_eq!(state.calls_of("add"), 1, "{flags:?}: run once");
+        assert_eq!(
+            host.view("web").reconnects,
+            reconnects + 1,
+            "{flags:?}: replaced"
+        );
         server.kill().await;
     }
+}
+
+/// A request other than a tool call (nothing sends it again) refused with a 400 naming no
+/// request, by a server that restarted and forgot the session: the session, asked again, does
+/// not answer either, and ends there rather than at its next keepalive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_a_refused_request_finds_forgotten_ends_at_once() {
+    use rmcp::model::{ClientRequest, ListToolsRequest};
+    use tether::upstream::{CallFailure, ListChanges, Remembered, Session};
+
+    let host = Host::fast();
+    let state = host.state_dir("web");
+    let flags = ["--http-unknown-session", "400"];
+    let server = HttpFixture::start("http", &state, "127.0.0.1:0", &flags).await;
+    let addr = server.addr;
+    let mut spec = http_spec("web", format!("http://{addr}/mcp"), streamable());
+    spec.protocol = tether::config::ProtocolChoice::Legacy;
+    let session = Session::open(
+        &spec,
+        &mut Remembered::default(),
+        std::sync::Arc::new(ListChanges::default()),
+        tokio::sync::broadcast::channel(8).0,
+        &host.dir.path().join("logs"),
+        None,
+    )
+    .await
+    .expect("opens");
+    let list = || ClientRequest::ListToolsRequest(ListToolsRequest::with_param(Default::default()));
+    let context = tether::upstream::CallContext::default();
+    session
+        .exchange("tools/list", list(), &spec.timeouts, &context)
+        .await
+        .expect("answered");
+    server.kill().await;
+    let server = HttpFixture::start("http", &state, &addr.to_string(), &flags).await;
+    let refused = session
+        .exchange("tools/list", list(), &spec.timeouts, &context)
+        .await;
+    assert!(
+        matches!(refused, Err(CallFailure::NotSent(_))),
+        "never ran: {refused:?}"
+    );
+    let end = session.recorded_end().map(|fault| fault.to_string());
+    assert!(
+        end.as_deref()
+            .is_some_and(|end| end.contains("no longer answers")),
+        "the session's end is recorded at once: {end:?}"
+    );
+    session.close(spec.timeouts.stop_grace).await;
+    server.kill().await;
 }
 
 /// A server (or a proxy in front of it) that fails one request with HTTP 500 keeps its session:

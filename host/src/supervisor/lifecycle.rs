@@ -123,9 +123,9 @@ pub(crate) struct Lifecycle {
     attempting: bool,
     /// `Some` while a session is live.
     keepalive: Option<Keepalive>,
-    /// The last keepalive was answered with an HTTP error status: the one now due or running
-    /// is the session's last chance. One failed request (a proxy's 502 while the server
-    /// restarts) does not cost a session and the calls on it; two in a row do.
+    /// The last keepalive was answered with an HTTP error status or refused: the one now due
+    /// or running is the session's last chance. One failed request (a proxy's 502 while the
+    /// server restarts) does not cost a session and the calls on it; two in a row do.
     asking_again: bool,
     wake: Option<(Millis, u64)>,
     tools: Refresh,
@@ -237,7 +237,9 @@ impl Lifecycle {
                     }
                     // Asked again as soon as a new session's first keepalive would be; the
                     // policy hears of the failure, and of no end.
-                    Err(KeepaliveFailure::HttpStatus { fault, .. }) if !self.asking_again => {
+                    Err(
+                        KeepaliveFailure::HttpStatus { fault, .. } | KeepaliveFailure::Refused(fault),
+                    ) if !self.asking_again => {
                         self.asking_again = true;
                         self.keepalive = Some(Keepalive::Due(now + self.first_keepalive));
                         effects.push(Effect::Feed(EventKind::KeepaliveFailed(self.fault(fault))));
@@ -466,6 +468,22 @@ mod tests {
                 Effect::Feed(EventKind::Disconnected(server_fault("HTTP 502"))),
             ]
         );
+        assert!(!lifecycle.live());
+    }
+
+    #[test]
+    fn a_refused_keepalive_gets_the_same_second_chance() {
+        // A forgotten session (some SDKs answer 400), or a 5xx whose body rmcp's client kept
+        // without its status: the next keepalive tells.
+        let refused = || KeepaliveFailure::Refused(fault("an error naming no request"));
+        let mut lifecycle = live_at(0);
+        assert_eq!(
+            keepalive_answered(&mut lifecycle, FIRST, Err(refused())).len(),
+            1
+        );
+        assert!(lifecycle.live());
+        let ended = keepalive_answered(&mut lifecycle, 2 * FIRST, Err(refused()));
+        assert_eq!(ended[1], Effect::CloseSession);
         assert!(!lifecycle.live());
     }
 

@@ -190,9 +190,10 @@ pub fn not_delivered(error: &ServiceError) -> bool {
 /// Whether a request that never ran was refused in a way that may concern the request or the
 /// session: an HTTP 400, or a JSON-RPC error naming no request. Servers answer so for a request
 /// they will not take, and some SDKs for a session they forgot; only asking the session again
-/// tells which. (A 404 on a session, or no connection at all, is the session's.) Answers the
-/// refusal in words.
-pub fn refused_request(error: &ServiceError) -> Option<String> {
+/// tells which. (A 404 on a session, or no connection at all, is the session's.) rmcp's client
+/// drops the status of an error answer with a JSON-RPC body, so a widely used SDK's catch-all
+/// answer to a 5xx (an error naming no request) looks the same here.
+pub fn refused_request(error: &ServiceError) -> Option<Refusal> {
     let ServiceError::TransportSend(error) = error else {
         return None;
     };
@@ -200,11 +201,24 @@ pub fn refused_request(error: &ServiceError) -> Option<String> {
         Found::Streamable(StreamableHttpError::Client(error)) | Found::Plain(error) => error,
         Found::Streamable(_) => return None,
     };
-    matches!(
-        error,
-        HttpError::Status(400) | HttpError::Uncorrelated(Some(_))
-    )
-    .then(|| error.to_string())
+    let code = match error {
+        HttpError::Status(400) => None,
+        HttpError::Uncorrelated(Some(code)) => Some(*code),
+        _ => return None,
+    };
+    Some(Refusal {
+        code,
+        words: error.to_string(),
+    })
+}
+
+/// A request refused with HTTP 400 or a JSON-RPC error naming no request ([`refused_request`]).
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    /// The JSON-RPC error's code, if the answer had one.
+    pub code: Option<i32>,
+    /// What the server answered, in words.
+    pub words: String,
 }
 
 /// The status of a request the server (or a proxy in front of it) answered with an HTTP error
@@ -702,9 +716,13 @@ impl GuardedClient {
             StreamableHttpError::Client(HttpError::Status(code @ (401 | 403))) => {
                 Some(authorization(*code))
             }
-            // Not a JSON-RPC error naming no request (`Uncorrelated`): servers answer so for a
-            // request they refuse as well as for a session they forgot, and the session's
-            // owner asks the session again to tell which (`upstream`, `await_answer`).
+            // An answer for another request: the session's exchanges are mixed up.
+            StreamableHttpError::Client(error @ HttpError::Uncorrelated(None)) => {
+                Some(Fault::TransportClosed(error.to_string()))
+            }
+            // Not a JSON-RPC error naming no request (`Uncorrelated(Some)`): servers answer so
+            // for a request they refuse as well as for a session they forgot, and the
+            // session's owner asks the session again to tell which (`upstream`, `await_answer`).
             _ => None,
         };
         if let Some(fault) = fault {

@@ -8,7 +8,7 @@ pub mod route;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 use std::time::Duration;
 
 #[allow(deprecated)] // sampling and logging types: see the handler
@@ -45,7 +45,7 @@ use crate::transport::http::{
 use crate::transport::limit;
 use crate::transport::lines::{CallSender, NoAnswer, PendingCall};
 use crate::transport::stdio::{self, ChildProcess};
-use route::{Belongs, RouteTag, Routes};
+use route::{Belongs, Deadlines, RouteTag, Routes};
 pub use route::{CallArguments, CallRoute, ClientAsk, ProgressForward};
 
 /// Which of a server's lists it said changed, coalesced: however many notices arrive while a
@@ -501,15 +501,19 @@ pub enum KeepaliveFailure {
     /// status (5xx, 408, 425, 429), as it may answer a tool call: the request failed, the
     /// session may still work.
     HttpStatus { status: u16, fault: Fault },
+    /// The server refused it with HTTP 400 or a JSON-RPC error naming no request: a session it
+    /// forgot (some SDKs answer so), or a failure (a widely used SDK's catch-all answer to a
+    /// 5xx, whose status rmcp's client drops). Answered, but no proof of a live session.
+    Refused(Fault),
 }
 
 impl KeepaliveFailure {
     /// What the policy and the operator are told.
     pub fn fault(&self) -> &Fault {
         match self {
-            KeepaliveFailure::Unanswered(fault) | KeepaliveFailure::HttpStatus { fault, .. } => {
-                fault
-            }
+            KeepaliveFailure::Unanswered(fault)
+            | KeepaliveFailure::HttpStatus { fault, .. }
+            | KeepaliveFailure::Refused(fault) => fault,
         }
     }
 }
@@ -523,6 +527,9 @@ pub struct Session {
     transport: TransportKind,
     server_info: String,
     ping_unsupported: AtomicBool,
+    /// Requests refused in a row although the session answered its keepalive after each
+    /// ([`Session::ask_after_refusal`]).
+    refusals: AtomicU32,
     /// The session's end with its cause, set by the transport the moment it knows (the child's
     /// exit, HTTP 404: the server forgot the session, 401/403: credentials revoked).
     end: SessionEnd,
@@ -683,6 +690,7 @@ impl Session {
             transport,
             server_info,
             ping_unsupported: AtomicBool::new(false),
+            refusals: AtomicU32::new(0),
             end,
             max_message: ServerSpec::DEFAULT_MAX_MESSAGE,
             routes: Arc::default(),
@@ -893,9 +901,12 @@ impl Session {
     pub async fn keepalive(&self, timeouts: &Timeouts) -> Result<(), KeepaliveFailure> {
         let failed = |error: &ServiceError| {
             let fault = Fault::KeepaliveFailed(describe_service_error(error));
-            match http::failed_status(error) {
-                Some(status) => KeepaliveFailure::HttpStatus { status, fault },
-                None => KeepaliveFailure::Unanswered(fault),
+            if let Some(status) = http::failed_status(error) {
+                KeepaliveFailure::HttpStatus { status, fault }
+            } else if http::refused_request(error).is_some() {
+                KeepaliveFailure::Refused(fault)
+            } else {
+                KeepaliveFailure::Unanswered(fault)
             }
         };
         if self.generation == Generation::Modern {
@@ -1104,6 +1115,9 @@ impl Session {
         if let Some(progress) = &context.progress {
             progress.flush().await;
         }
+        if matches!(answer, Ok(_) | Err(ServiceError::McpError(_))) {
+            self.refusals.store(0, Ordering::Relaxed);
+        }
         match answer {
             Ok(result) => Ok(result),
             Err(ServiceError::McpError(error)) => {
@@ -1124,20 +1138,12 @@ impl Session {
             // Refused before it ran, or never written (a stdio pipe that broke on the write):
             // it certainly did not run.
             Err(error) if self.never_ran(&error) => {
-                // A session that still answers was not forgotten: the server refused the
-                // request itself, which the caller hears of (as it would without Tether), and
-                // the session stays with the other requests on it.
-                if let Some(refusal) = http::refused_request(&error) {
-                    if self.keepalive(timeouts).await.is_ok() {
-                        return Err(CallFailure::Protocol(ErrorData::invalid_request(
-                            format!("{refusal}, and its session still answers: the request itself was refused"),
-                            None,
-                        )));
-                    }
-                    // Forgotten: the session ends now, not at its next keepalive.
-                    self.end.set(Fault::TransportClosed(format!(
-                        "{refusal}, and the session no longer answers"
-                    )));
+                if let Some(refusal) = http::refused_request(&error)
+                    && let Some(failure) = self
+                        .ask_after_refusal(refusal, timeouts, context, &deadlines)
+                        .await
+                {
+                    return Err(failure);
                 }
                 Err(CallFailure::NotSent(self.request_fault(method, error).await))
             }
@@ -1147,6 +1153,55 @@ impl Session {
                 None => Err(CallFailure::Lost(self.request_fault(method, error).await)),
             },
         }
+    }
+
+    /// After a request was refused with HTTP 400 or a JSON-RPC error naming no request, asks
+    /// the session again (its keepalive), within the request's deadlines and unless its caller
+    /// cancels. A session that answers, even with an HTTP error status, was not forgotten: the
+    /// caller gets the refusal, as it would without Tether, and the session stays with the
+    /// other requests on it. `None`: the session was forgotten and ends now, not at its next
+    /// keepalive; the request, which never ran, goes the way of one never sent. A third refusal
+    /// in a row ends the session as well: a server that restarted without what the session
+    /// negotiated, or a replica behind a balancer that never had it, may answer a keepalive
+    /// and no request.
+    async fn ask_after_refusal(
+        &self,
+        refusal: http::Refusal,
+        timeouts: &Timeouts,
+        context: &CallContext,
+        deadlines: &Deadlines<'_>,
+    ) -> Option<CallFailure> {
+        const REFUSALS_BEFORE_REPLACING: u32 = 3;
+        let answers = tokio::select! {
+            biased;
+            _ = context.cancel.cancelled() => return Some(CallFailure::Cancelled),
+            // No time left to tell: the refusal stands, and so does the session.
+            _ = deadlines.out_of_time() => true,
+            asked = self.keepalive(timeouts) => matches!(
+                asked,
+                Ok(()) | Err(KeepaliveFailure::HttpStatus { .. })
+            ),
+        };
+        let in_a_row = self.refusals.fetch_add(1, Ordering::Relaxed) + 1;
+        if answers && in_a_row < REFUSALS_BEFORE_REPLACING {
+            let code = refusal.code.map_or(ErrorCode::INVALID_REQUEST, ErrorCode);
+            return Some(CallFailure::Protocol(ErrorData::new(
+                code,
+                format!(
+                    "{}, and its session still answers: the request itself was refused",
+                    refusal.words
+                ),
+                None,
+            )));
+        }
+        self.end.set(Fault::TransportClosed(match answers {
+            true => format!(
+                "{} ({in_a_row} requests in a row, although the session answers its keepalive)",
+                refusal.words
+            ),
+            false => format!("{}, and the session no longer answers", refusal.words),
+        }));
+        None
     }
 
     /// Sends tool call `call` itself ([`StraightCalls`]) with what rmcp would add to it on a
