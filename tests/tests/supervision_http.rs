@@ -318,45 +318,94 @@ async fn a_keepalive_a_proxy_failed_once_keeps_the_session() {
     assert_eq!(text(&sum), "5");
 }
 
+/// The fixture's flags for a 2025-11-25 session and for 2026-07-28.
+const BOTH_GENERATIONS: [&[&str]; 2] = [&[], &["--modern-only"]];
+
+/// A host supervising the fixture over Streamable HTTP as `web` (2026-07-28 with
+/// `--modern-only`, otherwise 2025-11-25), its tools visible.
+async fn web_fixture(flags: &[&str]) -> (Host, StateDir, HttpFixture) {
+    let host = Host::fast();
+    let state = host.state_dir("web");
+    let server = HttpFixture::start("http", &state, "127.0.0.1:0", flags).await;
+    let mut spec = http_spec("web", format!("http://{}/mcp", server.addr), streamable());
+    spec.protocol = match flags.contains(&"--modern-only") {
+        true => tether::config::ProtocolChoice::Auto,
+        false => tether::config::ProtocolChoice::Legacy,
+    };
+    host.supervisor.add_server(spec).unwrap();
+    wait_until("tools visible", || {
+        host.tools("web").contains(&"web__slow".to_string())
+    })
+    .await;
+    (host, state, server)
+}
+
+/// A 1.5 s call on `web`'s session, running at the server when this returns.
+async fn slow_call_running(
+    host: &Host,
+    state: &StateDir,
+) -> tokio::task::JoinHandle<Result<rmcp::model::CallToolResult, tether::calls::CallError>> {
+    let supervisor = host.supervisor.clone();
+    let slow = tokio::spawn(async move {
+        supervisor
+            .call_tool("web__slow", args(json!({"ms": 1500})))
+            .await
+    });
+    wait_until("the slow call runs", || state.calls_of("slow") == 1).await;
+    slow
+}
+
+/// The slow call was answered on its session, and no other session was opened: no
+/// `initialize`, and no connection attempt (2026-07-28 has no `initialize`).
+async fn the_session_stayed(
+    host: &Host,
+    state: &StateDir,
+    slow: tokio::task::JoinHandle<Result<rmcp::model::CallToolResult, tether::calls::CallError>>,
+    (initializes, reconnects): (u64, u64),
+    flags: &[&str],
+) {
+    let slow = slow.await.unwrap().unwrap();
+    assert_eq!(
+        text(&slow),
+        "slept 1500 ms",
+        "{flags:?}: the call on the session lived: {slow:?}"
+    );
+    assert_eq!(
+        state.initializes(),
+        initializes,
+        "{flags:?}: no new session"
+    );
+    assert_eq!(
+        host.view("web").reconnects,
+        reconnects,
+        "{flags:?}: no reconnect"
+    );
+}
+
+/// `web`'s `add` of 2 and 3, as an agent's request gets it.
+async fn add_2_and_3(
+    host: &Host,
+) -> Result<rmcp::model::CallToolResponse, tether::calls::CallError> {
+    let arguments = args(json!({"a": 2, "b": 3}));
+    (host.supervisor)
+        .call_tool_in("web__add", arguments, Default::default())
+        .await
+}
+
 /// A call a server refuses with HTTP 400 while its session still answers (a request it will not
 /// take, not a session it forgot, which some SDKs also answer with 400) is answered with the
 /// refusal and not sent again; the session stays, with the call running on it. Over a
 /// 2025-11-25 session and on 2026-07-28.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_refused_with_400_by_a_session_that_still_answers_keeps_the_session() {
-    for (flags, protocol) in [
-        (&[][..], tether::config::ProtocolChoice::Legacy),
-        (&["--modern-only"][..], tether::config::ProtocolChoice::Auto),
-    ] {
-        let host = Host::fast();
-        let state = host.state_dir("web");
-        let server = HttpFixture::start("http", &state, "127.0.0.1:0", flags).await;
-        let mut spec = http_spec("web", format!("http://{}/mcp", server.addr), streamable());
-        spec.protocol = protocol;
-        host.supervisor.add_server(spec).unwrap();
-        wait_until("tools visible", || {
-            host.tools("web").contains(&"web__slow".to_string())
-        })
-        .await;
+    for flags in BOTH_GENERATIONS {
+        let (host, state, server) = web_fixture(flags).await;
         let (initializes, reconnects) = (state.initializes(), host.view("web").reconnects);
-        let supervisor = host.supervisor.clone();
-        let slow = tokio::spawn(async move {
-            supervisor
-                .call_tool("web__slow", args(json!({"ms": 1500})))
-                .await
-        });
-        wait_until("the slow call runs", || state.calls_of("slow") == 1).await;
+        let slow = slow_call_running(&host, &state).await;
 
         // The slow call's POST was the first; the next is refused.
         state.control(json!({"http_fail_calls": 2, "http_fail_status": 400}));
-        let refused = host
-            .supervisor
-            .call_tool_in(
-                "web__add",
-                args(json!({"a": 2, "b": 3})),
-                Default::default(),
-            )
-            .await;
+        let refused = add_2_and_3(&host).await;
         let words = match refused {
             Err(error @ tether::calls::CallError::Rejected { .. }) => error.to_string(),
             Err(other) => panic!("{flags:?}: the refusal, as the server gave it: {other}"),
@@ -368,36 +417,14 @@ async fn a_call_refused_with_400_by_a_session_that_still_answers_keeps_the_sessi
         );
         assert_eq!(state.calls_of("add"), 0, "{flags:?}: not run");
 
-        let slow = slow.await.unwrap().unwrap();
-        assert_eq!(
-            text(&slow),
-            "slept 1500 ms",
-            "{flags:?}: the call on the session lived: {slow:?}"
-        );
-        assert_eq!(
-            state.initializes(),
-            initializes,
-            "{flags:?}: no new session"
-        );
-        assert_eq!(
-            host.view("web").reconnects,
-            reconnects,
-            "{flags:?}: no reconnect"
-        );
+        the_session_stayed(&host, &state, slow, (initializes, reconnects), flags).await;
 
         // Three refusals in a row (POSTs 3 to 5; the slow call's answer came after the first):
         // a session that answers its keepalive and refuses every request is replaced, and the
         // third call, which never ran, runs on the new one.
         state.control(json!({"http_fail_calls": 5, "http_fail_status": 400}));
         for refused in 0..2 {
-            let answer = host
-                .supervisor
-                .call_tool_in(
-                    "web__add",
-                    args(json!({"a": 2, "b": 3})),
-                    Default::default(),
-                )
-                .await;
+            let answer = add_2_and_3(&host).await;
             assert!(
                 matches!(answer, Err(tether::calls::CallError::Rejected { .. })),
                 "{flags:?}: refusal {refused}: {answer:?}"
@@ -475,20 +502,8 @@ async fn a_session_a_refused_request_finds_forgotten_ends_at_once() {
 /// reconnect. Over a 2025-11-25 session and on 2026-07-28.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_the_server_failed_keeps_the_session_and_the_calls_on_it() {
-    for (flags, protocol) in [
-        (&[][..], tether::config::ProtocolChoice::Legacy),
-        (&["--modern-only"][..], tether::config::ProtocolChoice::Auto),
-    ] {
-        let host = Host::fast();
-        let state = host.state_dir("web");
-        let server = HttpFixture::start("http", &state, "127.0.0.1:0", flags).await;
-        let mut spec = http_spec("web", format!("http://{}/mcp", server.addr), streamable());
-        spec.protocol = protocol;
-        host.supervisor.add_server(spec).unwrap();
-        wait_until("tools visible", || {
-            host.tools("web").contains(&"web__slow".to_string())
-        })
-        .await;
+    for flags in BOTH_GENERATIONS {
+        let (host, state, server) = web_fixture(flags).await;
         let (initializes, reconnects, generation) = (
             state.initializes(),
             host.view("web").reconnects,
@@ -496,13 +511,7 @@ async fn a_request_the_server_failed_keeps_the_session_and_the_calls_on_it() {
         );
         // The fixture counts tool call POSTs from its start and fails those numbered up to
         // `http_fail_calls`: the slow call's is the first.
-        let supervisor = host.supervisor.clone();
-        let slow = tokio::spawn(async move {
-            supervisor
-                .call_tool("web__slow", args(json!({"ms": 1500})))
-                .await
-        });
-        wait_until("the slow call runs", || state.calls_of("slow") == 1).await;
+        let slow = slow_call_running(&host, &state).await;
 
         state.control(json!({"http_fail_calls": 2}));
         let read = host
@@ -534,23 +543,7 @@ async fn a_request_the_server_failed_keeps_the_session_and_the_calls_on_it() {
             "{flags:?}: never replayed"
         );
 
-        let slow = slow.await.unwrap().unwrap();
-        assert_eq!(
-            text(&slow),
-            "slept 1500 ms",
-            "{flags:?}: the call on the session lived: {slow:?}"
-        );
-        assert_eq!(
-            state.initializes(),
-            initializes,
-            "{flags:?}: no new session"
-        );
-        // Connection attempts, on both generations (2026-07-28 has no `initialize`).
-        assert_eq!(
-            host.view("web").reconnects,
-            reconnects,
-            "{flags:?}: no reconnect"
-        );
+        the_session_stayed(&host, &state, slow, (initializes, reconnects), flags).await;
         assert_eq!(
             host.supervisor.registry().generation(),
             generation,
