@@ -1115,7 +1115,10 @@ impl Session {
         if let Some(progress) = &context.progress {
             progress.flush().await;
         }
-        if matches!(answer, Ok(_) | Err(ServiceError::McpError(_))) {
+        // Read first: a store on every answer would move the line between the cores' caches.
+        if matches!(answer, Ok(_) | Err(ServiceError::McpError(_)))
+            && self.refusals.load(Ordering::Relaxed) != 0
+        {
             self.refusals.store(0, Ordering::Relaxed);
         }
         match answer {
