@@ -235,14 +235,21 @@ impl Lifecycle {
                         self.keepalive = Some(Keepalive::Due(now + self.keepalive_interval));
                         effects.push(Effect::Feed(EventKind::KeepaliveOk(self.server.clone())));
                     }
-                    // Asked again as soon as a new session's first keepalive would be; the
-                    // policy hears of the failure, and of no end.
-                    Err(
-                        KeepaliveFailure::HttpStatus { fault, .. } | KeepaliveFailure::Refused(fault),
-                    ) if !self.asking_again => {
+                    // The policy hears of the failure, and of no end. An error status (a proxy
+                    // whose server restarts) is asked about again when a new session's first
+                    // keepalive would be; a refusal at once: the session may be forgotten, and
+                    // waiting would only keep its tools up.
+                    Err(failure @ (KeepaliveFailure::HttpStatus { .. } | KeepaliveFailure::Refused(_)))
+                        if !self.asking_again =>
+                    {
                         self.asking_again = true;
-                        self.keepalive = Some(Keepalive::Due(now + self.first_keepalive));
-                        effects.push(Effect::Feed(EventKind::KeepaliveFailed(self.fault(fault))));
+                        let wait = match failure {
+                            KeepaliveFailure::HttpStatus { .. } => self.first_keepalive,
+                            _ => 0,
+                        };
+                        self.keepalive = Some(Keepalive::Due(now + wait));
+                        let fault = self.fault(failure.fault().clone());
+                        effects.push(Effect::Feed(EventKind::KeepaliveFailed(fault)));
                     }
                     Err(failure) => {
                         let fault = self.fault(failure.fault().clone());
@@ -472,9 +479,10 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_keepalive_gets_the_same_second_chance() {
+    fn a_refused_keepalive_is_asked_again_at_once() {
         // A forgotten session (some SDKs answer 400), or a 5xx whose body rmcp's client kept
-        // without its status: the next keepalive tells.
+        // without its status: the next keepalive tells, with no wait that would keep the
+        // tools of a forgotten session up.
         let refused = || KeepaliveFailure::Refused(fault("an error naming no request"));
         let mut lifecycle = live_at(0);
         assert_eq!(
@@ -482,7 +490,7 @@ mod tests {
             1
         );
         assert!(lifecycle.live());
-        let ended = keepalive_answered(&mut lifecycle, 2 * FIRST, Err(refused()));
+        let ended = keepalive_answered(&mut lifecycle, FIRST, Err(refused()));
         assert_eq!(ended[1], Effect::CloseSession);
         assert!(!lifecycle.live());
     }

@@ -922,10 +922,12 @@ fn uncorrelated(
         {
             None
         }
-        // A JSON-RPC error that answers nothing of ours is a rejection.
-        (ServerJsonRpcMessage::Error(error), _) => {
+        // A JSON-RPC error that names no request is a rejection (of the request, or of the
+        // session); one that names another request says the exchanges are mixed up.
+        (ServerJsonRpcMessage::Error(error), _) if error.id.is_none() => {
             Some(HttpError::Uncorrelated(Some(error.error.code.0)))
         }
+        (ServerJsonRpcMessage::Error(_), _) => Some(HttpError::Uncorrelated(None)),
         // Nothing else comes on this POST, so a request's JSON answer must be its response.
         (_, Some(_)) => Some(HttpError::Uncorrelated(None)),
         // Other JSON to a notification or reply: rmcp forwards it.
@@ -1068,6 +1070,13 @@ mod tests {
         let other = json(serde_json::json!({"jsonrpc": "2.0", "id": 8, "result": {}}));
         assert!(matches!(
             uncorrelated(&other, Some(&id)),
+            Some(HttpError::Uncorrelated(None))
+        ));
+        let others_error = json(serde_json::json!(
+            {"jsonrpc": "2.0", "id": 8, "error": {"code": -32602, "message": "bad params"}}
+        ));
+        assert!(matches!(
+            uncorrelated(&others_error, Some(&id)),
             Some(HttpError::Uncorrelated(None))
         ));
         assert!(uncorrelated(&StreamableHttpPostResponse::Accepted, Some(&id)).is_none());

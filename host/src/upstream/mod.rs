@@ -1163,10 +1163,11 @@ impl Session {
     /// cancels. A session that answers, even with an HTTP error status, was not forgotten: the
     /// caller gets the refusal, as it would without Tether, and the session stays with the
     /// other requests on it. `None`: the session was forgotten and ends now, not at its next
-    /// keepalive; the request, which never ran, goes the way of one never sent. A third refusal
-    /// in a row ends the session as well: a server that restarted without what the session
-    /// negotiated, or a replica behind a balancer that never had it, may answer a keepalive
-    /// and no request.
+    /// keepalive; the request, which never ran, goes the way of one never sent. On a 2025-11-25
+    /// session a third refusal in a row ends the session as well: a server that restarted
+    /// without what the session negotiated, or a replica behind a balancer that never had it,
+    /// may answer a keepalive and no request. A caller out of time gets the refusal, and the
+    /// session is left for its keepalive to judge.
     async fn ask_after_refusal(
         &self,
         refusal: http::Refusal,
@@ -1175,27 +1176,35 @@ impl Session {
         deadlines: &Deadlines<'_>,
     ) -> Option<CallFailure> {
         const REFUSALS_BEFORE_REPLACING: u32 = 3;
+        let refused = |words: String| {
+            let code = refusal.code.map_or(ErrorCode::INVALID_REQUEST, ErrorCode);
+            Some(CallFailure::Protocol(ErrorData::new(code, words, None)))
+        };
         let answers = tokio::select! {
             biased;
             _ = context.cancel.cancelled() => return Some(CallFailure::Cancelled),
             // No time left to tell: the refusal stands, and so does the session.
-            _ = deadlines.out_of_time() => true,
+            _ = deadlines.out_of_time() => {
+                return refused(format!(
+                    "{} (the session could not be asked again within the request's deadline)",
+                    refusal.words
+                ));
+            }
             asked = self.keepalive(timeouts) => matches!(
                 asked,
                 Ok(()) | Err(KeepaliveFailure::HttpStatus { .. })
             ),
         };
+        // A 2026-07-28 server keeps no session to lose: a new one would cost the requests in
+        // flight and change nothing.
         let in_a_row = self.refusals.fetch_add(1, Ordering::Relaxed) + 1;
-        if answers && in_a_row < REFUSALS_BEFORE_REPLACING {
-            let code = refusal.code.map_or(ErrorCode::INVALID_REQUEST, ErrorCode);
-            return Some(CallFailure::Protocol(ErrorData::new(
-                code,
-                format!(
-                    "{}, and its session still answers: the request itself was refused",
-                    refusal.words
-                ),
-                None,
-            )));
+        if answers
+            && (in_a_row < REFUSALS_BEFORE_REPLACING || self.generation == Generation::Modern)
+        {
+            return refused(format!(
+                "{}, and its session still answers: the request itself was refused",
+                refusal.words
+            ));
         }
         self.end.set(Fault::TransportClosed(match answers {
             true => format!(
