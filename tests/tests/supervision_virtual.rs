@@ -183,10 +183,9 @@ impl Link for FakeLink {
                 bad
             };
             if bad_gateway {
-                return Err(KeepaliveFailure::HttpStatus {
-                    status: 502,
-                    fault: Fault::KeepaliveFailed("HTTP 502 Bad Gateway".into()),
-                });
+                return Err(KeepaliveFailure::HttpStatus(Fault::KeepaliveFailed(
+                    "HTTP 502 Bad Gateway".into(),
+                )));
             }
             if self.dies {
                 self.closed.store(true, Ordering::SeqCst);

@@ -239,12 +239,12 @@ impl Lifecycle {
                     // whose server restarts) is asked about again when a new session's first
                     // keepalive would be; a refusal at once: the session may be forgotten, and
                     // waiting would only keep its tools up.
-                    Err(failure @ (KeepaliveFailure::HttpStatus { .. } | KeepaliveFailure::Refused(_)))
+                    Err(failure @ (KeepaliveFailure::HttpStatus(_) | KeepaliveFailure::Refused(_)))
                         if !self.asking_again =>
                     {
                         self.asking_again = true;
                         let wait = match failure {
-                            KeepaliveFailure::HttpStatus { .. } => self.first_keepalive,
+                            KeepaliveFailure::HttpStatus(_) => self.first_keepalive,
                             _ => 0,
                         };
                         self.keepalive = Some(Keepalive::Due(now + wait));
@@ -422,10 +422,7 @@ mod tests {
     }
 
     fn bad_gateway() -> KeepaliveFailure {
-        KeepaliveFailure::HttpStatus {
-            status: 502,
-            fault: fault("HTTP 502"),
-        }
+        KeepaliveFailure::HttpStatus(fault("HTTP 502"))
     }
 
     /// A keepalive `answer`ed at `at` on `lifecycle`, whose keepalive was due then.

@@ -162,57 +162,25 @@ pub fn classify_service_error(error: &ServiceError) -> Option<Fault> {
     }
 }
 
-/// Whether a request that failed with `error` provably never ran: the server refused it before
-/// running it (HTTP 404 for a session it forgot, a 400 or an id-less error naming none of our
-/// requests), or no connection could be made to send it. Such a request is safe to send again
-/// on a fresh session, whatever it does.
-pub fn not_delivered(error: &ServiceError) -> bool {
-    let ServiceError::TransportSend(error) = error else {
-        return false;
-    };
-    let refused = |error: &HttpError| {
-        matches!(
-            error,
-            HttpError::SessionExpired
-                | HttpError::CannotConnect(_)
-                | HttpError::Status(400 | 404)
-                | HttpError::Uncorrelated(Some(_))
-        )
-    };
-    match find_http_error(error.error.as_ref()) {
-        Some(Found::Streamable(StreamableHttpError::SessionExpired)) => true,
-        Some(Found::Streamable(StreamableHttpError::Client(error))) => refused(error),
-        Some(Found::Plain(error)) => refused(error),
-        _ => false,
-    }
+/// How an HTTP transport's failure of one request reads, for what follows it.
+#[derive(Debug, Clone)]
+pub enum RequestFailure {
+    /// It never ran, and its session is gone or was never reached: HTTP 404 on a session (the
+    /// server forgot it), or no connection made. Safe to send again on a fresh session,
+    /// whatever it does.
+    SessionGone,
+    /// It never ran: HTTP 400, or a JSON-RPC error naming no request. Servers answer so for a
+    /// request they will not take, and some SDKs for a session they forgot; only asking the
+    /// session again tells which. rmcp's client drops the status of an error answer with a
+    /// JSON-RPC body, so a widely used SDK's catch-all answer to a 5xx looks the same here.
+    Refused(Refusal),
+    /// The server, or a proxy in front of it, failed this request with an HTTP status that
+    /// concerns the request, not the session: 408, 425, 429 or 5xx. It may have run; the
+    /// session lives on.
+    Status(u16),
 }
 
-/// Whether a request that never ran was refused in a way that may concern the request or the
-/// session: an HTTP 400, or a JSON-RPC error naming no request. Servers answer so for a request
-/// they will not take, and some SDKs for a session they forgot; only asking the session again
-/// tells which. (A 404 on a session, or no connection at all, is the session's.) rmcp's client
-/// drops the status of an error answer with a JSON-RPC body, so a widely used SDK's catch-all
-/// answer to a 5xx (an error naming no request) looks the same here.
-pub fn refused_request(error: &ServiceError) -> Option<Refusal> {
-    let ServiceError::TransportSend(error) = error else {
-        return None;
-    };
-    let error = match find_http_error(error.error.as_ref())? {
-        Found::Streamable(StreamableHttpError::Client(error)) | Found::Plain(error) => error,
-        Found::Streamable(_) => return None,
-    };
-    let code = match error {
-        HttpError::Status(400) => None,
-        HttpError::Uncorrelated(Some(code)) => Some(*code),
-        _ => return None,
-    };
-    Some(Refusal {
-        code,
-        words: error.to_string(),
-    })
-}
-
-/// A request refused with HTTP 400 or a JSON-RPC error naming no request ([`refused_request`]).
+/// A request refused with HTTP 400 or a JSON-RPC error naming no request.
 #[derive(Debug, Clone)]
 pub struct Refusal {
     /// The JSON-RPC error's code, if the answer had one.
@@ -221,19 +189,36 @@ pub struct Refusal {
     pub words: String,
 }
 
-/// The status of a request the server (or a proxy in front of it) answered with an HTTP error
-/// that concerns that request, not the session: 408, 425, 429 and 5xx. The session lives on; a
-/// session the server forgot is a 404 (or a 400 from some SDKs), and those never ran.
-pub fn failed_status(error: &ServiceError) -> Option<u16> {
+/// What an HTTP transport's `error` says of its request (see [`RequestFailure`]); `None` for
+/// every other failure (a broken stream, a timeout, credentials): the request may have run.
+pub fn request_failure(error: &ServiceError) -> Option<RequestFailure> {
     let ServiceError::TransportSend(error) = error else {
         return None;
     };
-    let status = match find_http_error(error.error.as_ref()) {
-        Some(Found::Streamable(StreamableHttpError::Client(HttpError::Status(status))))
-        | Some(Found::Plain(HttpError::Status(status))) => *status,
-        _ => return None,
+    let error = match find_http_error(error.error.as_ref())? {
+        Found::Streamable(StreamableHttpError::SessionExpired) => {
+            return Some(RequestFailure::SessionGone);
+        }
+        Found::Streamable(StreamableHttpError::Client(error)) | Found::Plain(error) => error,
+        Found::Streamable(_) => return None,
     };
-    matches!(status, 408 | 425 | 429 | 500..=599).then_some(status)
+    let refused = |code| {
+        RequestFailure::Refused(Refusal {
+            code,
+            words: error.to_string(),
+        })
+    };
+    Some(match error {
+        HttpError::SessionExpired | HttpError::CannotConnect(_) | HttpError::Status(404) => {
+            RequestFailure::SessionGone
+        }
+        HttpError::Status(400) => refused(None),
+        HttpError::Uncorrelated(Some(code)) => refused(Some(*code)),
+        HttpError::Status(status @ (408 | 425 | 429 | 500..=599)) => {
+            RequestFailure::Status(*status)
+        }
+        _ => return None,
+    })
 }
 
 enum Found<'a> {
@@ -1046,6 +1031,56 @@ mod tests {
 
     fn json(answer: serde_json::Value) -> StreamableHttpPostResponse {
         StreamableHttpPostResponse::Json(serde_json::from_value(answer).unwrap(), None)
+    }
+
+    /// What the call path and the keepalive make of a request's failure, by what the server
+    /// answered: one reading for both.
+    #[test]
+    fn a_requests_failure_is_read_by_what_the_server_answered() {
+        let failed = |error: StreamableHttpError<HttpError>| {
+            request_failure(&ServiceError::TransportSend(
+                rmcp::transport::DynamicTransportError::from_parts(
+                    "test",
+                    std::any::TypeId::of::<()>(),
+                    Box::new(error),
+                ),
+            ))
+        };
+        let client = |error| failed(StreamableHttpError::Client(error));
+        for gone in [
+            failed(StreamableHttpError::SessionExpired),
+            client(HttpError::Status(404)),
+            client(HttpError::CannotConnect("refused".into())),
+        ] {
+            assert!(matches!(gone, Some(RequestFailure::SessionGone)), "{gone:?}");
+        }
+        assert!(matches!(
+            client(HttpError::Status(400)),
+            Some(RequestFailure::Refused(Refusal { code: None, .. }))
+        ));
+        assert!(matches!(
+            client(HttpError::Uncorrelated(Some(-32000))),
+            Some(RequestFailure::Refused(Refusal {
+                code: Some(-32000),
+                ..
+            }))
+        ));
+        for status in [408, 425, 429, 500, 502, 503] {
+            assert!(matches!(
+                client(HttpError::Status(status)),
+                Some(RequestFailure::Status(s)) if s == status
+            ));
+        }
+        // May have run: nothing to say of the request.
+        for unknown in [
+            client(HttpError::Status(409)),
+            client(HttpError::Uncorrelated(None)),
+            client(HttpError::Unreachable("reset".into())),
+            client(HttpError::Timeout(Duration::from_secs(1))),
+        ] {
+            assert!(unknown.is_none(), "{unknown:?}");
+        }
+        assert!(request_failure(&ServiceError::TransportClosed).is_none());
     }
 
     #[test]

@@ -40,7 +40,7 @@ use crate::policy::{Fault, Tool, TransportKind};
 use crate::transport::{SessionEnd, session_closed};
 use crate::transport::generation::{self, Generation};
 use crate::transport::http::{
-    self, HttpFlavor, HttpOptions, NotAnswered, PendingPost, PostedCalls,
+    self, HttpFlavor, HttpOptions, NotAnswered, PendingPost, PostedCalls, RequestFailure,
 };
 use crate::transport::limit;
 use crate::transport::lines::{CallSender, NoAnswer, PendingCall};
@@ -500,7 +500,7 @@ pub enum KeepaliveFailure {
     /// The server, or a proxy in front of it, answered this one request with an HTTP error
     /// status (5xx, 408, 425, 429), as it may answer a tool call: the request failed, the
     /// session may still work.
-    HttpStatus { status: u16, fault: Fault },
+    HttpStatus(Fault),
     /// The server refused it with HTTP 400 or a JSON-RPC error naming no request: a session it
     /// forgot (some SDKs answer so), or a failure (a widely used SDK's catch-all answer to a
     /// 5xx, whose status rmcp's client drops). Answered, but no proof of a live session.
@@ -512,7 +512,7 @@ impl KeepaliveFailure {
     pub fn fault(&self) -> &Fault {
         match self {
             KeepaliveFailure::Unanswered(fault)
-            | KeepaliveFailure::HttpStatus { fault, .. }
+            | KeepaliveFailure::HttpStatus(fault)
             | KeepaliveFailure::Refused(fault) => fault,
         }
     }
@@ -901,12 +901,10 @@ impl Session {
     pub async fn keepalive(&self, timeouts: &Timeouts) -> Result<(), KeepaliveFailure> {
         let failed = |error: &ServiceError| {
             let fault = Fault::KeepaliveFailed(describe_service_error(error));
-            if let Some(status) = http::failed_status(error) {
-                KeepaliveFailure::HttpStatus { status, fault }
-            } else if http::refused_request(error).is_some() {
-                KeepaliveFailure::Refused(fault)
-            } else {
-                KeepaliveFailure::Unanswered(fault)
+            match http::request_failure(error) {
+                Some(RequestFailure::Status(_)) => KeepaliveFailure::HttpStatus(fault),
+                Some(RequestFailure::Refused(_)) => KeepaliveFailure::Refused(fault),
+                _ => KeepaliveFailure::Unanswered(fault),
             }
         };
         if self.generation == Generation::Modern {
@@ -1138,23 +1136,34 @@ impl Session {
                     _ => Err(CallFailure::TimedOut(timeout)),
                 }
             }
-            // Refused before it ran, or never written (a stdio pipe that broke on the write):
-            // it certainly did not run.
-            Err(error) if self.never_ran(&error) => {
-                if let Some(refusal) = http::refused_request(&error)
-                    && let Some(failure) = self
-                        .ask_after_refusal(refusal, timeouts, context, &deadlines)
-                        .await
-                {
-                    return Err(failure);
+            Err(error) => {
+                // An HTTP transport's error says what became of the request; on stdio, one
+                // whose write failed (the pipe broke) never left.
+                let failure = match self.transport {
+                    TransportKind::Stdio => matches!(error, ServiceError::TransportSend(_))
+                        .then_some(RequestFailure::SessionGone),
+                    _ => http::request_failure(&error),
+                };
+                match failure {
+                    Some(RequestFailure::Status(status)) => Err(CallFailure::HttpStatus(status)),
+                    // It certainly did not run.
+                    Some(RequestFailure::Refused(refusal)) => {
+                        match self
+                            .ask_after_refusal(refusal, timeouts, context, &deadlines)
+                            .await
+                        {
+                            Some(failure) => Err(failure),
+                            None => Err(CallFailure::NotSent(
+                                self.request_fault(method, error).await,
+                            )),
+                        }
+                    }
+                    Some(RequestFailure::SessionGone) => Err(CallFailure::NotSent(
+                        self.request_fault(method, error).await,
+                    )),
+                    None => Err(CallFailure::Lost(self.request_fault(method, error).await)),
                 }
-                Err(CallFailure::NotSent(self.request_fault(method, error).await))
             }
-            // Only an HTTP transport's errors carry a status.
-            Err(error) => match http::failed_status(&error) {
-                Some(status) => Err(CallFailure::HttpStatus(status)),
-                None => Err(CallFailure::Lost(self.request_fault(method, error).await)),
-            },
         }
     }
 
@@ -1192,7 +1201,7 @@ impl Session {
             }
             asked = self.keepalive(timeouts) => matches!(
                 asked,
-                Ok(()) | Err(KeepaliveFailure::HttpStatus { .. })
+                Ok(()) | Err(KeepaliveFailure::HttpStatus(_))
             ),
         };
         // A 2026-07-28 server keeps no session to lose: a new one would cost the requests in
@@ -1240,15 +1249,6 @@ impl Session {
         }
         // As rmcp fails a request on a closed session: it did not leave.
         sent.ok_or(ServiceError::TransportClosed)
-    }
-
-    /// Whether a request that failed with `error` provably never ran (see
-    /// [`http::not_delivered`]); on stdio, a request whose write failed.
-    fn never_ran(&self, error: &ServiceError) -> bool {
-        match self.transport {
-            TransportKind::Stdio => matches!(error, ServiceError::TransportSend(_)),
-            _ => http::not_delivered(error),
-        }
     }
 
     /// The server's prompts, resources and resource templates, each list read if the server
