@@ -46,6 +46,7 @@ use crate::supervisor::Supervisor;
 use crate::telemetry::RequestTrace;
 use crate::transport::lines::Lines;
 use crate::transport::lines::raw::{self, RawResult, is_placeholder};
+use crate::transport::pipe_size::Pipe;
 use crate::upstream::{CallContext, CallFailure, ServerEvent, Session};
 use client::{MAX_INPUT_ROUNDS, modern_client};
 use downstream::Downstream;
@@ -189,8 +190,11 @@ impl Gateway {
     pub(crate) async fn serve_stdio(self) -> Result<(), crate::Error> {
         let (input, output) = crate::transport::own_stdio::streams();
         let direct = Arc::new(direct::Direct::new(self.same_session()));
+        // This process's stdin and stdout stay open as long as it runs.
+        let pipes = (Pipe::of(&std::io::stdin()), Pipe::of(&std::io::stdout()));
         let transport: Lines<RoleServer, _, _> =
             Lines::new(input, output, crate::transport::lines::DEFAULT_MAX_LINE)
+                .with_pipes(pipes.0, pipes.1)
                 .with_direct(direct.clone());
         let service = match self.serve(transport).await {
             Ok(service) => service,

@@ -45,6 +45,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio::sync::Mutex;
 
 use super::limit::{FrameLimiter, Framing};
+use super::pipe_size::Pipe;
 use super::wire;
 use crate::upstream::route;
 
@@ -298,13 +299,15 @@ pub struct Lines<Role: LineRole, R, W> {
     /// How much of `line` is known to hold no newline, or, after [`Line::Whole`], the length
     /// of the line to take.
     scanned: usize,
+    /// The pipe lines are read from, if it is one: it grows to hold the largest line read.
+    read_pipe: Option<Pipe>,
     /// A server's lines pass through its limiter (see `limit.rs`) on their way in, with no
     /// copy of their own: an oversized answer becomes a "too large" error for its call.
     limiter: Option<FrameLimiter>,
     max_line: usize,
     /// Dropping the rest of a line that was too long.
     discarding: bool,
-    write: Arc<Mutex<Option<W>>>,
+    write: Arc<Writer<W>>,
     /// An Invalid Request answer still to write, and how much of it went out.
     answer: Option<(Vec<u8>, usize)>,
     memory: Role::Memory,
@@ -320,10 +323,14 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
             read: BufReader::with_capacity(64 << 10, read),
             line: Vec::new(),
             scanned: 0,
+            read_pipe: None,
             limiter: None,
             max_line,
             discarding: false,
-            write: Arc::new(Mutex::new(Some(write))),
+            write: Arc::new(Writer {
+                out: Mutex::new(Some(write)),
+                pipe: None,
+            }),
             answer: None,
             memory: Role::Memory::default(),
             direct: None,
@@ -337,6 +344,19 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
         let mut lines = Self::new(read, write, usize::MAX);
         lines.limiter = Some(FrameLimiter::new(Framing::Lines, limit));
         lines
+    }
+
+    /// Lines read from pipe `read` and written to pipe `write` (where they are pipes): each
+    /// grows to hold the largest line it carries (see `pipe_size.rs`). The caller keeps their
+    /// file descriptors open as long as this transport reads and writes them.
+    pub(crate) fn with_pipes(mut self, read: Option<Pipe>, write: Option<Pipe>) -> Self {
+        self.read_pipe = read;
+        match Arc::get_mut(&mut self.write) {
+            Some(writer) => writer.pipe = write,
+            // Cannot be: nothing has the writer before the transport is made.
+            None => debug_assert!(false, "a line transport's writer is shared already"),
+        }
+        self
     }
 
     /// Reads until `self.line[..self.scanned]` is one whole line. Cancel-safe: a read cut short
@@ -422,7 +442,7 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
 
     /// Writes the pending Invalid Request answer, resuming where a cancelled try stopped.
     async fn write_answer(&mut self) -> std::io::Result<()> {
-        let mut write = self.write.lock().await;
+        let mut write = self.write.out.lock().await;
         let Some(writer) = write.as_mut() else {
             return Err(std::io::ErrorKind::NotConnected.into());
         };
@@ -477,7 +497,7 @@ impl<R, W: AsyncWrite + Unpin + Send + 'static> Lines<RoleServer, R, W> {
 
 /// Writes `item` as one line (the write path of every message this transport sends).
 async fn write_message<Role: LineRole, W: AsyncWrite + Unpin + Send + 'static>(
-    write: Arc<Mutex<Option<W>>>,
+    write: Arc<Writer<W>>,
     item: TxJsonRpcMessage<Role>,
 ) -> std::io::Result<()> {
     let mut bytes = Vec::with_capacity(256);
@@ -495,7 +515,7 @@ async fn write_message<Role: LineRole, W: AsyncWrite + Unpin + Send + 'static>(
 /// Writes the answer to tool call `id` with the result's bytes as the server wrote them (see
 /// [`raw`]): the bytes are not copied again, the line goes out in one vectored write.
 async fn write_raw<W: AsyncWrite + Unpin + Send + 'static>(
-    write: Arc<Mutex<Option<W>>>,
+    write: Arc<Writer<W>>,
     id: RequestId,
     result: raw::RawBytes,
     complete: bool,
@@ -504,14 +524,25 @@ async fn write_raw<W: AsyncWrite + Unpin + Send + 'static>(
     write_line(&write, head.as_slice().chain(body).chain(tail)).await
 }
 
+/// Where a transport's lines go, shared by everyone who writes them.
+struct Writer<W> {
+    out: Mutex<Option<W>>,
+    /// The pipe `out` writes to, if it is one: it grows to hold a line before it is written.
+    pipe: Option<Pipe>,
+}
+
 /// Writes one whole line under the writer's lock, in as few writes as the writer allows.
 async fn write_line<W: AsyncWrite + Unpin>(
-    write: &Mutex<Option<W>>,
+    write: &Writer<W>,
     mut line: impl Buf,
 ) -> std::io::Result<()> {
-    let mut write = write.lock().await;
-    match write.as_mut() {
+    let mut out = write.out.lock().await;
+    match out.as_mut() {
         Some(writer) => {
+            // Only while the writer is here: its descriptor is the pipe's.
+            if let Some(pipe) = &write.pipe {
+                pipe.fit(line.remaining());
+            }
             writer.write_all_buf(&mut line).await?;
             writer.flush().await
         }
@@ -570,6 +601,9 @@ where
                     return None;
                 }
             }
+            if let Some(pipe) = &self.read_pipe {
+                pipe.fit(self.scanned);
+            }
             let whole = &self.line[..self.scanned];
             let line = whole.strip_suffix(b"\n").unwrap_or(whole);
             let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -606,7 +640,7 @@ where
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
-        let writer = self.write.lock().await.take();
+        let writer = self.write.out.lock().await.take();
         match writer {
             Some(mut writer) => writer.shutdown().await,
             None => Ok(()),
@@ -914,6 +948,94 @@ mod tests {
             assert_eq!(route.take_back(), Some(Some(arguments)));
             drop(theirs);
         }
+    }
+
+    /// A pipe a large line comes on grows to hold it once it is read, a pipe a large line goes
+    /// to grows before it is written: the next such line crosses each in one piece.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn pipes_grow_to_hold_the_largest_line_they_carry() {
+        use std::os::fd::AsRawFd;
+        use tokio::net::unix::pipe;
+        let capacity = |end: &dyn std::os::fd::AsFd| Pipe::of(&end.as_fd()).unwrap().capacity();
+        let (mut theirs_out, ours_in) = pipe::pipe().unwrap();
+        let (ours_out, mut theirs_in) = pipe::pipe().unwrap();
+        let default = capacity(&ours_in);
+        if default * 4 > 1 << 20 {
+            eprintln!("skipped: pipes here start at {default} bytes");
+            return;
+        }
+        let read_fd = ours_in.as_raw_fd();
+        // SAFETY: `lines` keeps `ours_in` open until the end of the test.
+        let read_pipe = || capacity(&unsafe { std::os::fd::BorrowedFd::borrow_raw(read_fd) });
+        let pipes = (Pipe::of(&ours_in), Pipe::of(&ours_out));
+        let mut lines: Lines<RoleServer, _, _> =
+            Lines::new(ours_in, ours_out, 1 << 22).with_pipes(pipes.0, pipes.1);
+        let large = "x".repeat(default * 3);
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":1,"reason":"{large}"}}}}"#
+        );
+        let small = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        let writing = tokio::spawn(async move {
+            theirs_out.write_all(small.as_bytes()).await.unwrap();
+            theirs_out.write_all(b"\n").await.unwrap();
+            theirs_out.write_all(line.as_bytes()).await.unwrap();
+            theirs_out.write_all(b"\n").await.unwrap();
+            theirs_out
+        });
+        assert!(lines.receive().await.is_some());
+        assert_eq!(read_pipe(), default, "a small line changes nothing");
+        assert!(lines.receive().await.is_some());
+        let theirs_out = writing.await.unwrap();
+        let grown = (default * 3 + 100).next_power_of_two();
+        assert_eq!(capacity(&theirs_out), grown, "the pipe read from");
+        assert_eq!(capacity(&theirs_in), default, "the pipe written to, so far");
+
+        let reading = tokio::spawn(async move {
+            let mut line = String::new();
+            BufReader::new(&mut theirs_in).read_line(&mut line).await.unwrap();
+            (theirs_in, line.len())
+        });
+        let notification: TxJsonRpcMessage<RoleServer> = serde_json::from_value(serde_json::json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/message",
+            "params": {"level": "info", "data": large},
+        }))
+        .unwrap();
+        lines.send(notification).await.unwrap();
+        let (theirs_in, read) = reading.await.unwrap();
+        assert!(read > default * 3);
+        assert_eq!(capacity(&theirs_in), grown, "the pipe written to");
+    }
+
+    /// A stdio server's stdout, read through the limiter, grows the same way.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_servers_stdout_grows_through_the_limiter_too() {
+        use tokio::net::unix::pipe;
+        let capacity = |end: &dyn std::os::fd::AsFd| Pipe::of(&end.as_fd()).unwrap().capacity();
+        let (mut theirs_out, ours_in) = pipe::pipe().unwrap();
+        let (ours_out, _theirs_in) = pipe::pipe().unwrap();
+        let default = capacity(&ours_in);
+        if default * 4 > 1 << 20 {
+            eprintln!("skipped: pipes here start at {default} bytes");
+            return;
+        }
+        let pipes = (Pipe::of(&ours_in), Pipe::of(&ours_out));
+        let mut lines: Lines<RoleClient, _, _> =
+            Lines::limited(ours_in, ours_out, 1 << 22).with_pipes(pipes.0, pipes.1);
+        let large = "x".repeat(default * 3);
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","data":"{large}"}}}}"#
+        );
+        let writing = tokio::spawn(async move {
+            theirs_out.write_all(line.as_bytes()).await.unwrap();
+            theirs_out.write_all(b"\n").await.unwrap();
+            theirs_out
+        });
+        assert!(lines.receive().await.is_some());
+        let theirs_out = writing.await.unwrap();
+        assert_eq!(capacity(&theirs_out), (default * 3 + 100).next_power_of_two());
     }
 
     /// Results passed on as bytes, read through the limiter: a small one with a line after it in

@@ -63,6 +63,7 @@ pub mod limit;
 pub mod lines;
 pub(crate) mod oauth;
 pub(crate) mod own_stdio;
+pub(crate) mod pipe_size;
 pub(crate) mod post;
 mod redirect;
 pub(crate) mod server_log;

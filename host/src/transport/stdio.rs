@@ -21,6 +21,7 @@ use rmcp::{ClientHandler, ClientServiceExt, RoleClient};
 
 use super::gate::Guarded;
 use super::lines::{CallSender, Lines};
+use super::pipe_size::Pipe;
 use super::server_log::ServerLog;
 use super::{Fault, SessionEnd, generation};
 use crate::config::ServerSpec;
@@ -152,7 +153,9 @@ pub async fn connect_session<H: ClientHandler>(
 ) -> Result<StdioSession<H>, Fault> {
     let end = SessionEnd::new();
     let (process, stdout, stdin) = spawn(child, &end)?;
-    let transport: Lines<RoleClient, _, _> = Lines::limited(stdout, stdin, spec.max_message);
+    let pipes = (Pipe::of(&stdout), Pipe::of(&stdin));
+    let transport: Lines<RoleClient, _, _> =
+        Lines::limited(stdout, stdin, spec.max_message).with_pipes(pipes.0, pipes.1);
     let calls = transport.call_sender();
     let transport = Guarded::new(transport, end.clone()).with_routes(routes);
     let opening = handler.serve_with_lifecycle(transport, lifecycle);
