@@ -955,41 +955,34 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn pipes_grow_to_hold_the_largest_line_they_carry() {
-        use std::os::fd::AsRawFd;
+        use super::super::pipe_size::{growable_default, size_of};
         use tokio::net::unix::pipe;
-        let capacity = |end: &dyn std::os::fd::AsFd| Pipe::of(&end.as_fd()).unwrap().capacity();
+        let Some(default) = growable_default() else {
+            return;
+        };
         let (mut theirs_out, ours_in) = pipe::pipe().unwrap();
         let (ours_out, mut theirs_in) = pipe::pipe().unwrap();
-        let default = capacity(&ours_in);
-        if default * 4 > 1 << 20 {
-            eprintln!("skipped: pipes here start at {default} bytes");
-            return;
-        }
-        let read_fd = ours_in.as_raw_fd();
-        // SAFETY: `lines` keeps `ours_in` open until the end of the test.
-        let read_pipe = || capacity(&unsafe { std::os::fd::BorrowedFd::borrow_raw(read_fd) });
         let pipes = (Pipe::of(&ours_in), Pipe::of(&ours_out));
         let mut lines: Lines<RoleServer, _, _> =
             Lines::new(ours_in, ours_out, 1 << 22).with_pipes(pipes.0, pipes.1);
+        let small = b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n";
+        theirs_out.write_all(small).await.unwrap();
+        assert!(lines.receive().await.is_some());
+        assert_eq!(size_of(&theirs_out), default, "a small line changes nothing");
+
         let large = "x".repeat(default * 3);
+        let grown = (default * 3 + 100).next_power_of_two();
         let line = format!(
             r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":1,"reason":"{large}"}}}}"#
         );
-        let small = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
         let writing = tokio::spawn(async move {
-            theirs_out.write_all(small.as_bytes()).await.unwrap();
-            theirs_out.write_all(b"\n").await.unwrap();
-            theirs_out.write_all(line.as_bytes()).await.unwrap();
-            theirs_out.write_all(b"\n").await.unwrap();
+            theirs_out.write_all(format!("{line}\n").as_bytes()).await.unwrap();
             theirs_out
         });
         assert!(lines.receive().await.is_some());
-        assert_eq!(read_pipe(), default, "a small line changes nothing");
-        assert!(lines.receive().await.is_some());
         let theirs_out = writing.await.unwrap();
-        let grown = (default * 3 + 100).next_power_of_two();
-        assert_eq!(capacity(&theirs_out), grown, "the pipe read from");
-        assert_eq!(capacity(&theirs_in), default, "the pipe written to, so far");
+        assert_eq!(size_of(&theirs_out), grown, "the pipe read from");
+        assert_eq!(size_of(&theirs_in), default, "the pipe written to, so far");
 
         let reading = tokio::spawn(async move {
             let mut line = String::new();
@@ -1005,22 +998,20 @@ mod tests {
         lines.send(notification).await.unwrap();
         let (theirs_in, read) = reading.await.unwrap();
         assert!(read > default * 3);
-        assert_eq!(capacity(&theirs_in), grown, "the pipe written to");
+        assert_eq!(size_of(&theirs_in), grown, "the pipe written to");
     }
 
     /// A stdio server's stdout, read through the limiter, grows the same way.
     #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn a_servers_stdout_grows_through_the_limiter_too() {
+        use super::super::pipe_size::{growable_default, size_of};
         use tokio::net::unix::pipe;
-        let capacity = |end: &dyn std::os::fd::AsFd| Pipe::of(&end.as_fd()).unwrap().capacity();
+        let Some(default) = growable_default() else {
+            return;
+        };
         let (mut theirs_out, ours_in) = pipe::pipe().unwrap();
         let (ours_out, _theirs_in) = pipe::pipe().unwrap();
-        let default = capacity(&ours_in);
-        if default * 4 > 1 << 20 {
-            eprintln!("skipped: pipes here start at {default} bytes");
-            return;
-        }
         let pipes = (Pipe::of(&ours_in), Pipe::of(&ours_out));
         let mut lines: Lines<RoleClient, _, _> =
             Lines::limited(ours_in, ours_out, 1 << 22).with_pipes(pipes.0, pipes.1);
@@ -1029,13 +1020,12 @@ mod tests {
             r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","data":"{large}"}}}}"#
         );
         let writing = tokio::spawn(async move {
-            theirs_out.write_all(line.as_bytes()).await.unwrap();
-            theirs_out.write_all(b"\n").await.unwrap();
+            theirs_out.write_all(format!("{line}\n").as_bytes()).await.unwrap();
             theirs_out
         });
         assert!(lines.receive().await.is_some());
         let theirs_out = writing.await.unwrap();
-        assert_eq!(capacity(&theirs_out), (default * 3 + 100).next_power_of_two());
+        assert_eq!(size_of(&theirs_out), (default * 3 + 100).next_power_of_two());
     }
 
     /// Results passed on as bytes, read through the limiter: a small one with a line after it in
