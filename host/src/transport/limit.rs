@@ -193,6 +193,13 @@ impl FrameLimiter {
         self.filter_frame(chunk, out, true)
     }
 
+    /// [`Self::feed_frame`] for bytes already where the reader will take them: what passes
+    /// unchanged stays there and nothing is appended; what replaces the frame (when `unchanged`
+    /// is false, none of `chunk` passed) is appended to `replacement`.
+    pub fn check_frame(&mut self, chunk: &[u8], replacement: &mut Vec<u8>) -> Fed {
+        self.filter_frame(chunk, replacement, false)
+    }
+
     /// [`Self::feed_frame`]; with `copy_passed` false, a frame that passes unchanged is not
     /// appended (the caller passes those bytes itself): only what replaces a frame is.
     fn filter_frame(&mut self, chunk: &[u8], out: &mut Vec<u8>, copy_passed: bool) -> Fed {

@@ -7,7 +7,8 @@
 //! that is not a message answered with Invalid Request, a notification that cannot be read
 //! dropped (a notification is never answered). A server's lines are bounded by the limiter of
 //! `limit.rs` instead ([`Lines::limited`]): it takes them from the read buffer into the line, so
-//! a line is copied once, and an oversized answer fails its call. What differs:
+//! a line is copied once (a long line is read straight into the line and checked there: not
+//! copied at all), and an oversized answer fails its call. What differs:
 //!
 //! - The hot messages decode straight into their type ([`LineRole::decode_hot`]): a
 //!   `tools/call` request on the agent's side, the answer to a `tools/call` on the server's.
@@ -44,7 +45,7 @@ use bytes::Buf;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
 
-use super::limit::{FrameLimiter, Framing};
+use super::limit::{Fed, FrameLimiter, Framing};
 use super::pipe_size::Pipe;
 use super::wire;
 use crate::upstream::route;
@@ -304,6 +305,10 @@ pub struct Lines<Role: LineRole, R, W> {
     /// A server's lines pass through its limiter (see `limit.rs`) on their way in, with no
     /// copy of their own: an oversized answer becomes a "too large" error for its call.
     limiter: Option<FrameLimiter>,
+    /// Bytes a read straight into `line` brought past the end of a line, from `pending_at` on:
+    /// the limiter takes them before anything new is read.
+    pending: Vec<u8>,
+    pending_at: usize,
     max_line: usize,
     /// Dropping the rest of a line that was too long.
     discarding: bool,
@@ -325,6 +330,8 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
             scanned: 0,
             read_pipe: None,
             limiter: None,
+            pending: Vec::new(),
+            pending_at: 0,
             max_line,
             discarding: false,
             write: Arc::new(Writer {
@@ -369,22 +376,15 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
                 return Ok(Line::Whole);
             }
             self.scanned = self.line.len();
+            if self.limiter.is_some() {
+                match self.read_limited().await? {
+                    Some(line) => return Ok(line),
+                    None => continue,
+                }
+            }
             let available = self.read.fill_buf().await?;
             if available.is_empty() {
                 return Ok(Line::End);
-            }
-            if let Some(limiter) = &mut self.limiter {
-                // The limiter bounds what it keeps: no line bound of our own. What it changed
-                // (a cut-off line, a "too large" answer) the next turn scans for lines.
-                let fed = limiter.feed_frame(available, &mut self.line);
-                self.read.consume(fed.taken);
-                if fed.unchanged {
-                    self.scanned = self.line.len();
-                    if fed.ended {
-                        return Ok(Line::Whole);
-                    }
-                }
-                continue;
             }
             let newline = memchr::memchr(b'\n', available);
             let take = newline.map_or(available.len(), |at| at + 1);
@@ -406,6 +406,72 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
                 return Ok(outcome);
             }
         }
+    }
+
+    /// One step of [`Self::read_line`] through the limiter, which bounds what it keeps (no line
+    /// bound of our own): `Some` when a line is whole or the stream ended, `None` when the
+    /// next turn scans `line` again (for what the limiter put there in place of a line).
+    ///
+    /// Once a line is long, or lines have been (the line's buffer is large), bytes are read
+    /// straight into the line and the limiter checks them in place: a large result is not
+    /// copied out of a read buffer. Bytes such a read brings past the line's end wait in
+    /// `pending`. Cancel-safe as `read_line` is: a read either put its bytes in `line` or did
+    /// not happen.
+    async fn read_limited(&mut self) -> std::io::Result<Option<Line>> {
+        /// Lines at least this long are read straight into the line, in reads of at least this.
+        const STRAIGHT_FROM: usize = 64 << 10;
+        /// At most this is read at once (what a pipe holds at most by default, `pipe_size.rs`):
+        /// what a read brings past a line's end waits in `pending`, which this bounds.
+        const STRAIGHT_AT_MOST: usize = 1 << 20;
+        use tokio::io::AsyncReadExt as _;
+        let Some(limiter) = &mut self.limiter else {
+            return Ok(Some(Line::End));
+        };
+        if self.pending_at < self.pending.len() {
+            let fed = limiter.feed_frame(&self.pending[self.pending_at..], &mut self.line);
+            self.pending_at += fed.taken;
+            if self.pending_at == self.pending.len() {
+                self.pending_at = 0;
+                match self.pending.capacity() > STRAIGHT_FROM {
+                    // Such bytes are rare: a server's idle memory stays small.
+                    true => self.pending = Vec::new(),
+                    false => self.pending.clear(),
+                }
+            }
+            return Ok(passed(fed, &mut self.scanned, self.line.len()));
+        }
+        let straight = self.read.buffer().is_empty()
+            && (self.line.len() >= STRAIGHT_FROM || self.line.capacity() >= 2 * STRAIGHT_FROM);
+        if !straight {
+            let available = self.read.fill_buf().await?;
+            if available.is_empty() {
+                return Ok(Some(Line::End));
+            }
+            let fed = limiter.feed_frame(available, &mut self.line);
+            self.read.consume(fed.taken);
+            return Ok(passed(fed, &mut self.scanned, self.line.len()));
+        }
+        let start = self.line.len();
+        self.line.reserve(STRAIGHT_FROM);
+        let mut room = bytes::BufMut::limit(&mut self.line, STRAIGHT_AT_MOST);
+        if self.read.get_mut().read_buf(&mut room).await? == 0 {
+            return Ok(Some(Line::End));
+        }
+        let mut replacement = Vec::new();
+        let fed = limiter.check_frame(&self.line[start..], &mut replacement);
+        let end = start + fed.taken;
+        if end < self.line.len() {
+            self.pending.extend_from_slice(&self.line[end..]);
+        }
+        match fed.unchanged {
+            true => self.line.truncate(end),
+            false => {
+                // None of the read bytes passed: what stands for them does.
+                self.line.truncate(start);
+                self.line.extend_from_slice(&replacement);
+            }
+        }
+        Ok(passed(fed, &mut self.scanned, self.line.len()))
     }
 
     /// Puts a result of the line just read in its slot: a large one in the line's buffer itself
@@ -493,6 +559,18 @@ impl<R, W: AsyncWrite + Unpin + Send + 'static> Lines<RoleServer, R, W> {
         self.direct = Some(Direct { calls, answers });
         self
     }
+}
+
+/// After the limiter took bytes into a line: where they passed unchanged, the line holds no
+/// line end but at its end, so it is scanned to there, and whole if they ended a line.
+fn passed(fed: Fed, scanned: &mut usize, line_len: usize) -> Option<Line> {
+    if fed.unchanged {
+        *scanned = line_len;
+        if fed.ended {
+            return Some(Line::Whole);
+        }
+    }
+    None
 }
 
 /// Writes `item` as one line (the write path of every message this transport sends).
@@ -1030,47 +1108,49 @@ mod tests {
 
     /// Results passed on as bytes, read through the limiter: a small one with a line after it in
     /// the same read (copied out), a large one as the last line read (its buffer moved), each
-    /// exactly as written.
+    /// exactly as written; and so with lines long enough to be read straight into the line.
     #[tokio::test]
     async fn results_for_slots_are_kept_byte_for_byte_from_the_lines_read() {
-        let (ours, mut theirs) = tokio::io::duplex(1 << 16);
-        let (read, write) = tokio::io::split(ours);
-        let mut lines: Lines<RoleClient, _, _> = Lines::limited(read, write, 1 << 16);
-        let mut slots = Vec::new();
-        for id in [1, 2] {
-            let route = Arc::new(CallRoute {
-                raw: Some(Arc::default()),
-                ..CallRoute::default()
-            });
-            slots.push(route.raw.clone().unwrap());
-            let mut request = ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(
-                CallToolRequestParams::new("t"),
-            ));
-            request.extensions_mut().insert(RouteTag(route));
-            let request = JsonRpcMessage::request(request, RequestId::Number(id));
-            lines.send(request).await.expect("the call is written");
-        }
-        let result = |n: u32| {
-            let text = "x".repeat(n as usize * n as usize * 5_000);
-            format!(r#"{{ "content" : [{{"type":"text","text":"\u00e9{text}"}}] }}"#)
-        };
-        let text = format!(
-            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}}\r\n{{\"id\":2,\"result\":{},\"jsonrpc\":\"2.0\"}}\n",
-            result(1),
-            result(2)
-        );
-        theirs.write_all(text.as_bytes()).await.unwrap();
-        for (id, slot) in (1..=2).zip(&slots) {
-            let Some(JsonRpcMessage::Response(response)) = lines.receive().await else {
-                panic!("an answer")
+        for scale in [5_000, 50_000] {
+            let (ours, mut theirs) = tokio::io::duplex(1 << 20);
+            let (read, write) = tokio::io::split(ours);
+            let mut lines: Lines<RoleClient, _, _> = Lines::limited(read, write, 1 << 20);
+            let mut slots = Vec::new();
+            for id in [1, 2] {
+                let route = Arc::new(CallRoute {
+                    raw: Some(Arc::default()),
+                    ..CallRoute::default()
+                });
+                slots.push(route.raw.clone().unwrap());
+                let mut request = ClientRequest::CallToolRequest(
+                    rmcp::model::CallToolRequest::new(CallToolRequestParams::new("t")),
+                );
+                request.extensions_mut().insert(RouteTag(route));
+                let request = JsonRpcMessage::request(request, RequestId::Number(id));
+                lines.send(request).await.expect("the call is written");
+            }
+            let result = |n: u32| {
+                let text = "x".repeat(n as usize * n as usize * scale);
+                format!(r#"{{ "content" : [{{"type":"text","text":"\u00e9{text}"}}] }}"#)
             };
-            assert_eq!(response.id, RequestId::Number(id));
-            let ServerResult::CallToolResult(placeholder) = response.result else {
-                panic!("a call's result")
-            };
-            assert!(raw::is_placeholder(&placeholder));
-            let bytes = slot.take().expect("the result's bytes");
-            assert_eq!(bytes.as_slice(), result(id as u32).as_bytes());
+            let text = format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}}\r\n{{\"id\":2,\"result\":{},\"jsonrpc\":\"2.0\"}}\n",
+                result(1),
+                result(2)
+            );
+            theirs.write_all(text.as_bytes()).await.unwrap();
+            for (id, slot) in (1..=2).zip(&slots) {
+                let Some(JsonRpcMessage::Response(response)) = lines.receive().await else {
+                    panic!("an answer")
+                };
+                assert_eq!(response.id, RequestId::Number(id));
+                let ServerResult::CallToolResult(placeholder) = response.result else {
+                    panic!("a call's result")
+                };
+                assert!(raw::is_placeholder(&placeholder));
+                let bytes = slot.take().expect("the result's bytes");
+                assert_eq!(bytes.as_slice(), result(id as u32).as_bytes(), "scale {scale}");
+            }
         }
     }
 
@@ -1098,6 +1178,64 @@ mod tests {
             theirs.write_all(second).await.unwrap();
             drop(theirs);
             assert_eq!(reader.await.unwrap(), [1, 2, 3, 4], "split at {split}");
+        }
+    }
+
+    /// Long lines are read straight into the line: one that follows another in the same read,
+    /// small lines behind a long one, oversized ones cut off in the middle of such a read (one
+    /// whose id comes first, answered at once, and one whose id comes last, answered at its
+    /// end) and the lines behind them, in any chunking; each read whole, in order, with its
+    /// bytes.
+    #[tokio::test]
+    async fn long_lines_read_straight_into_the_line_are_whole_in_any_chunking() {
+        let answer = |id: u32, text_len: usize| {
+            let text = "x".repeat(text_len);
+            let result = format!(r#"{{"content":[{{"type":"text","text":"{text}"}}]}}"#);
+            match id {
+                6 => format!(r#"{{"result":{result},"jsonrpc":"2.0","id":{id}}}"#),
+                _ => format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#),
+            }
+        };
+        let text_lens = [100_000, 10, 200_000, 400_000, 150_000, 400_000, 10, 10];
+        let lines_written: Vec<String> =
+            (1..).zip(text_lens).map(|(id, len)| answer(id, len)).collect();
+        let text = lines_written.join("\n") + "\n";
+        for chunk in [1_000, 65_536, 70_001, 300_000, text.len()] {
+            let (ours, mut theirs) = tokio::io::duplex(1 << 20);
+            let (read, write) = tokio::io::split(ours);
+            let mut lines: Lines<RoleClient, _, _> = Lines::limited(read, write, 300_000);
+            let bytes = text.clone().into_bytes();
+            let server = tokio::spawn(async move {
+                for piece in bytes.chunks(chunk) {
+                    theirs.write_all(piece).await.unwrap();
+                    tokio::task::yield_now().await;
+                }
+            });
+            let mut seen = Vec::new();
+            let mut read_behind = false;
+            while let Some(message) = lines.receive().await {
+                read_behind |= lines.pending_at < lines.pending.len();
+                let message = as_json(&message);
+                let id = message["id"].as_u64().unwrap();
+                match id {
+                    4 | 6 => assert_eq!(message["error"]["code"], super::super::limit::TOO_LARGE),
+                    _ => {
+                        let text = message["result"]["content"][0]["text"].as_str().unwrap();
+                        assert_eq!(text.len(), text_lens[id as usize - 1], "chunks of {chunk}");
+                        assert!(text.bytes().all(|b| b == b'x'));
+                    }
+                }
+                seen.push(id);
+                if id == 8 {
+                    break;
+                }
+            }
+            assert_eq!(seen, [1, 2, 3, 4, 5, 6, 7, 8], "chunks of {chunk}");
+            if chunk == text.len() {
+                assert!(read_behind, "lines behind a long one came in the same read");
+            }
+            assert!(lines.line.capacity() < 1 << 20, "the cut-off line was not kept");
+            server.await.unwrap();
         }
     }
 

@@ -213,9 +213,7 @@ pub(super) fn read(line: Shallow<'_>) -> Option<(RequestId, Option<Found<'_>>)> 
         }
         None => Some((whole, false)),
     });
-    // (A line feed cannot be in a line; `answer_into` looks for one in an HTTP answer.)
-    let found = found
-        .filter(|(bytes, _)| escapes_valid(bytes) && memchr::memchr(b'\r', bytes).is_none());
+    let found = found.filter(|(bytes, _)| one_line_with_valid_escapes(bytes));
     Some((envelope.id, found))
 }
 
@@ -255,10 +253,7 @@ fn locate(
 ) -> Option<(RequestId, std::ops::Range<usize>, bool)> {
     let start = message.bytes().as_ptr() as usize;
     let (id, found) = read(message)?;
-    // No line feed either (whitespace to JSON): the bytes go on as one line (stdio) or one SSE
-    // `data` line.
-    let (bytes, rebrace) =
-        found.filter(|(bytes, _)| ours(&id) && memchr::memchr(b'\n', bytes).is_none())?;
+    let (bytes, rebrace) = found.filter(|_| ours(&id))?;
     let at = bytes.as_ptr() as usize - start;
     Some((id, at..at + bytes.len(), rebrace))
 }
@@ -281,12 +276,13 @@ fn fill(
     }))
 }
 
-/// Whether every escape in `json` (valid JSON but for its escapes) is one a JSON parser takes:
-/// sonic-rs skips the four characters of a `\u` escape unchecked, where the agent's parser
-/// would refuse a bad digit or a lone surrogate (and the typed way refuses them too). A bare
-/// carriage return (whitespace to JSON) is refused by the caller: line readers that take it
-/// for a line's end would split the answer.
-fn escapes_valid(json: &[u8]) -> bool {
+/// Whether `json` (valid JSON but for its escapes) holds no line's end and only escapes a JSON
+/// parser takes, in one pass. sonic-rs skips the four characters of a `\u` escape unchecked,
+/// where the agent's parser would refuse a bad digit or a lone surrogate (and the typed way
+/// refuses them too). A bare carriage return or line feed (whitespace to JSON) is refused: the
+/// bytes go on as one line (stdio) or one SSE `data` line, and line readers that take a
+/// carriage return for a line's end would split the answer. (A stdio line holds no line feed.)
+fn one_line_with_valid_escapes(json: &[u8]) -> bool {
     // `from_str_radix` alone would take a sign: `\u+041` is no escape to a JSON parser.
     let hex = |at: usize| {
         json.get(at..at + 4)
@@ -295,8 +291,11 @@ fn escapes_valid(json: &[u8]) -> bool {
             .and_then(|digits| u16::from_str_radix(digits, 16).ok())
     };
     let mut at = 0;
-    while let Some(found) = memchr::memchr(b'\\', &json[at..]) {
+    while let Some(found) = memchr::memchr3(b'\\', b'\r', b'\n', &json[at..]) {
         let escape = at + found;
+        if json[escape] != b'\\' {
+            return false;
+        }
         at = escape + 2;
         match json.get(escape + 1) {
             Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {}
