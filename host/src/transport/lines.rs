@@ -304,11 +304,7 @@ pub struct Lines<Role: LineRole, R, W> {
     read_pipe: Option<Pipe>,
     /// A server's lines pass through its limiter (see `limit.rs`) on their way in, with no
     /// copy of their own: an oversized answer becomes a "too large" error for its call.
-    limiter: Option<FrameLimiter>,
-    /// Bytes a read straight into `line` brought past the end of a line, from `pending_at` on:
-    /// the limiter takes them before anything new is read.
-    pending: Vec<u8>,
-    pending_at: usize,
+    limited: Option<Limited>,
     max_line: usize,
     /// Dropping the rest of a line that was too long.
     discarding: bool,
@@ -329,9 +325,7 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
             line: Vec::new(),
             scanned: 0,
             read_pipe: None,
-            limiter: None,
-            pending: Vec::new(),
-            pending_at: 0,
+            limited: None,
             max_line,
             discarding: false,
             write: Arc::new(Writer {
@@ -349,7 +343,11 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
     /// becomes a "too large" error for its request ([`FrameLimiter`]).
     pub fn limited(read: R, write: W, limit: usize) -> Self {
         let mut lines = Self::new(read, write, usize::MAX);
-        lines.limiter = Some(FrameLimiter::new(Framing::Lines, limit));
+        lines.limited = Some(Limited {
+            limiter: FrameLimiter::new(Framing::Lines, limit),
+            pending: Vec::new(),
+            pending_at: 0,
+        });
         lines
     }
 
@@ -376,8 +374,8 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
                 return Ok(Line::Whole);
             }
             self.scanned = self.line.len();
-            if self.limiter.is_some() {
-                match self.read_limited().await? {
+            if let Some(limited) = &mut self.limited {
+                match limited.read(&mut self.read, &mut self.line, &mut self.scanned).await? {
                     Some(line) => return Ok(line),
                     None => continue,
                 }
@@ -406,72 +404,6 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
                 return Ok(outcome);
             }
         }
-    }
-
-    /// One step of [`Self::read_line`] through the limiter, which bounds what it keeps (no line
-    /// bound of our own): `Some` when a line is whole or the stream ended, `None` when the
-    /// next turn scans `line` again (for what the limiter put there in place of a line).
-    ///
-    /// Once a line is long, or lines have been (the line's buffer is large), bytes are read
-    /// straight into the line and the limiter checks them in place: a large result is not
-    /// copied out of a read buffer. Bytes such a read brings past the line's end wait in
-    /// `pending`. Cancel-safe as `read_line` is: a read either put its bytes in `line` or did
-    /// not happen.
-    async fn read_limited(&mut self) -> std::io::Result<Option<Line>> {
-        /// Lines at least this long are read straight into the line, in reads of at least this.
-        const STRAIGHT_FROM: usize = 64 << 10;
-        /// At most this is read at once (what a pipe holds at most by default, `pipe_size.rs`):
-        /// what a read brings past a line's end waits in `pending`, which this bounds.
-        const STRAIGHT_AT_MOST: usize = 1 << 20;
-        use tokio::io::AsyncReadExt as _;
-        let Some(limiter) = &mut self.limiter else {
-            return Ok(Some(Line::End));
-        };
-        if self.pending_at < self.pending.len() {
-            let fed = limiter.feed_frame(&self.pending[self.pending_at..], &mut self.line);
-            self.pending_at += fed.taken;
-            if self.pending_at == self.pending.len() {
-                self.pending_at = 0;
-                match self.pending.capacity() > STRAIGHT_FROM {
-                    // Such bytes are rare: a server's idle memory stays small.
-                    true => self.pending = Vec::new(),
-                    false => self.pending.clear(),
-                }
-            }
-            return Ok(passed(fed, &mut self.scanned, self.line.len()));
-        }
-        let straight = self.read.buffer().is_empty()
-            && (self.line.len() >= STRAIGHT_FROM || self.line.capacity() >= 2 * STRAIGHT_FROM);
-        if !straight {
-            let available = self.read.fill_buf().await?;
-            if available.is_empty() {
-                return Ok(Some(Line::End));
-            }
-            let fed = limiter.feed_frame(available, &mut self.line);
-            self.read.consume(fed.taken);
-            return Ok(passed(fed, &mut self.scanned, self.line.len()));
-        }
-        let start = self.line.len();
-        self.line.reserve(STRAIGHT_FROM);
-        let mut room = bytes::BufMut::limit(&mut self.line, STRAIGHT_AT_MOST);
-        if self.read.get_mut().read_buf(&mut room).await? == 0 {
-            return Ok(Some(Line::End));
-        }
-        let mut replacement = Vec::new();
-        let fed = limiter.check_frame(&self.line[start..], &mut replacement);
-        let end = start + fed.taken;
-        if end < self.line.len() {
-            self.pending.extend_from_slice(&self.line[end..]);
-        }
-        match fed.unchanged {
-            true => self.line.truncate(end),
-            false => {
-                // None of the read bytes passed: what stands for them does.
-                self.line.truncate(start);
-                self.line.extend_from_slice(&replacement);
-            }
-        }
-        Ok(passed(fed, &mut self.scanned, self.line.len()))
     }
 
     /// Puts a result of the line just read in its slot: a large one in the line's buffer itself
@@ -558,6 +490,84 @@ impl<R, W: AsyncWrite + Unpin + Send + 'static> Lines<RoleServer, R, W> {
         });
         self.direct = Some(Direct { calls, answers });
         self
+    }
+}
+
+/// A server's line reader's limiter, and what a read straight into the line brought past the
+/// line's end (`pending[pending_at..]`), which the limiter takes before anything new is read.
+struct Limited {
+    limiter: FrameLimiter,
+    pending: Vec<u8>,
+    pending_at: usize,
+}
+
+impl Limited {
+    /// One step of [`Lines::read_line`] through the limiter, which bounds what it keeps (no line
+    /// bound of our own): `Some` when a line is whole or the stream ended, `None` when the
+    /// next turn scans `line` again (for what the limiter put there in place of a line).
+    ///
+    /// Once a line is long, or lines have been (the line's buffer is large), bytes are read
+    /// straight into the line and the limiter checks them in place: a large result is not
+    /// copied out of a read buffer. Bytes such a read brings past the line's end wait in
+    /// `pending`. Cancel-safe as `read_line` is: a read either put its bytes in `line` or did
+    /// not happen.
+    async fn read<R: AsyncRead + Unpin>(
+        &mut self,
+        read: &mut BufReader<R>,
+        line: &mut Vec<u8>,
+        scanned: &mut usize,
+    ) -> std::io::Result<Option<Line>> {
+        /// Lines at least this long are read straight into the line, in reads of at least this.
+        const STRAIGHT_FROM: usize = 64 << 10;
+        /// At most this is read at once (what a pipe holds at most by default, `pipe_size.rs`):
+        /// what a read brings past a line's end waits in `pending`, which this bounds.
+        const STRAIGHT_AT_MOST: usize = 1 << 20;
+        use tokio::io::AsyncReadExt as _;
+        if self.pending_at < self.pending.len() {
+            let fed = self.limiter.feed_frame(&self.pending[self.pending_at..], line);
+            self.pending_at += fed.taken;
+            if self.pending_at == self.pending.len() {
+                self.pending_at = 0;
+                match self.pending.capacity() > STRAIGHT_FROM {
+                    // Such bytes are rare: a server's idle memory stays small.
+                    true => self.pending = Vec::new(),
+                    false => self.pending.clear(),
+                }
+            }
+            return Ok(passed(fed, scanned, line.len()));
+        }
+        let straight = read.buffer().is_empty()
+            && (line.len() >= STRAIGHT_FROM || line.capacity() >= 2 * STRAIGHT_FROM);
+        if !straight {
+            let available = read.fill_buf().await?;
+            if available.is_empty() {
+                return Ok(Some(Line::End));
+            }
+            let fed = self.limiter.feed_frame(available, line);
+            read.consume(fed.taken);
+            return Ok(passed(fed, scanned, line.len()));
+        }
+        let start = line.len();
+        line.reserve(STRAIGHT_FROM);
+        let mut room = bytes::BufMut::limit(&mut *line, STRAIGHT_AT_MOST);
+        if read.get_mut().read_buf(&mut room).await? == 0 {
+            return Ok(Some(Line::End));
+        }
+        let mut replacement = Vec::new();
+        let fed = self.limiter.check_frame(&line[start..], &mut replacement);
+        let end = start + fed.taken;
+        if end < line.len() {
+            self.pending.extend_from_slice(&line[end..]);
+        }
+        match fed.unchanged {
+            true => line.truncate(end),
+            false => {
+                // None of the read bytes passed: what stands for them does.
+                line.truncate(start);
+                line.extend_from_slice(&replacement);
+            }
+        }
+        Ok(passed(fed, scanned, line.len()))
     }
 }
 
@@ -1214,7 +1224,8 @@ mod tests {
             let mut seen = Vec::new();
             let mut read_behind = false;
             while let Some(message) = lines.receive().await {
-                read_behind |= lines.pending_at < lines.pending.len();
+                let limited = lines.limited.as_ref().unwrap();
+                read_behind |= limited.pending_at < limited.pending.len();
                 let message = as_json(&message);
                 let id = message["id"].as_u64().unwrap();
                 match id {
