@@ -827,3 +827,45 @@ async fn a_frozen_servers_tools_are_withdrawn_before_its_teardown_ends() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_removed_while_its_new_tools_wait_for_the_policy_leaves_nothing_behind() {
+    let host = Host::fast();
+    let state = host.state_dir("going");
+    state.control(json!({"tools": ["echo", "add"]}));
+    host.supervisor
+        .add_server(stdio_fixture("going", &state, &[]))
+        .unwrap();
+    wait_until("tools visible", || host.tools("going").len() == 2).await;
+    let pid = state.pid().unwrap();
+    // A busy policy: the server's new tool list is queued, not yet decided, when it is removed.
+    let policy = host.supervisor.policy();
+    let hold = policy.hold();
+    state.control(json!({"tools": ["echo", "slow"]}));
+    wait_until("the new list waits for the policy", || policy.queued() >= 2).await;
+    let removal = host.supervisor.remove_server("going");
+    tokio::pin!(removal);
+    tokio::select! {
+        _ = &mut removal => panic!("the removal ended before the policy decided what it had queued"),
+        () = wait_until("the child is gone", || !process_exists(pid)) => {}
+    }
+    // What the policy decided before it heard of the removal (a publication of the new list)
+    // runs before the server is forgotten: the removal waits for it.
+    let waited = tokio::time::timeout(Duration::from_millis(200), &mut removal).await;
+    assert!(waited.is_err(), "the removal did not wait for the policy");
+    drop(hold);
+    assert!(removal.await);
+    let mut changes = host.supervisor.registry().subscribe();
+    host.supervisor.policy().status().await.unwrap();
+    for tool in ["going__echo", "going__add", "going__slow"] {
+        assert!(
+            !host.supervisor.registry().knows(tool),
+            "{tool} of the removed server is still known"
+        );
+    }
+    assert!(!host.supervisor.catalog().is_visible("going"));
+    assert!(
+        changes.try_recv().is_err(),
+        "the tools changed after the removal"
+    );
+}

@@ -31,6 +31,9 @@ insides! {
         DEFAULT_INLINE_FUEL, PolicyRuntime, Reply, RunningPolicy, RuntimeOptions, RuntimeStats,
     };
 }
+#[cfg(feature = "test-support")]
+#[doc(hidden)]
+pub use runtime::QueueHold;
 pub use types::{
     Action, Admission, BreakerState, CallOutcome, CallReport, CallRequest, Event, EventKind, Fault,
     Handover, Hold, LiveSession, NamedPrompt, Naming, PolicyInfo, Publication, PublishedTool,

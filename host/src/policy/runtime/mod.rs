@@ -565,4 +565,28 @@ impl PolicyRuntime {
     pub fn notices(&self) -> broadcast::Receiver<PolicyNotice> {
         self.shared.notices.subscribe()
     }
+
+    #[cfg(any(test, feature = "test-support"))]
+    /// Keeps the policy thread busy until the guard is dropped, as a slow decision would:
+    /// every input after this one is queued behind it (none is decided inline). Lets a test
+    /// line inputs up and see what the host does before they are decided.
+    pub fn hold(&self) -> QueueHold {
+        let (release, released) = mpsc::channel::<()>();
+        self.queue(move |_, _| {
+            let _ = released.recv();
+        });
+        QueueHold { _release: release }
+    }
+
+    #[cfg(any(test, feature = "test-support"))]
+    /// The inputs queued for the policy thread, the one it is deciding included.
+    pub fn queued(&self) -> usize {
+        self.shared.queued.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(any(test, feature = "test-support"))]
+/// The policy thread held by [`PolicyRuntime::hold`]; dropping it lets the thread go on.
+pub struct QueueHold {
+    _release: mpsc::Sender<()>,
 }
