@@ -690,3 +690,35 @@ fn bytes_read() -> u64 {
         .and_then(|count| count.trim().parse().ok())
         .expect("rchar in /proc/self/io")
 }
+
+/// A server that announces a new tool list, then answers the session's requests with HTTP 400
+/// (some SDKs say so of a session they forgot, as of a request they will not take): the list it
+/// failed to give makes Tether ask the session at once, which is refused too, so the session is
+/// given up now, its tools withdrawn, instead of an hour later at its next keepalive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_forgotten_when_its_tools_are_read_again_is_given_up_at_once() {
+    let host = Host::fast();
+    let state = host.state_dir("web");
+    let server = HttpFixture::start("http", &state, "127.0.0.1:0", &[]).await;
+    let mut spec = http_spec("web", format!("http://{}/mcp", server.addr), streamable());
+    // Sessions, which a server forgets (2026-07-28 has none to forget).
+    spec.protocol = tether::config::ProtocolChoice::Legacy;
+    host.supervisor.add_server(spec).unwrap();
+    wait_until("the session is proven", || {
+        host.view("web").state == tether::policy::ServerState::Healthy
+    })
+    .await;
+    assert!(!host.tools("web").is_empty());
+    state.control(json!({"http_reject_sessions": 400, "tools": ["echo", "slow"]}));
+    wait_until("the forgotten session's tools are withdrawn", || {
+        host.tools("web").is_empty()
+    })
+    .await;
+    state.control(json!({"tools": ["echo", "slow"]}));
+    wait_until("a new session's tools", || {
+        host.tools("web") == ["web__echo", "web__slow"]
+    })
+    .await;
+    host.supervisor.shutdown().await;
+    server.kill().await;
+}

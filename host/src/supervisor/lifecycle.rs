@@ -37,8 +37,8 @@ pub(crate) enum Input {
     /// The tool list was read again.
     ToolsListed(Result<Vec<Tool>, Fault>),
     /// Prompts, resources and templates were read again (the task stores them, or logs why
-    /// not: the last lists stay).
-    CatalogListed,
+    /// not: the last lists stay); `failed`: the session did not give them.
+    CatalogListed { failed: bool },
     /// The time of [`Lifecycle::deadline`] has come.
     Tick,
 }
@@ -172,6 +172,16 @@ impl Lifecycle {
         }
     }
 
+    /// A list the session failed to give: its keepalive comes now, not at its time. A session
+    /// the server forgot (some SDKs answer a request on it with 400, as they answer a request
+    /// they will not take) then ends at once instead of keeping its tools up until the next
+    /// keepalive; one that answers keeps them, and its last lists.
+    fn ask_now(&mut self, now: Millis) {
+        if let Some(Keepalive::Due(at)) = &mut self.keepalive {
+            *at = (*at).min(now);
+        }
+    }
+
     /// Ends the session.
     fn close(&mut self, effects: &mut Vec<Effect>) {
         self.tools = Refresh::Idle;
@@ -284,15 +294,21 @@ impl Lifecycle {
                         tools,
                     }))),
                     // The last list stays; the session's end, if it ended, comes separately.
-                    Err(fault) => effects.push(Effect::NoteFault(fault)),
+                    Err(fault) => {
+                        effects.push(Effect::NoteFault(fault));
+                        self.ask_now(now);
+                    }
                 }
                 if self.tools.finished(self.live()) {
                     effects.push(Effect::RefreshTools);
                 }
             }
-            Input::CatalogListed => {
+            Input::CatalogListed { failed } => {
                 if self.catalog == Refresh::Idle {
                     return effects;
+                }
+                if failed {
+                    self.ask_now(now);
                 }
                 if self.catalog.finished(self.live()) {
                     effects.push(Effect::RefreshCatalog);
@@ -627,6 +643,59 @@ mod tests {
     }
 
     #[test]
+    fn a_list_the_session_failed_to_give_brings_its_keepalive_forward() {
+        let tools_changed = Input::ListsChanged {
+            tools: true,
+            catalog: false,
+        };
+        let catalog_changed = Input::ListsChanged {
+            tools: false,
+            catalog: true,
+        };
+        // Read: the keepalive keeps its time.
+        let mut lifecycle = live_at(0);
+        lifecycle.handle(tools_changed.clone(), 1);
+        lifecycle.handle(Input::ToolsListed(Ok(vec![])), 2);
+        lifecycle.handle(catalog_changed.clone(), 3);
+        lifecycle.handle(Input::CatalogListed { failed: false }, 4);
+        assert_eq!(lifecycle.deadline(), Some(FIRST));
+        // Not read: the session is asked now; refused twice, it ends.
+        for failed_read in [
+            Input::ToolsListed(Err(fault("tools/list failed: HTTP 400"))),
+            Input::CatalogListed { failed: true },
+        ] {
+            let mut lifecycle = live_at(0);
+            let changed = match failed_read {
+                Input::ToolsListed(_) => tools_changed.clone(),
+                _ => catalog_changed.clone(),
+            };
+            lifecycle.handle(changed, 1);
+            lifecycle.handle(failed_read, 5);
+            assert_eq!(lifecycle.deadline(), Some(5));
+            assert_eq!(lifecycle.handle(Input::Tick, 5), [Effect::StartKeepalive]);
+            let refused = || KeepaliveFailure::Refused(fault("HTTP 400"));
+            let asked = lifecycle.handle(
+                Input::KeepaliveDone {
+                    result: Err(refused()),
+                    recorded_end: None,
+                },
+                6,
+            );
+            assert_eq!(asked.len(), 1, "{asked:?}");
+            assert_eq!(lifecycle.handle(Input::Tick, 6), [Effect::StartKeepalive]);
+            let ended = lifecycle.handle(
+                Input::KeepaliveDone {
+                    result: Err(refused()),
+                    recorded_end: None,
+                },
+                7,
+            );
+            assert_eq!(ended[1], Effect::CloseSession);
+            assert!(!lifecycle.live());
+        }
+    }
+
+    #[test]
     fn catalog_refreshes_follow_the_same_rule_and_never_reach_the_policy() {
         let mut lifecycle = live_at(0);
         let changed = Input::ListsChanged {
@@ -639,10 +708,13 @@ mod tests {
         );
         assert_eq!(lifecycle.handle(changed, 2), []);
         assert_eq!(
-            lifecycle.handle(Input::CatalogListed, 3),
+            lifecycle.handle(Input::CatalogListed { failed: false }, 3),
             [Effect::RefreshCatalog]
         );
-        assert_eq!(lifecycle.handle(Input::CatalogListed, 4), []);
+        assert_eq!(
+            lifecycle.handle(Input::CatalogListed { failed: false }, 4),
+            []
+        );
     }
 
     #[test]

@@ -142,6 +142,7 @@ impl ServerTask {
                 },
                 result = poll_option(&mut io.catalog) => {
                     io.catalog = None;
+                    let failed = result.is_err();
                     match result {
                         Ok(mut catalog) => {
                             catalog.prompt_names =
@@ -151,7 +152,7 @@ impl ServerTask {
                         // The last lists stay; the session's end, if it ended, comes separately.
                         Err(fault) => tracing::warn!(server = %name, "refreshing prompts and resources failed: {fault}"),
                     }
-                    Input::CatalogListed
+                    Input::CatalogListed { failed }
                 }
                 result = poll_option(&mut io.tools) => {
                     io.tools = None;
