@@ -1621,3 +1621,66 @@ async fn an_agent_on_a_socket_pair_is_served_like_one_on_pipes() {
     let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
     assert!(!stderr.contains("stdio not polled"), "{stderr}");
 }
+
+/// An agent that closes `tether serve`'s stdin while its tool calls run (a script piping its
+/// requests in) gets the answers that come within the time rmcp's loop gives its own handlers
+/// (5 s), as from an rmcp server; a call still running then is cancelled, unanswered, and the
+/// gateway exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_running_when_an_agent_closes_stdin_are_answered_before_the_gateway_exits() {
+    let (dir, state, config) = one_upstream();
+    let mut tether = serve(dir.path(), &config, &[], Some(&dir.path().join("stderr")));
+    let mut stdin = tether.stdin.take().unwrap();
+    let mut stdout = BufReader::new(tether.stdout.take().unwrap()).lines();
+    let mut send = async |message: serde_json::Value| {
+        let line = message.to_string() + "\n";
+        stdin.write_all(line.as_bytes()).await.unwrap();
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "script", "version": "1"}}}),
+    )
+    .await;
+    let answered = tokio::time::timeout(PATIENCE, stdout.next_line()).await;
+    assert!(answered.unwrap().unwrap().unwrap().contains("\"id\":1"));
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    // Once tools are listed the session is up: its calls are served past rmcp's loop.
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).await;
+    let listed = loop {
+        let line = tokio::time::timeout(PATIENCE, stdout.next_line()).await;
+        let line = line.expect("tools listed").unwrap().expect("an answer");
+        if line.contains("\"id\":2") {
+            break line;
+        }
+    };
+    assert!(listed.contains("up__slow"), "{listed}");
+    let call = |id: u32, tool: &str, arguments: serde_json::Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}})
+    };
+    send(call(3, "up__slow", json!({"ms": 700}))).await;
+    send(call(4, "up__hang", json!({}))).await;
+    wait_until("both calls reached the upstream", || {
+        state.calls_of("slow") == 1 && state.calls_of("hang") == 1
+    })
+    .await;
+    drop(stdin);
+    let mut rest = Vec::new();
+    while let Some(line) = tokio::time::timeout(PATIENCE, stdout.next_line())
+        .await
+        .expect("the gateway ends its output")
+        .unwrap()
+    {
+        rest.push(serde_json::from_str::<serde_json::Value>(&line).unwrap());
+    }
+    let status = tokio::time::timeout(PATIENCE, tether.wait())
+        .await
+        .expect("the gateway exits")
+        .unwrap();
+    let answers: Vec<_> = rest.iter().filter(|m| m.get("id").is_some()).collect();
+    assert_eq!(answers.len(), 1, "{rest:?}");
+    assert_eq!(answers[0]["id"], 3);
+    assert_eq!(answers[0]["result"]["content"][0]["text"], "slept 700 ms");
+    assert!(status.success(), "{status:?}");
+}

@@ -6,12 +6,16 @@
 //! client's `tools/call` here instead, once the session is up: one task runs it through the
 //! very handler the loop would (`Service::handle_request`, so everything rmcp checks of a
 //! call is checked) and writes the answer itself. As in rmcp's loop, a call is cancelled by
-//! `notifications/cancelled` (and then not answered) or by the end of the session.
+//! `notifications/cancelled` (and then not answered) or by the end of the session; when the
+//! client's input ends, calls still running answer first, for as long as rmcp's loop would
+//! wait for its own handlers.
 //! Everything else, and a call that arrives before the session is up, takes the loop. An HTTP
 //! agent's calls are served the same way (`http/calls.rs`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use rmcp::RoleServer;
@@ -30,6 +34,11 @@ use crate::transport::lines::{Answer, Answers, DirectCalls};
 type Running = Mutex<RunningCalls>;
 type RunningCalls = HashMap<RequestId, CancellationToken, foldhash::fast::RandomState>;
 
+/// How long calls still running may answer once the client's input ended, and once the
+/// session was cancelled: what rmcp's loop gives its handlers in each case.
+const ANSWERING_AFTER_INPUT_ENDED: Duration = Duration::from_secs(5);
+const ANSWERING_AFTER_CANCEL: Duration = Duration::from_secs(2);
+
 pub(super) struct Direct {
     gateway: Arc<Gateway>,
     /// The session's peer, once it is up.
@@ -37,6 +46,35 @@ pub(super) struct Direct {
     /// Cancelled when the session ends.
     session: CancellationToken,
     running: Arc<Running>,
+    /// The calls whose tasks have not ended (answered or not).
+    in_flight: Arc<InFlight>,
+    /// Until when calls still running may answer, once the client's input ended.
+    answering_until: Mutex<Option<tokio::time::Instant>>,
+}
+
+/// A count of call tasks, and a wake-up for when none is left.
+#[derive(Default)]
+struct InFlight {
+    count: AtomicUsize,
+    none_left: tokio::sync::Notify,
+}
+
+/// One call's task, counted while it lives.
+struct Flying(Arc<InFlight>);
+
+impl Flying {
+    fn new(in_flight: &Arc<InFlight>) -> Self {
+        in_flight.count.fetch_add(1, Ordering::SeqCst);
+        Self(in_flight.clone())
+    }
+}
+
+impl Drop for Flying {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.none_left.notify_waiters();
+        }
+    }
 }
 
 impl Direct {
@@ -47,6 +85,8 @@ impl Direct {
             peer: OnceLock::new(),
             session: CancellationToken::new(),
             running: Arc::default(),
+            in_flight: Arc::default(),
+            answering_until: Mutex::new(None),
         }
     }
 
@@ -78,7 +118,9 @@ impl DirectCalls for Direct {
         lock(&self.running).insert(id.clone(), cancel.clone());
         let (handling, raw) = handling(self.gateway.clone(), &id, call, peer, &cancel);
         let (running, answers) = (self.running.clone(), answers.clone());
+        let flying = Flying::new(&self.in_flight);
         tokio::spawn(async move {
+            let _flying = flying;
             let result = handling.await;
             // A cancelled request is not answered (nor is one whose session ended); an
             // answered one's token is cancelled, as rmcp's loop does.
@@ -102,6 +144,43 @@ impl DirectCalls for Direct {
     fn closed(&self) {
         self.session.cancel();
         lock(&self.running).clear();
+    }
+
+    fn input_ended(&self) {
+        let deadline = tokio::time::Instant::now() + ANSWERING_AFTER_INPUT_ENDED;
+        let mut until = self
+            .answering_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        until.get_or_insert(deadline);
+    }
+
+    fn drained(&self) -> BoxFuture<'static, ()> {
+        let until = self
+            .answering_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let until = until.unwrap_or_else(|| tokio::time::Instant::now() + ANSWERING_AFTER_CANCEL);
+        let (in_flight, session, running) = (
+            self.in_flight.clone(),
+            self.session.clone(),
+            self.running.clone(),
+        );
+        Box::pin(async move {
+            loop {
+                let none_left = in_flight.none_left.notified();
+                tokio::pin!(none_left);
+                none_left.as_mut().enable();
+                if in_flight.count.load(Ordering::SeqCst) == 0
+                    || tokio::time::timeout_at(until, none_left).await.is_err()
+                {
+                    break;
+                }
+            }
+            // Those still running are cancelled, unanswered.
+            session.cancel();
+            lock(&running).clear();
+        })
     }
 }
 

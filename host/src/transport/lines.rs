@@ -429,12 +429,12 @@ impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<Role, R,
         }
     }
 
-    /// The other side ended: calls waiting for an answer learn it, and the agent's direct
-    /// calls still running are cancelled.
+    /// The other side's output ended: calls waiting for an answer learn it, and the agent's
+    /// direct calls still running may yet answer before the transport closes (`close`).
     fn closed(&mut self) {
         Role::ended(&mut self.memory);
         if let Some(direct) = &self.direct {
-            direct.calls.closed();
+            direct.calls.input_ended();
         }
     }
 
@@ -728,6 +728,11 @@ where
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
+        // The agent's calls still running answer first, as rmcp's loop lets its handlers do
+        // before it closes the transport.
+        if let Some(direct) = &self.direct {
+            direct.calls.drained().await;
+        }
         let writer = self.write.out.lock().await.take();
         match writer {
             Some(mut writer) => writer.shutdown().await,

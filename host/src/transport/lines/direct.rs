@@ -23,8 +23,15 @@ pub trait DirectCalls: Send + Sync {
     ) -> Option<(RequestId, CallToolRequest)>;
     /// The client cancelled request `id` (`notifications/cancelled`).
     fn cancelled(&self, id: &RequestId);
-    /// The client closed its side: calls still running are cancelled.
+    /// The session ended: calls still running are cancelled.
     fn closed(&self);
+    /// The client's input ended (it may still read): calls still running go on for a while,
+    /// as rmcp's loop gives its handlers (see [`Self::drained`]).
+    fn input_ended(&self);
+    /// Once every call running has written its answer, or the time rmcp's loop gives its
+    /// handlers to answer has passed (5 s from the input's end, else 2 s from now, as rmcp
+    /// drains its loop when its input ends or it is cancelled): then the rest are cancelled.
+    fn drained(&self) -> BoxFuture<'static, ()>;
 }
 
 /// What the client is answered with.
