@@ -111,6 +111,21 @@ struct CallIn<'a> {
     #[serde(borrow)]
     method: Cow<'a, str>,
     params: ParamsIn,
+    /// A request that also carries an answer's member is no message to rmcp, which refuses it.
+    #[serde(default)]
+    result: Present,
+    #[serde(default)]
+    error: Present,
+}
+
+/// Whether a member is there, whatever its value (`null` too).
+#[derive(Default)]
+struct Present(bool);
+
+impl<'de> Deserialize<'de> for Present {
+    fn deserialize<D: serde::Deserializer<'de>>(value: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(value).map(|_| Present(true))
+    }
 }
 
 #[derive(Deserialize)]
@@ -127,8 +142,16 @@ struct ParamsIn {
 /// The `tools/call` request on `line`, as rmcp would read it (its `_meta` in the extensions);
 /// `None` for anything else, or anything rmcp would refuse.
 pub(crate) fn read_call(line: Shallow) -> Option<(RequestId, CallToolRequest)> {
+    // rmcp reads a message as a JSON object only; serde would take an array's items in order.
+    if line.bytes().iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
     let call: CallIn = line.read().ok()?;
-    if call.jsonrpc != VERSION || call.method != METHOD {
+    if call.jsonrpc != VERSION
+        || call.method != METHOD
+        || call.result.0
+        || call.error.0
+    {
         return None;
     }
     let ParamsIn {
@@ -352,6 +375,23 @@ mod tests {
             assert!(read_call(Shallow::new(&bytes).unwrap()).is_none(), "{line}");
             assert!(
                 serde_json::from_slice::<JsonRpcRequest<CallToolRequest>>(&bytes).is_err(),
+                "{line}"
+            );
+        }
+        // Messages rmcp's own reading refuses, though their request would read: one that
+        // answers too, and a request's members in an array.
+        let refused = [
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "echo"}, "result": null}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "echo"}, "error": {}}),
+            json!(["2.0", 1, "tools/call", {"name": "echo"}]),
+        ];
+        for line in refused {
+            let bytes = serde_json::to_vec(&line).unwrap();
+            assert!(read_call(Shallow::new(&bytes).unwrap()).is_none(), "{line}");
+            assert!(
+                serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(&bytes).is_err(),
                 "{line}"
             );
         }
