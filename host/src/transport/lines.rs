@@ -275,9 +275,9 @@ fn decode<Role: LineRole>(line: &[u8], memory: &mut Role::Memory) -> Decoded<Rol
             Decoded::Ignored
         }
         Err(error) => {
-            let notification = serde_json::from_slice::<serde_json::Value>(line)
-                .is_ok_and(|value| value.get("method").is_some() && value.get("id").is_none());
-            match notification {
+            let ignored = serde_json::from_slice::<serde_json::Value>(line)
+                .is_ok_and(|value| ignored_as_rmcp_ignores_it(&value));
+            match ignored {
                 true => {
                     tracing::debug!("ignoring a notification that cannot be read: {error}");
                     Decoded::Ignored
@@ -289,6 +289,61 @@ fn decode<Role: LineRole>(line: &[u8], memory: &mut Role::Memory) -> Decoded<Rol
             }
         }
     }
+}
+
+/// Whether a message that cannot be read is ignored, as rmcp's line codec ignores it, rather
+/// than answered as an invalid request: a notification of a method MCP does not have (another
+/// protocol's, such as LSP's), or a message naming a notification MCP does not have.
+fn ignored_as_rmcp_ignores_it(message: &serde_json::Value) -> bool {
+    let Some(method) = message.get("method").and_then(serde_json::Value::as_str) else {
+        return false;
+    };
+    let notification = message.get("id").is_none();
+    (notification && !mcp_method(method))
+        || (method.starts_with("notifications/") && !mcp_notification(method))
+}
+
+/// The requests and notifications of MCP (both generations).
+fn mcp_method(method: &str) -> bool {
+    mcp_notification(method)
+        || matches!(
+            method,
+            "initialize"
+                | "ping"
+                | "server/discover"
+                | "prompts/get"
+                | "prompts/list"
+                | "resources/list"
+                | "resources/read"
+                | "resources/subscribe"
+                | "resources/unsubscribe"
+                | "resources/templates/list"
+                | "subscriptions/listen"
+                | "tools/call"
+                | "tools/list"
+                | "completion/complete"
+                | "elicitation/create"
+                | "logging/setLevel"
+                | "roots/list"
+                | "sampling/createMessage"
+        )
+}
+
+/// The notifications of MCP (both generations).
+fn mcp_notification(method: &str) -> bool {
+    matches!(
+        method,
+        "notifications/cancelled"
+            | "notifications/initialized"
+            | "notifications/message"
+            | "notifications/progress"
+            | "notifications/prompts/list_changed"
+            | "notifications/resources/list_changed"
+            | "notifications/resources/updated"
+            | "notifications/roots/list_changed"
+            | "notifications/subscriptions/acknowledged"
+            | "notifications/tools/list_changed"
+    )
 }
 
 /// A line transport over `read` and `write`: see the module documentation.
@@ -1007,13 +1062,48 @@ mod tests {
             Decoded::Ignored
         ));
         assert!(matches!(
-            decode::<RoleClient>(br#"{"jsonrpc":"2.0","method":5}"#, &mut calls),
-            Decoded::Ignored
-        ));
-        assert!(matches!(
             decode::<RoleServer>(br#"{"hello":1}"#, &mut ()),
             Decoded::Invalid
         ));
+    }
+
+    /// What an agent's line that is no message gets (nothing, or an Invalid Request answer) is
+    /// what rmcp's own line transport gives it, line by line.
+    #[tokio::test]
+    async fn lines_that_are_not_messages_get_what_rmcps_transport_gives_them() {
+        use rmcp::transport::Transport as _;
+        use rmcp::transport::async_rw::AsyncRwTransport;
+        use tokio::io::AsyncReadExt as _;
+        let lines = [
+            "not json",
+            "{\"jsonrpc\":\"2.0\",\"method\":5}",
+            r#"{"hello":1}"#,
+            r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":1}}"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"notifications/whatever"}"#,
+            r#"{"jsonrpc":"1.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"notifications/unknown"}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"no/such/method"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"},"result":null}"#,
+            r#"["2.0",1,"tools/call",{"name":"echo"}]"#,
+        ];
+        for line in lines {
+            let (mut to_rmcp, rmcp_reads) = tokio::io::duplex(1 << 16);
+            let (rmcp_writes, mut from_rmcp) = tokio::io::duplex(1 << 16);
+            let mut rmcp: AsyncRwTransport<RoleServer, _, _> =
+                AsyncRwTransport::new_server(rmcp_reads, rmcp_writes);
+            to_rmcp.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+            drop(to_rmcp);
+            while rmcp.receive().await.is_some() {}
+            rmcp.close().await.unwrap();
+            drop(rmcp);
+            let mut written = Vec::new();
+            from_rmcp.read_to_end(&mut written).await.unwrap();
+            let answered = matches!(
+                decode::<RoleServer>(line.as_bytes(), &mut ()),
+                Decoded::Invalid
+            );
+            assert_eq!(answered, !written.is_empty(), "{line}");
+        }
     }
 
     /// A call's route gets its arguments back once the line is encoded, whether the write
