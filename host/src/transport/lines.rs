@@ -1383,6 +1383,36 @@ mod tests {
         drop(server.await.unwrap());
     }
 
+    /// A last line that no line end closes is not a message at the end of input, as in rmcp's
+    /// line transport (`AsyncRwTransport`; only its codec's `decode_eof` would read it).
+    #[tokio::test]
+    async fn a_last_line_without_a_line_end_is_dropped_as_rmcp_drops_it() {
+        use rmcp::transport::Transport as _;
+        use rmcp::transport::async_rw::AsyncRwTransport;
+        let text = concat!(
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#
+        );
+        let (mut theirs, ours) = tokio::io::duplex(1 << 16);
+        let (read, write) = tokio::io::split(ours);
+        let reader = tokio::spawn(ids_received(Lines::<RoleServer, _, _>::new(read, write, 200)));
+        theirs.write_all(text.as_bytes()).await.unwrap();
+        drop(theirs);
+        let ours = reader.await.unwrap();
+        let (mut theirs, rmcp_reads) = tokio::io::duplex(1 << 16);
+        let mut rmcp: AsyncRwTransport<RoleServer, _, _> =
+            AsyncRwTransport::new_server(rmcp_reads, tokio::io::sink());
+        theirs.write_all(text.as_bytes()).await.unwrap();
+        drop(theirs);
+        let mut rmcps = Vec::new();
+        while let Some(message) = rmcp.receive().await {
+            rmcps.push(as_json(&message)["id"].clone());
+        }
+        assert_eq!(ours, rmcps);
+        assert_eq!(ours, [serde_json::json!(1)]);
+    }
+
     /// Lines split across reads, a line over the bound dropped, blank lines skipped.
     #[tokio::test]
     async fn lines_are_read_whole_and_bounded() {
