@@ -13,7 +13,6 @@
 //! agent's calls are served the same way (`http/calls.rs`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -25,6 +24,7 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, RequestContext, Service};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::Gateway;
 use crate::transport::lines::raw::{RawResult, is_placeholder};
@@ -46,35 +46,10 @@ pub(super) struct Direct {
     /// Cancelled when the session ends.
     session: CancellationToken,
     running: Arc<Running>,
-    /// The calls whose tasks have not ended (answered or not).
-    in_flight: Arc<InFlight>,
+    /// The calls' tasks (answered or not), waited for when the session closes.
+    tasks: TaskTracker,
     /// Until when calls still running may answer, once the client's input ended.
-    answering_until: Mutex<Option<tokio::time::Instant>>,
-}
-
-/// A count of call tasks, and a wake-up for when none is left.
-#[derive(Default)]
-struct InFlight {
-    count: AtomicUsize,
-    none_left: tokio::sync::Notify,
-}
-
-/// One call's task, counted while it lives.
-struct Flying(Arc<InFlight>);
-
-impl Flying {
-    fn new(in_flight: &Arc<InFlight>) -> Self {
-        in_flight.count.fetch_add(1, Ordering::SeqCst);
-        Self(in_flight.clone())
-    }
-}
-
-impl Drop for Flying {
-    fn drop(&mut self) {
-        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.0.none_left.notify_waiters();
-        }
-    }
+    answering_until: OnceLock<tokio::time::Instant>,
 }
 
 impl Direct {
@@ -85,8 +60,8 @@ impl Direct {
             peer: OnceLock::new(),
             session: CancellationToken::new(),
             running: Arc::default(),
-            in_flight: Arc::default(),
-            answering_until: Mutex::new(None),
+            tasks: TaskTracker::new(),
+            answering_until: OnceLock::new(),
         }
     }
 
@@ -118,9 +93,7 @@ impl DirectCalls for Direct {
         lock(&self.running).insert(id.clone(), cancel.clone());
         let (handling, raw) = handling(self.gateway.clone(), &id, call, peer, &cancel);
         let (running, answers) = (self.running.clone(), answers.clone());
-        let flying = Flying::new(&self.in_flight);
-        tokio::spawn(async move {
-            let _flying = flying;
+        self.tasks.spawn(async move {
             let result = handling.await;
             // A cancelled request is not answered (nor is one whose session ended); an
             // answered one's token is cancelled, as rmcp's loop does.
@@ -147,36 +120,21 @@ impl DirectCalls for Direct {
     }
 
     fn input_ended(&self) {
-        let deadline = tokio::time::Instant::now() + ANSWERING_AFTER_INPUT_ENDED;
-        let mut until = self
-            .answering_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        until.get_or_insert(deadline);
+        let _ =
+            (self.answering_until).set(tokio::time::Instant::now() + ANSWERING_AFTER_INPUT_ENDED);
     }
 
     fn drained(&self) -> BoxFuture<'static, ()> {
-        let until = self
-            .answering_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let until = until.unwrap_or_else(|| tokio::time::Instant::now() + ANSWERING_AFTER_CANCEL);
-        let (in_flight, session, running) = (
-            self.in_flight.clone(),
+        let until = (self.answering_until.get().copied())
+            .unwrap_or_else(|| tokio::time::Instant::now() + ANSWERING_AFTER_CANCEL);
+        self.tasks.close();
+        let (tasks, session, running) = (
+            self.tasks.clone(),
             self.session.clone(),
             self.running.clone(),
         );
         Box::pin(async move {
-            loop {
-                let none_left = in_flight.none_left.notified();
-                tokio::pin!(none_left);
-                none_left.as_mut().enable();
-                if in_flight.count.load(Ordering::SeqCst) == 0
-                    || tokio::time::timeout_at(until, none_left).await.is_err()
-                {
-                    break;
-                }
-            }
+            let _ = tokio::time::timeout_at(until, tasks.wait()).await;
             // Those still running are cancelled, unanswered.
             session.cancel();
             lock(&running).clear();

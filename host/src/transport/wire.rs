@@ -143,7 +143,7 @@ struct ParamsIn {
 /// `None` for anything else, or anything rmcp would refuse.
 pub(crate) fn read_call(line: Shallow) -> Option<(RequestId, CallToolRequest)> {
     // rmcp reads a message as a JSON object only; serde would take an array's items in order.
-    if line.bytes().iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+    if line.bytes().trim_ascii_start().first() != Some(&b'{') {
         return None;
     }
     let call: CallIn = line.read().ok()?;
