@@ -1659,12 +1659,17 @@ async fn calls_running_when_an_agent_closes_stdin_are_answered_before_the_gatewa
         json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
             "params": {"name": tool, "arguments": arguments}})
     };
-    send(call(3, "up__slow", json!({"ms": 700}))).await;
+    // The slow call reports progress every 100 ms, before and after the input ends (rmcp's
+    // loop, which passes progress on, stops then): its answer must not wait for that.
+    let mut slow = call(3, "up__slow", json!({"ms": 700}));
+    slow["params"]["_meta"] = json!({"progressToken": "slow"});
+    send(slow).await;
     send(call(4, "up__hang", json!({}))).await;
     wait_until("both calls reached the upstream", || {
         state.calls_of("slow") == 1 && state.calls_of("hang") == 1
     })
     .await;
+    let input_ended = Instant::now();
     drop(stdin);
     let mut rest = Vec::new();
     while let Some(line) = tokio::time::timeout(PATIENCE, stdout.next_line())
@@ -1678,6 +1683,13 @@ async fn calls_running_when_an_agent_closes_stdin_are_answered_before_the_gatewa
         .await
         .expect("the gateway exits")
         .unwrap();
+    // The call that never ends is given rmcp's 5 s, and no more than that (with room for a
+    // loaded machine to end the server).
+    let exited_after = input_ended.elapsed();
+    assert!(
+        (Duration::from_millis(4_900)..Duration::from_secs(12)).contains(&exited_after),
+        "{exited_after:?}"
+    );
     let answers: Vec<_> = rest.iter().filter(|m| m.get("id").is_some()).collect();
     assert_eq!(answers.len(), 1, "{rest:?}");
     assert_eq!(answers[0]["id"], 3);

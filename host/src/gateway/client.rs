@@ -20,6 +20,7 @@ use rmcp::model::{
 use rmcp::service::{OriginatingRequestId, RequestContext};
 use rmcp::{ErrorData as McpError, Peer, RoleServer};
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
 use super::asking::{Asked, Question, Questions};
 use super::downstream;
@@ -126,8 +127,17 @@ enum Item {
 pub(super) struct Forwarder {
     token: ProgressToken,
     peer: Peer<RoleServer>,
+    /// Cancelled once the session's service loop takes no more notifications: for a call
+    /// served past it on stdio, when the client's input ends (`direct.rs`). From then on an
+    /// update would wait for a loop that is gone, and with it the answer.
+    undeliverable: Option<CancellationToken>,
     state: std::sync::Mutex<Progress>,
 }
+
+/// Put in a request's extensions by whoever knows when its session's service loop stops
+/// taking notifications: that request's progress is not passed on after it.
+#[derive(Clone)]
+pub(super) struct ProgressUntil(pub(super) CancellationToken);
 
 /// The last progress passed on, and the queue to the writing task once there is one.
 struct Progress {
@@ -144,6 +154,10 @@ impl Forwarder {
         Some(Arc::new(Forwarder {
             token: context.meta.get_progress_token()?,
             peer: context.peer.clone(),
+            undeliverable: context
+                .extensions
+                .get::<ProgressUntil>()
+                .map(|u| u.0.clone()),
             state: std::sync::Mutex::new(Progress {
                 last: f64::NEG_INFINITY,
                 items: None,
@@ -154,6 +168,7 @@ impl Forwarder {
     /// Starts the task that writes progress to the client, in order.
     fn start(&self) -> mpsc::Sender<Item> {
         let peer = self.peer.clone();
+        let undeliverable = self.undeliverable.clone().unwrap_or_default();
         // Room for a long burst while the client is slow to read (slots are allocated as
         // used); only a client that stops reading misses some, and memory stays bounded.
         let (items, mut pending) = mpsc::channel(PROGRESS_BACKLOG);
@@ -162,7 +177,12 @@ impl Forwarder {
             while let Some(item) = pending.recv().await {
                 match item {
                     Item::Update(update) if !broken => {
-                        if let Err(error) = peer.notify_progress(update).await {
+                        let sent = tokio::select! {
+                            biased;
+                            () = undeliverable.cancelled() => Err("the client's input ended".into()),
+                            sent = peer.notify_progress(update) => sent.map_err(|e| e.to_string()),
+                        };
+                        if let Err(error) = sent {
                             tracing::debug!("could not pass progress on: {error}");
                             broken = true;
                         }

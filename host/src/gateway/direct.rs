@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::Gateway;
+use super::client::ProgressUntil;
 use crate::transport::lines::raw::{RawResult, is_placeholder};
 use crate::transport::lines::{Answer, Answers, DirectCalls};
 
@@ -34,8 +35,9 @@ use crate::transport::lines::{Answer, Answers, DirectCalls};
 type Running = Mutex<RunningCalls>;
 type RunningCalls = HashMap<RequestId, CancellationToken, foldhash::fast::RandomState>;
 
-/// How long calls still running may answer once the client's input ended, and once the
-/// session was cancelled: what rmcp's loop gives its handlers in each case.
+/// How long calls still running may answer once the client's input ended (what rmcp's loop
+/// gives its handlers then), and once the transport closes otherwise (at least what rmcp's
+/// loop gave its handlers before closing it on a cancellation).
 const ANSWERING_AFTER_INPUT_ENDED: Duration = Duration::from_secs(5);
 const ANSWERING_AFTER_CANCEL: Duration = Duration::from_secs(2);
 
@@ -50,6 +52,9 @@ pub(super) struct Direct {
     tasks: TaskTracker,
     /// Until when calls still running may answer, once the client's input ended.
     answering_until: OnceLock<tokio::time::Instant>,
+    /// Cancelled when the client's input ends, and with it rmcp's loop, which passes the
+    /// calls' progress on: their answers then wait for no more of it.
+    input_open: CancellationToken,
 }
 
 impl Direct {
@@ -62,6 +67,7 @@ impl Direct {
             running: Arc::default(),
             tasks: TaskTracker::new(),
             answering_until: OnceLock::new(),
+            input_open: CancellationToken::new(),
         }
     }
 
@@ -80,7 +86,7 @@ impl DirectCalls for Direct {
     fn call(
         &self,
         id: RequestId,
-        call: CallToolRequest,
+        mut call: CallToolRequest,
         answers: &Answers,
     ) -> Option<(RequestId, CallToolRequest)> {
         let Some(peer) = self.peer.get() else {
@@ -91,6 +97,7 @@ impl DirectCalls for Direct {
         }
         let cancel = self.session.child_token();
         lock(&self.running).insert(id.clone(), cancel.clone());
+        (call.extensions).insert(ProgressUntil(self.input_open.clone()));
         let (handling, raw) = handling(self.gateway.clone(), &id, call, peer, &cancel);
         let (running, answers) = (self.running.clone(), answers.clone());
         self.tasks.spawn(async move {
@@ -122,6 +129,7 @@ impl DirectCalls for Direct {
     fn input_ended(&self) {
         let _ =
             (self.answering_until).set(tokio::time::Instant::now() + ANSWERING_AFTER_INPUT_ENDED);
+        self.input_open.cancel();
     }
 
     fn drained(&self) -> BoxFuture<'static, ()> {

@@ -175,8 +175,13 @@ impl Lifecycle {
     /// A list the session failed to give: its keepalive comes now, not at its time. A session
     /// the server forgot (some SDKs answer a request on it with 400, as they answer a request
     /// they will not take) then ends at once instead of keeping its tools up until the next
-    /// keepalive; one that answers keeps them, and its last lists.
+    /// keepalive; one that answers keeps them, and its last lists. A session already being
+    /// asked again keeps that time: an error status's wait is its one second chance, and a
+    /// list failed with the same status must not spend it.
     fn ask_now(&mut self, now: Millis) {
+        if self.asking_again {
+            return;
+        }
         if let Some(Keepalive::Due(at)) = &mut self.keepalive {
             *at = (*at).min(now);
         }
@@ -693,6 +698,31 @@ mod tests {
             assert_eq!(ended[1], Effect::CloseSession);
             assert!(!lifecycle.live());
         }
+    }
+
+    #[test]
+    fn a_list_failed_while_an_http_error_is_asked_again_keeps_the_second_chance() {
+        // A proxy answers 502 while its server restarts: the keepalive fails, and so do the
+        // list reads the server's last announcement started. The session keeps its wait.
+        let mut lifecycle = live_at(0);
+        keepalive_answered(&mut lifecycle, FIRST, Err(bad_gateway()));
+        let retry_at = 2 * FIRST;
+        assert_eq!(lifecycle.deadline(), Some(retry_at));
+        let both = Input::ListsChanged {
+            tools: true,
+            catalog: true,
+        };
+        lifecycle.handle(both, FIRST + 1);
+        lifecycle.handle(Input::ToolsListed(Err(fault("HTTP 502"))), FIRST + 2);
+        lifecycle.handle(Input::CatalogListed { failed: true }, FIRST + 3);
+        assert_eq!(lifecycle.deadline(), Some(retry_at));
+        assert_eq!(lifecycle.handle(Input::Tick, FIRST + 3), []);
+        // Back by then: the session stays.
+        assert_eq!(
+            keepalive_answered(&mut lifecycle, retry_at, Ok(())),
+            [Effect::Feed(EventKind::KeepaliveOk("files".into()))]
+        );
+        assert!(lifecycle.live());
     }
 
     #[test]
