@@ -53,6 +53,7 @@ use crate::upstream::route;
 mod calls;
 mod direct;
 pub mod raw;
+mod surrogates;
 
 pub use calls::{CallSender, CallsReader, NoAnswer, PendingCall};
 pub use direct::{Answer, Answers, Direct, DirectCalls};
@@ -265,12 +266,23 @@ fn decode<Role: LineRole>(line: &[u8], memory: &mut Role::Memory) -> Decoded<Rol
     if let Some(message) = Role::decode_hot(line, memory) {
         return Decoded::Message(message);
     }
+    decode_typed::<Role>(line, memory)
+}
+
+/// `line` decoded into rmcp's types. (Not by the hot path: what it keeps of a line points into
+/// the line's own buffer, and a repaired line is a copy.)
+fn decode_typed<Role: LineRole>(line: &[u8], memory: &mut Role::Memory) -> Decoded<Role> {
     match serde_json::from_slice::<RxJsonRpcMessage<Role>>(line) {
         Ok(message) => {
             Role::received(&message, memory);
             Decoded::Message(message)
         }
         Err(error) if error.is_syntax() || error.is_eof() => {
+            // Read as JavaScript and Python read it, with U+FFFD for what cannot be text.
+            if let Some(repaired) = surrogates::replace_lone(line) {
+                tracing::debug!("a line with unpaired UTF-16 surrogate escapes, read with U+FFFD");
+                return decode_typed::<Role>(&repaired, memory);
+            }
             tracing::debug!("ignoring a line that is not JSON: {error}");
             Decoded::Ignored
         }

@@ -18,6 +18,8 @@
 //!   of BYTES of text, if given) and answers with what the client said (its error message, or
 //!   its result). A call with a progress token gets progress 1 before the question and 2 after
 //!   the answer.
+//! - `lone-surrogate`: the `big` tool answers with text ending in an unpaired surrogate escape
+//!   (`\ud83d`), as JavaScript's `JSON.stringify` writes an emoji cut in half.
 //!
 //! Every mode also offers the `echo` tool (returns its `text`).
 
@@ -164,6 +166,13 @@ fn main() {
                                    "result": {"content": [{"type": "text", "text": text}]}})
                             .to_string()
                         };
+                        send_raw(&out, line.as_bytes(), true);
+                    }
+                    "lone-surrogate" => {
+                        let id = id.clone().unwrap_or(Value::Null);
+                        let line = format!(
+                            r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"Hi \ud83d"}}]}}}}"#
+                        );
                         send_raw(&out, line.as_bytes(), true);
                     }
                     "verbatim" => {

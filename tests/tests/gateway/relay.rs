@@ -618,6 +618,50 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Tap<R> {
     }
 }
 
+/// A JavaScript server that cuts a string inside an emoji writes an unpaired surrogate escape,
+/// which JavaScript and Python read and serde refuses: its answer reaches the agent with U+FFFD
+/// in that place, and an agent's own such escape reaches the server the same way, where the line
+/// was dropped and the call left waiting for its timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unpaired_surrogate_escapes_are_read_as_replacement_characters_both_ways() {
+    let (dir, config) = hostile_config("lone-surrogate");
+    let mut tether = serve(dir.path(), &config, &[], None);
+    drain_stderr(&mut tether);
+    let mut stdin = tether.stdin.take().unwrap();
+    let mut stdout = BufReader::new(tether.stdout.take().unwrap()).lines();
+    let mut ask = async |id: u32, method: &str, params: &str| -> Value {
+        let line =
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#);
+        stdin.write_all(line.as_bytes()).await.unwrap();
+        stdin.write_all(b"\n").await.unwrap();
+        if method == "initialize" {
+            let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+            stdin.write_all(initialized.as_bytes()).await.unwrap();
+            stdin.write_all(b"\n").await.unwrap();
+        }
+        loop {
+            let line = tokio::time::timeout(PATIENCE, stdout.next_line()).await;
+            let line = line.expect("an answer in time").unwrap().expect("open");
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == id {
+                return message;
+            }
+        }
+    };
+    let init = r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}"#;
+    ask(1, "initialize", init).await;
+    let listed = ask(2, "tools/list", "{}").await;
+    assert!(listed.to_string().contains("h__big"), "{listed}");
+    let text = |answer: &Value| answer["result"]["content"][0]["text"].clone();
+    let answer = ask(3, "tools/call", r#"{"name":"h__big","arguments":{}}"#).await;
+    assert_eq!(text(&answer), "Hi \u{fffd}", "{answer}");
+    let params = r#"{"name":"h__echo","arguments":{"text":"cut \ud83d here"}}"#;
+    let answer = ask(4, "tools/call", params).await;
+    assert_eq!(text(&answer), "cut \u{fffd} here", "{answer}");
+    drop(stdin);
+    let _ = terminate(tether).await;
+}
+
 /// An agent on `tether serve`'s stdio, of either generation, in front of a stdio server: a result
 /// the agent gets unchanged reaches it as the server wrote it, byte for byte (a 2026-07-28
 /// agent's with `resultType` first); an error result, whose words the policy reads, takes the
