@@ -25,6 +25,9 @@ pub struct ServerCatalog {
     pub templates: Vec<ResourceTemplate>,
     /// The name agents see for each prompt, by its name on the server (the policy's decision).
     pub prompt_names: HashMap<String, String>,
+    /// What the server tells agents about using it (its `instructions`), as its session gave
+    /// them.
+    pub instructions: Option<String>,
 }
 
 impl ServerCatalog {
@@ -268,6 +271,30 @@ impl Catalog {
         });
     }
 
+    /// What the visible servers tell agents about using them: with one server shown, its
+    /// instructions as it gave them; with several, each server's under its name. `None` when
+    /// none gave any.
+    pub fn instructions(&self) -> Option<String> {
+        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        let shown = tables.servers.iter().filter(|(name, _)| tables.shows(name));
+        let given: Vec<(&str, &str)> = shown
+            .clone()
+            .filter_map(|(name, offer)| Some((name.as_str(), offer.instructions.as_deref()?)))
+            .filter(|(_, text)| !text.trim().is_empty())
+            .collect();
+        match (given.as_slice(), shown.count()) {
+            ([], _) => None,
+            ([(_, only)], 1) => Some(only.to_string()),
+            (several, _) => Some(
+                several
+                    .iter()
+                    .map(|(name, text)| format!("## {name}\n\n{}", text.trim()))
+                    .collect::<Vec<_>>()
+                    .join("\n\n"),
+            ),
+        }
+    }
+
     /// Every server's offer, for renaming its prompts.
     pub fn offers(&self) -> Vec<(String, Arc<ServerCatalog>)> {
         let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
@@ -501,6 +528,7 @@ mod tests {
             resources: resources.iter().map(|r| resource(r)).collect(),
             templates: templates.iter().map(|t| template(t)).collect(),
             prompt_names: HashMap::new(),
+            instructions: None,
         }
     }
 
@@ -515,6 +543,37 @@ mod tests {
             })
             .collect();
         catalog.set(server, offer);
+    }
+
+    #[test]
+    fn instructions_are_the_visible_servers_and_change_no_list() {
+        let catalog = Catalog::default();
+        let mut changes = catalog.subscribe();
+        let given = |text: &str| ServerCatalog {
+            instructions: Some(text.into()),
+            ..ServerCatalog::default()
+        };
+        catalog.set("files", given("  Read before writing.\n"));
+        catalog.set("mail", given("Never send."));
+        catalog.set("quiet", ServerCatalog::default());
+        assert_eq!(catalog.instructions(), None, "none shown yet");
+        // One server shown: its words exactly as given.
+        catalog.set_live("files", true);
+        assert_eq!(
+            catalog.instructions().as_deref(),
+            Some("  Read before writing.\n")
+        );
+        // Several: each under its name; a server that gave none adds nothing.
+        catalog.set_published("mail", true);
+        catalog.set_published("quiet", true);
+        assert_eq!(
+            catalog.instructions().as_deref(),
+            Some("## files\n\nRead before writing.\n\n## mail\n\nNever send.")
+        );
+        catalog.set_live("files", false);
+        catalog.set("mail", given("   "));
+        assert_eq!(catalog.instructions(), None);
+        assert!(changes.try_recv().is_err(), "no list changed");
     }
 
     #[test]

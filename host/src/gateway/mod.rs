@@ -24,12 +24,12 @@ insides! { pub use http::{HttpServer, McpEndpoint}; }
 #[allow(deprecated)] // logging and resources/subscribe are legacy-only, and still served
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientRequest, CompleteRequest, CompleteRequestParams,
-    CompleteResult, GetPromptRequest, GetPromptRequestParams, GetPromptResponse, Implementation,
-    JsonObject, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, MetaObject, PaginatedRequestParams, ReadResourceRequest,
-    ReadResourceRequestParams, ReadResourceResponse, Reference, ResultType, ServerCapabilities,
-    ServerConfig, ServerResult, SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
-    Tool, UnsubscribeRequestParams,
+    CompleteResult, DiscoverResult, GetPromptRequest, GetPromptRequestParams, GetPromptResponse,
+    Implementation, InitializeRequestParams, InitializeResult, JsonObject, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, MetaObject,
+    PaginatedRequestParams, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse,
+    Reference, ResultType, ServerCapabilities, ServerConfig, ServerResult, SetLevelRequestParams,
+    SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
@@ -704,6 +704,32 @@ impl ServerHandler for Gateway {
         .with_server_info(Implementation::new("tether", env!("CARGO_PKG_VERSION")))
     }
 
+    /// With the servers' instructions, which most agents read once, at the start: servers
+    /// still starting are waited for, as a first list waits for them.
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        context.peer.set_peer_info(request.clone());
+        self.supervisor.startup_settled().await;
+        let mut result = self.negotiate_initialize(&request)?;
+        result.instructions = self.supervisor.catalog().instructions();
+        Ok(result)
+    }
+
+    /// A 2026-07-28 client's `server/discover`, with the servers' instructions as above.
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, McpError> {
+        self.supervisor.startup_settled().await;
+        let mut info = self.get_info();
+        info.instructions = self.supervisor.catalog().instructions();
+        let versions = self.supported_protocol_versions().into_owned();
+        Ok(DiscoverResult::from_server_info(versions, info))
+    }
+
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         if let Some(calls) = self.http_calls.as_ref().and_then(Weak::upgrade) {
             calls.register(self.same_session(), &context);
@@ -1128,10 +1154,42 @@ impl ServerHandler for Gateway {
         request: rmcp::model::CustomRequest,
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CustomResult, McpError> {
+        // rmcp hands over a request of a method it knows whose params it could not read.
+        if let Some(why) = unreadable_params(&request.method, request.params.as_ref()) {
+            let method = &request.method;
+            return Err(McpError::invalid_params(
+                format!("invalid params for {method}: {why}"),
+                None,
+            ));
+        }
         Err(McpError::new(
             rmcp::model::ErrorCode::METHOD_NOT_FOUND,
             format!("Tether does not serve {:?}", request.method),
             None,
         ))
+    }
+}
+
+/// Why `params` are not what `method` takes, for the methods the gateway serves; `None` for
+/// another method (or params that read, which rmcp would not have handed over).
+#[allow(deprecated)] // logging: 2026-07-28 deprecates it, older clients still use it
+fn unreadable_params(method: &str, params: Option<&serde_json::Value>) -> Option<String> {
+    fn read<T: serde::de::DeserializeOwned>(params: Option<&serde_json::Value>) -> Option<String> {
+        let params = params.cloned().unwrap_or(serde_json::Value::Null);
+        let error = serde_json::from_value::<T>(params).err()?;
+        Some(error.to_string())
+    }
+    match method {
+        "tools/call" => read::<CallToolRequestParams>(params),
+        "prompts/get" => read::<GetPromptRequestParams>(params),
+        "resources/read" => read::<ReadResourceRequestParams>(params),
+        "resources/subscribe" => read::<SubscribeRequestParams>(params),
+        "resources/unsubscribe" => read::<UnsubscribeRequestParams>(params),
+        "completion/complete" => read::<CompleteRequestParams>(params),
+        "logging/setLevel" => read::<SetLevelRequestParams>(params),
+        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
+            read::<Option<PaginatedRequestParams>>(params)
+        }
+        _ => None,
     }
 }

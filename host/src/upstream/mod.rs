@@ -1256,7 +1256,10 @@ impl Session {
     /// with a warning: it must not cost the server its tools. A transport failure is a fault.
     pub async fn list_catalog(&self, timeouts: &Timeouts) -> Result<ServerCatalog, Fault> {
         let capabilities = self.capabilities();
-        let mut catalog = ServerCatalog::default();
+        let mut catalog = ServerCatalog {
+            instructions: (self.peer.peer_info()).and_then(|info| info.instructions.clone()),
+            ..ServerCatalog::default()
+        };
         if capabilities.prompts.is_some() {
             catalog.prompts = self
                 .list_items("prompts/list", "prompts", timeouts, |params| {

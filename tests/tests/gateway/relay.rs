@@ -618,12 +618,14 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Tap<R> {
     }
 }
 
-/// A JavaScript server that cuts a string inside an emoji writes an unpaired surrogate escape,
-/// which JavaScript and Python read and serde refuses: its answer reaches the agent with U+FFFD
-/// in that place, and an agent's own such escape reaches the server the same way, where the line
-/// was dropped and the call left waiting for its timeout.
+/// What serde cannot read gets what JavaScript and Python servers give. A JavaScript server that
+/// cuts a string inside an emoji writes an unpaired surrogate escape, which JavaScript and
+/// Python read and serde refuses: its answer reaches the agent with U+FFFD in that place, and an
+/// agent's own such escape reaches the server the same way, where the line was dropped and the
+/// call left waiting for its timeout. A request whose params its method cannot take is refused
+/// as invalid params, not as a method Tether does not serve.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unpaired_surrogate_escapes_are_read_as_replacement_characters_both_ways() {
+async fn what_serde_cannot_read_gets_what_javascript_and_python_servers_give() {
     let (dir, config) = hostile_config("lone-surrogate");
     let mut tether = serve(dir.path(), &config, &[], None);
     drain_stderr(&mut tether);
@@ -658,6 +660,19 @@ async fn unpaired_surrogate_escapes_are_read_as_replacement_characters_both_ways
     let params = r#"{"name":"h__echo","arguments":{"text":"cut \ud83d here"}}"#;
     let answer = ask(4, "tools/call", params).await;
     assert_eq!(text(&answer), "cut \u{fffd} here", "{answer}");
+    for (id, method, params) in [
+        (5, "tools/call", r#"{"arguments":{}}"#),
+        (6, "resources/read", "{}"),
+        (7, "logging/setLevel", r#"{"level":"loud"}"#),
+    ] {
+        let answer = ask(id, method, params).await;
+        assert_eq!(answer["error"]["code"], -32602, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&format!("invalid params for {method}: ")),
+            "{message}"
+        );
+    }
     drop(stdin);
     let _ = terminate(tether).await;
 }

@@ -296,6 +296,50 @@ async fn a_legacy_client_on_stdio_gets_prompts_resources_and_completions() {
     assert!(terminate(tether).await.success());
 }
 
+/// What a server tells agents about using it (`instructions`) reaches them as it gave it, at
+/// `initialize` and at `server/discover`, although the agent starts before the server is up;
+/// several servers' each under the server's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_instructions_reach_agents_of_both_generations() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = |name: &str, instructions: &str| {
+        let state = dir.path().join(name);
+        std::fs::create_dir_all(&state).unwrap();
+        json!({"command": FIXTURE, "args": ["--transport", "stdio",
+            "--state-dir", state, "--instructions", instructions]})
+    };
+    let docs = "Call `greet` first.\nThen summarize.";
+    let one = dir.path().join("one.json");
+    let config = json!({"mcpServers": {"docs": server("docs", docs)}});
+    std::fs::write(&one, config.to_string()).unwrap();
+    let two = dir.path().join("two.json");
+    let config = json!({"mcpServers": {
+        "docs": server("docs", docs),
+        "notes": server("notes", "Notes are kept a day."),
+    }});
+    std::fs::write(&two, config.to_string()).unwrap();
+
+    let given = |client: &RunningService<RoleClient, Watcher>| {
+        let info = client.peer_info().expect("the server's info");
+        info.instructions.clone()
+    };
+    let several = format!("## docs\n\n{docs}\n\n## notes\n\nNotes are kept a day.");
+    for (config, expected) in [(&one, docs.to_string()), (&two, several)] {
+        let mut tether = serve(dir.path(), config, &[], Some(&dir.path().join("serve.log")));
+        let io = (tether.stdout.take().unwrap(), tether.stdin.take().unwrap());
+        let client = Watcher::default().serve(io).await.expect("MCP over stdio");
+        assert_eq!(given(&client).as_deref(), Some(expected.as_str()));
+        drop(client);
+        assert!(terminate(tether).await.success());
+
+        let (tether, url) = serve_http(dir.path(), config).await;
+        let client = modern_http_client(&url, Watcher::default()).await;
+        assert_eq!(given(&client).as_deref(), Some(expected.as_str()));
+        drop(client);
+        assert!(terminate(tether).await.success());
+    }
+}
+
 async fn modern_http_client(url: &str, watcher: Watcher) -> RunningService<RoleClient, Watcher> {
     watcher
         .serve_with_lifecycle(

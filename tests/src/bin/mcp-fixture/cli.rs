@@ -190,6 +190,10 @@ pub struct Behaviour {
     /// `control.json`) to the sessions subscribed to it.
     #[arg(long, value_delimiter = ',', value_name = "URIS")]
     pub updated: Option<Vec<String>>,
+    /// Tell clients this about using the server (`instructions` at `initialize` and
+    /// `server/discover`).
+    #[arg(long, value_name = "TEXT")]
+    pub instructions: Option<String>,
     /// Speak protocol 2026-07-28 only: `server/discover`, no `initialize`, no `ping`, change
     /// notifications on `subscriptions/listen` streams only.
     #[arg(long)]

@@ -73,10 +73,14 @@ impl ServerHandler for Handler {
                 capabilities.logging = Some(Default::default());
             }
         }
-        ServerConfig::new(capabilities).with_server_info(Implementation::new(
+        let config = ServerConfig::new(capabilities).with_server_info(Implementation::new(
             "mcp-fixture",
             env!("CARGO_PKG_VERSION"),
-        ))
+        ));
+        match &settings.instructions {
+            Some(instructions) => config.with_instructions(instructions.clone()),
+            None => config,
+        }
     }
 
     // Only the revisions with an `initialize` handshake: the fixture plays a classic
