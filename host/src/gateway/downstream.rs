@@ -3,13 +3,15 @@
 //! Clients of 2025-11-25 and older (registered when initialized) get unscoped notifications:
 //! every list change, updates of the resources they subscribed to, and log messages at or above
 //! the level they set. 2026-07-28 clients get notifications only on the `subscriptions/listen`
-//! streams they opened, and only what the stream accepted. Every send runs in its own task: a
-//! stalled client never delays the others.
+//! streams they opened, and only what the stream accepted. Each client's notifications go out
+//! in order from a task of its own: a stalled client never delays the others.
 
 #![allow(deprecated)] // logging and resources/subscribe are legacy-only, and still served
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
 
 use rmcp::model::{
     LoggingLevel, LoggingMessageNotificationParam, ResourceUpdatedNotificationParam,
@@ -17,6 +19,7 @@ use rmcp::model::{
 };
 use rmcp::service::SubscriptionSink;
 use rmcp::{Peer, RoleServer};
+use tokio::sync::mpsc;
 
 use crate::catalog::CatalogChange;
 
@@ -24,6 +27,7 @@ use crate::catalog::CatalogChange;
 struct LegacySession {
     session: u64,
     peer: Peer<RoleServer>,
+    outbox: Outbox,
     subscribed: BTreeSet<String>,
     log_level: Option<LoggingLevel>,
 }
@@ -40,6 +44,7 @@ pub(super) struct Left {
 struct Stream {
     id: u64,
     sink: SubscriptionSink,
+    outbox: Outbox,
     accepted: SubscriptionFilter,
 }
 
@@ -124,6 +129,7 @@ impl Downstream {
         listeners.sessions.push(LegacySession {
             session,
             peer,
+            outbox: Outbox::new(),
             subscribed: BTreeSet::new(),
             log_level: None,
         });
@@ -211,7 +217,12 @@ impl Downstream {
         let mut listeners = self.lock();
         let id = listeners.next_stream;
         listeners.next_stream += 1;
-        listeners.streams.push(Stream { id, sink, accepted });
+        listeners.streams.push(Stream {
+            id,
+            sink,
+            outbox: Outbox::new(),
+            accepted,
+        });
         id
     }
 
@@ -231,7 +242,9 @@ impl Downstream {
         let listeners = self.lock();
         for session in &listeners.sessions {
             let peer = session.peer.clone();
-            send(async move { peer.notify_tool_list_changed().await });
+            session
+                .outbox
+                .send(async move { peer.notify_tool_list_changed().await });
         }
         for stream in listeners
             .streams
@@ -239,7 +252,9 @@ impl Downstream {
             .filter(|s| on(s.accepted.tools_list_changed))
         {
             let sink = stream.sink.clone();
-            send(async move { sink.notify_tool_list_changed().await });
+            stream
+                .outbox
+                .send(async move { sink.notify_tool_list_changed().await });
         }
     }
 
@@ -248,21 +263,29 @@ impl Downstream {
         for session in &listeners.sessions {
             if change.prompts {
                 let peer = session.peer.clone();
-                send(async move { peer.notify_prompt_list_changed().await });
+                session
+                    .outbox
+                    .send(async move { peer.notify_prompt_list_changed().await });
             }
             if change.resources {
                 let peer = session.peer.clone();
-                send(async move { peer.notify_resource_list_changed().await });
+                session
+                    .outbox
+                    .send(async move { peer.notify_resource_list_changed().await });
             }
         }
         for stream in &listeners.streams {
             if change.prompts && on(stream.accepted.prompts_list_changed) {
                 let sink = stream.sink.clone();
-                send(async move { sink.notify_prompt_list_changed().await });
+                stream
+                    .outbox
+                    .send(async move { sink.notify_prompt_list_changed().await });
             }
             if change.resources && on(stream.accepted.resources_list_changed) {
                 let sink = stream.sink.clone();
-                send(async move { sink.notify_resource_list_changed().await });
+                stream
+                    .outbox
+                    .send(async move { sink.notify_resource_list_changed().await });
             }
         }
     }
@@ -275,7 +298,7 @@ impl Downstream {
             .filter(|s| s.subscribed.contains(uri))
         {
             let (peer, uri) = (session.peer.clone(), uri.to_string());
-            send(async move {
+            session.outbox.send(async move {
                 peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
                     .await
             });
@@ -284,7 +307,9 @@ impl Downstream {
             let accepted = stream.accepted.resource_subscriptions.as_ref();
             if accepted.is_some_and(|uris| uris.iter().any(|u| u == uri)) {
                 let (sink, uri) = (stream.sink.clone(), uri.to_string());
-                send(async move { sink.notify_resource_updated(uri).await });
+                stream
+                    .outbox
+                    .send(async move { sink.notify_resource_updated(uri).await });
             }
         }
     }
@@ -300,7 +325,9 @@ impl Downstream {
                 .is_some_and(|wanted| severity(message.level) >= severity(wanted))
             {
                 let (peer, message) = (session.peer.clone(), message.clone());
-                send(async move { peer.notify_logging_message(message).await });
+                session
+                    .outbox
+                    .send(async move { peer.notify_logging_message(message).await });
             }
         }
     }
@@ -310,13 +337,41 @@ fn on(flag: Option<bool>) -> bool {
     flag == Some(true)
 }
 
-/// Sends one notification in its own task; a client that left is no error worth more than debug.
-fn send<E: std::fmt::Display>(notification: impl Future<Output = Result<(), E>> + Send + 'static) {
-    tokio::spawn(async move {
-        if let Err(error) = notification.await {
-            tracing::debug!("could not notify a downstream client: {error}");
+/// Notifications to one client, sent by one task in the order they were made (a task each
+/// would let a burst of log messages overtake one another): a client that reads slowly gets
+/// them late, and one that stops reading misses those past the backlog, with memory bounded.
+/// The task ends with the session's entry.
+#[derive(Clone)]
+struct Outbox(mpsc::Sender<BoxFuture<'static, ()>>);
+
+/// Notifications waiting for one client.
+const OUTBOX_BACKLOG: usize = 1024;
+
+impl Outbox {
+    fn new() -> Self {
+        let (notices, mut pending) = mpsc::channel::<BoxFuture<'static, ()>>(OUTBOX_BACKLOG);
+        tokio::spawn(async move {
+            while let Some(notice) = pending.recv().await {
+                notice.await;
+            }
+        });
+        Self(notices)
+    }
+
+    /// Queues one notification; a client that left is no error worth more than debug.
+    fn send<E: std::fmt::Display>(
+        &self,
+        notification: impl Future<Output = Result<(), E>> + Send + 'static,
+    ) {
+        let notice = Box::pin(async move {
+            if let Err(error) = notification.await {
+                tracing::debug!("could not notify a downstream client: {error}");
+            }
+        });
+        if self.0.try_send(notice).is_err() {
+            tracing::debug!("a client too slow to read its notifications misses one");
         }
-    });
+    }
 }
 
 /// A server's log message as clients see it: its logger named after the server (`<server>` or

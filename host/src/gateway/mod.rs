@@ -1152,10 +1152,18 @@ impl ServerHandler for Gateway {
     async fn on_custom_request(
         &self,
         request: rmcp::model::CustomRequest,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CustomResult, McpError> {
-        // rmcp hands over a request of a method it knows whose params it could not read.
-        if let Some(why) = unreadable_params(&request.method, request.params.as_ref()) {
+        // rmcp hands over a request of a method it knows whose params it could not read, and
+        // one of a method 2026-07-28 removed from a client of that generation: that one is not
+        // served (SEP-2575: method not found).
+        let removed = matches!(
+            request.method.as_str(),
+            "logging/setLevel" | "resources/subscribe" | "resources/unsubscribe"
+        ) && modern_client(&context);
+        if let Some(why) =
+            unreadable_params(&request.method, request.params.as_ref()).filter(|_| !removed)
+        {
             let method = &request.method;
             return Err(McpError::invalid_params(
                 format!("invalid params for {method}: {why}"),

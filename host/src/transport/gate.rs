@@ -343,9 +343,21 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Guarded<T> {
             {
                 continue;
             }
-            if self.admit(&message) {
-                return Some(message);
+            if !self.admit(&message) {
+                continue;
             }
+            // So are log messages, given on here in the order they came (rmcp's loop would hand
+            // each to a task of its own, and a burst would come out of order).
+            #[allow(deprecated)] // logging: 2026-07-28 deprecates it, servers still send it
+            if let Some(routes) = &self.routes
+                && let JsonRpcMessage::Notification(notification) = &message
+                && let ServerNotification::LoggingMessageNotification(log) =
+                    &notification.notification
+            {
+                routes.log(log.params.clone());
+                continue;
+            }
+            return Some(message);
         }
     }
 

@@ -225,15 +225,10 @@ impl ClientHandler for UpstreamHandler {
         message: LoggingMessageNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        // A 2026-07-28 client asked for the log messages of its call; older clients get the
-        // server's messages by their session's level.
-        if let Some(sink) = self.routes.log_sink() {
-            sink(message.clone());
-        }
-        let _ = self.events.send(ServerEvent::Log {
-            server: self.server.to_string(),
-            message,
-        });
+        // Only when the transport did not take it first (see `transport::gate`). A 2026-07-28
+        // client asked for the log messages of its call; older clients get the server's
+        // messages by their session's level.
+        self.routes.log(message);
     }
 
     // Progress is handed to its client by the transport (`transport::gate`), in order.
@@ -569,6 +564,11 @@ impl Session {
             events: events.clone(),
             routes: routes.clone(),
         };
+        let (server, log_events) = (handler.server.clone(), events.clone());
+        routes.tap_logs(Box::new(move |message| {
+            let server = server.to_string();
+            let _ = log_events.send(ServerEvent::Log { server, message });
+        }));
         let lifecycle = generation::lifecycle(spec.protocol, remembered.generation);
         let mut calls = None;
         let (service, process, transport, end) = match &spec.transport {

@@ -228,7 +228,13 @@ pub struct Routes {
     table: Mutex<Table>,
     /// Told whenever a request ends.
     ended: tokio::sync::Notify,
+    /// Where the session's log messages go besides their requests' own ([`Routes::log`]).
+    log_tap: std::sync::OnceLock<LogTap>,
 }
+
+/// Takes a session's log messages, in the order the server sent them.
+#[allow(deprecated)] // logging: 2026-07-28 deprecates it, servers still send it
+pub(crate) type LogTap = Box<dyn Fn(rmcp::model::LoggingMessageNotificationParam) + Send + Sync>;
 
 impl std::fmt::Debug for Routes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -317,6 +323,24 @@ impl Routes {
                     ),
                 }
             }
+        }
+    }
+
+    /// Sets where the session's log messages go (once).
+    pub(crate) fn tap_logs(&self, tap: LogTap) {
+        let _ = self.log_tap.set(tap);
+    }
+
+    /// One of the server's log messages, given in the order the server sent them (by the
+    /// transport: rmcp's loop hands each notification to a task of its own, and a burst would
+    /// come out of order): to its request's caller ([`Routes::log_sink`]) and to the tap.
+    #[allow(deprecated)] // logging: 2026-07-28 deprecates it, servers still send it
+    pub(crate) fn log(&self, message: rmcp::model::LoggingMessageNotificationParam) {
+        if let Some(sink) = self.log_sink() {
+            sink(message.clone());
+        }
+        if let Some(tap) = self.log_tap.get() {
+            tap(message);
         }
     }
 

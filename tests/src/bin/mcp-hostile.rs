@@ -18,6 +18,8 @@
 //!   of BYTES of text, if given) and answers with what the client said (its error message, or
 //!   its result). A call with a progress token gets progress 1 before the question and 2 after
 //!   the answer.
+//! - `numbered-logs N`: the `big` tool sends N `notifications/message` (`info`, data 0 to N-1)
+//!   as fast as it can, then answers.
 //! - `lone-surrogate`: the `big` tool answers with text ending in an unpaired surrogate escape
 //!   (`\ud83d`), as JavaScript's `JSON.stringify` writes an emoji cut in half.
 //!
@@ -167,6 +169,16 @@ fn main() {
                             .to_string()
                         };
                         send_raw(&out, line.as_bytes(), true);
+                    }
+                    "numbered-logs" => {
+                        for i in 0..number(1) {
+                            send(
+                                &out,
+                                &json!({"jsonrpc": "2.0", "method": "notifications/message",
+                                        "params": {"level": "info", "data": i}}),
+                            );
+                        }
+                        reply(json!({"content": [{"type": "text", "text": "logged"}]}));
                     }
                     "lone-surrogate" => {
                         let id = id.clone().unwrap_or(Value::Null);

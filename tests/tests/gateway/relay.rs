@@ -618,6 +618,69 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Tap<R> {
     }
 }
 
+/// A server's burst of log messages reaches an agent in the order the server sent them, as
+/// read off the agent's stdio (rmcp's loops hand each notification to a task of its own, and a
+/// burst came out of order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_log_messages_reaches_the_agent_in_order() {
+    const SENT: u64 = 150;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("servers.json");
+    let hostile = env!("CARGO_BIN_EXE_mcp-hostile");
+    let args = ["numbered-logs".to_string(), SENT.to_string()];
+    let servers = json!({"mcpServers": {"h": {"command": hostile, "args": args}}});
+    std::fs::write(&config, servers.to_string()).unwrap();
+    let mut tether = serve(dir.path(), &config, &[], None);
+    drain_stderr(&mut tether);
+    let mut stdin = tether.stdin.take().unwrap();
+    let mut stdout = BufReader::new(tether.stdout.take().unwrap()).lines();
+    let requests = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel",
+            "params": {"level": "debug"}}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}),
+    ];
+    for request in requests {
+        stdin
+            .write_all(format!("{request}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+    // The level is set and the tool listed before the call.
+    let mut answers = 0;
+    while answers < 3 {
+        let line = tokio::time::timeout(PATIENCE, stdout.next_line()).await;
+        let line = line.expect("the answers in time").unwrap().expect("open");
+        answers += usize::from(serde_json::from_str::<Value>(&line).unwrap()["id"].is_number());
+    }
+    let call = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+        "params": {"name": "h__big", "arguments": {}}});
+    stdin
+        .write_all(format!("{call}\n").as_bytes())
+        .await
+        .unwrap();
+    let (mut logged, mut answered) = (Vec::new(), false);
+    while !answered || (logged.len() as u64) < SENT {
+        let line = tokio::time::timeout(PATIENCE, stdout.next_line()).await;
+        let line = line
+            .expect("the logs and the answer in time")
+            .unwrap()
+            .expect("open");
+        let message: Value = serde_json::from_str(&line).unwrap();
+        match message["method"].as_str() {
+            Some("notifications/message") => logged.push(message["params"]["data"].clone()),
+            _ => answered |= message["id"] == 4,
+        }
+    }
+    let order: Vec<Value> = (0..SENT).map(Value::from).collect();
+    assert_eq!(logged, order);
+    drop(stdin);
+    let _ = terminate(tether).await;
+}
+
 /// What serde cannot read gets what JavaScript and Python servers give. A JavaScript server that
 /// cuts a string inside an emoji writes an unpaired surrogate escape, which JavaScript and
 /// Python read and serde refuses: its answer reaches the agent with U+FFFD in that place, and an
