@@ -29,7 +29,9 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use rmcp::RoleClient;
-use rmcp::model::{GetExtensions, GetMeta, JsonRpcMessage, RequestId, ServerNotification};
+use rmcp::model::{
+    GetExtensions, GetMeta, JsonRpcMessage, JsonRpcNotification, RequestId, ServerNotification,
+};
 use rmcp::service::{InboundStreamOrigin, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use tokio::sync::{mpsc, oneshot};
@@ -349,15 +351,16 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Guarded<T> {
             // So are log messages, given on here in the order they came (rmcp's loop would hand
             // each to a task of its own, and a burst would come out of order).
             #[allow(deprecated)] // logging: 2026-07-28 deprecates it, servers still send it
-            if let Some(routes) = &self.routes
-                && let JsonRpcMessage::Notification(notification) = &message
-                && let ServerNotification::LoggingMessageNotification(log) =
-                    &notification.notification
-            {
-                routes.log(log.params.clone());
-                continue;
+            match (&self.routes, message) {
+                (
+                    Some(routes),
+                    JsonRpcMessage::Notification(JsonRpcNotification {
+                        notification: ServerNotification::LoggingMessageNotification(log),
+                        ..
+                    }),
+                ) => routes.log(log.params),
+                (_, message) => return Some(message),
             }
-            return Some(message);
         }
     }
 
